@@ -1,0 +1,1 @@
+"""Configuration: the schema, its four file formats, validation and the canonical hash."""

@@ -1,0 +1,1 @@
+"""Decisions: the pure broker state machine, driven by events and an injected clock."""

@@ -1,0 +1,1 @@
+"""Signing keys, config signatures and password hashes, on the cryptography package."""
