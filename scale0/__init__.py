@@ -1,3 +1,3 @@
-"""Scale0: a family of ZeroMQ brokers that route by service, share liveness and one signed config."""
+"""Scale0: a family of ZeroMQ brokers that route by service and share liveness and one config."""
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The one error type of configuration: a list of problems, each naming file, field path and line."""
+"""The one error type of configuration: problems, each naming file, field path and line."""
 
 from __future__ import annotations
 
