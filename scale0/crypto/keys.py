@@ -36,6 +36,7 @@ PUBLIC_KEY_ALGORITHM = "ed25519"
 
 _RAW_PUBLIC_KEY_LEN = 32
 _SIGNATURE_LEN = 64
+_SIGNATURE_HEX = re.compile(r"[0-9a-f]{128}")
 _MAX_KEY_FILE_BYTES = 64 * 1024  # a key file is a few hundred bytes; refuse to slurp anything big
 _KEY_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SHA256_HEX_RE = re.compile(r"[0-9a-f]{64}")
@@ -355,12 +356,13 @@ def signed_bytes(family: str, config_version: int, sha256: str) -> bytes:
 def sign_config(
     private_key: Ed25519PrivateKey, family: str, config_version: int, sha256: str
 ) -> str:
-    """Sign ``signed_bytes(family, config_version, sha256)``; returns the base64 signature."""
-    return _b64encode(private_key.sign(signed_bytes(family, config_version, sha256)))
+    """Sign ``signed_bytes(family, config_version, sha256)``; returns the signature as 128
+    lowercase hex digits, the one spelling used on the wire and in signature files."""
+    return private_key.sign(signed_bytes(family, config_version, sha256)).hex()
 
 
 def verify_config(
-    signature_b64: str,
+    signature_hex: str,
     family: str,
     config_version: int,
     sha256: str,
@@ -368,18 +370,17 @@ def verify_config(
 ) -> str:
     """Verify a config signature against the trusted keys; return the key_id that verified.
 
-    Raises SignatureError, saying why, whenever it does not return: malformed base64 or wrong
-    length, invalid signed fields, or no trusted key verifies (an empty trusted set never does).
+    Raises SignatureError, saying why, whenever it does not return: not 128 lowercase hex
+    digits, invalid signed fields, or no trusted key verifies (an empty trusted set never does).
     """
-    if not isinstance(signature_b64, str):
-        raise SignatureError("signature must be a base64 string")
-    signature = _b64decode_canonical(signature_b64)
-    if signature is None:
-        raise SignatureError("signature is not valid (standard, padded) base64")
-    if len(signature) != _SIGNATURE_LEN:
+    if not isinstance(signature_hex, str):
+        raise SignatureError("signature must be a hex string")
+    if _SIGNATURE_HEX.fullmatch(signature_hex) is None:
         raise SignatureError(
-            f"signature is {len(signature)} bytes; an ed25519 signature is {_SIGNATURE_LEN}"
+            f"signature is not {2 * _SIGNATURE_LEN} lowercase hex digits "
+            f"(got {len(signature_hex)} characters)"
         )
+    signature = bytes.fromhex(signature_hex)
     try:
         message = signed_bytes(family, config_version, sha256)
     except CryptoError as exc:
