@@ -1,0 +1,81 @@
+"""Requests a broker holds: waiting or in flight, with deadlines and attempts; and the reply cache.
+
+The reply cache answers a client's retry of a request it already answered (same client, same
+request_id) without running it again; it is bounded in entries, bytes and age.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from scale0.wire.client import ClientReply
+
+# A request's identity across retries: (who asked, request_id). "Who" is the client_id the
+# client negotiated with, so a retry over a new connection still finds its request.
+RequestKey = tuple[bytes, bytes]
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """One client request: waiting for a worker (``ticket`` None) or dispatched to one."""
+
+    seq: int
+    client: bytes  # routing id to answer; updated when the client retries from a new connection
+    key: RequestKey
+    service: str
+    request_id: bytes
+    body: tuple[bytes, ...]
+    deadline: float
+    attempt: int = 0
+    ticket: bytes | None = None
+    worker: bytes | None = None
+    done: bool = False
+
+
+class ReplyCache:
+    """Recent final replies by RequestKey: LRU, bounded by entries, total body bytes and age."""
+
+    __slots__ = ("_bytes", "_entries", "max_age_s", "max_bytes", "max_entries")
+
+    def __init__(self, *, max_entries: int, max_bytes: int, max_age_s: float) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self._entries: OrderedDict[RequestKey, tuple[float, int, ClientReply]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: RequestKey, now: float) -> ClientReply | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry[0] < now:
+            self._drop(key)
+            return None
+        return entry[2]
+
+    def put(self, key: RequestKey, reply: ClientReply, now: float) -> None:
+        size = sum(len(frame) for frame in reply.body)
+        if size > self.max_bytes:
+            return  # larger than the whole cache: not worth evicting everything for
+        if key in self._entries:
+            self._drop(key)
+        self._entries[key] = (now + self.max_age_s, size, reply)
+        self._bytes += size
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def prune(self, now: float) -> None:
+        """Drop expired entries (oldest first: insertion order is expiry order)."""
+        while self._entries:
+            key, (expires, _, _) = next(iter(self._entries.items()))
+            if expires >= now:
+                break
+            self._drop(key)
+
+    def _drop(self, key: RequestKey) -> None:
+        _, size, _ = self._entries.pop(key)
+        self._bytes -= size
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,40 @@
+"""One heap for every timer of a broker: heartbeats, expiry, request deadlines, sweeps.
+
+Entries are never removed; an entry carries the generation of what it watches, and a fired entry
+whose generation is stale is ignored. So rescheduling is a push, and a worker that keeps talking
+costs nothing per message (its expiry entry is re-armed only when it fires).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+
+
+class TimerHeap(Generic[K]):
+    """A min-heap of (due, key) with lazy deletion by the caller."""
+
+    __slots__ = ("_counter", "_heap")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, K]] = []
+        self._counter = itertools.count()  # ties fire in the order they were scheduled
+
+    def push(self, due: float, key: K) -> None:
+        heapq.heappush(self._heap, (due, next(self._counter), key))
+
+    def next_due(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now: float) -> Iterator[K]:
+        """Yield the keys due at ``now``, earliest first (new pushes for now are yielded too)."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            yield heapq.heappop(heap)[2]
+
+    def __len__(self) -> int:
+        return len(self._heap)

@@ -1,0 +1,104 @@
+"""Workers and the least-recently-used queue of ready workers per service.
+
+A worker with spare capacity sits in the LRU queue of every service it offers; taking it for one
+service moves it to the back of that queue, or out of all of them when it is full. A released
+worker goes to the back. All operations are O(1) per service (OrderedDict as an LRU).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    """One READY worker: what it serves, how much at once, and what it is running now."""
+
+    routing_id: bytes
+    services: tuple[str, ...]
+    capacity: int
+    heartbeat: bool
+    interval_s: float
+    in_flight: set[bytes] = field(default_factory=set)
+
+    @property
+    def spare(self) -> int:
+        return self.capacity - len(self.in_flight)
+
+
+class WorkerPool:
+    """The ready workers of each service, least recently used first."""
+
+    __slots__ = ("_offered", "_ready", "workers")
+
+    def __init__(self) -> None:
+        self.workers: dict[bytes, Worker] = {}
+        self._ready: dict[str, OrderedDict[bytes, Worker]] = {}
+        self._offered: dict[str, int] = {}  # service -> number of workers offering it
+
+    def add(self, worker: Worker) -> None:
+        """Register a new worker, or replace the services of a known one (a new READY)."""
+        old = self.workers.get(worker.routing_id)
+        if old is not None:
+            self._unlist(old)
+            self._uncount(old)
+            worker.in_flight = old.in_flight
+        self.workers[worker.routing_id] = worker
+        for service in worker.services:
+            self._offered[service] = self._offered.get(service, 0) + 1
+
+    def remove(self, routing_id: bytes) -> Worker | None:
+        worker = self.workers.pop(routing_id, None)
+        if worker is not None:
+            self._unlist(worker)
+            self._uncount(worker)
+        return worker
+
+    def offers(self, service: str) -> bool:
+        """Whether any registered worker (ready or busy) offers ``service``."""
+        return service in self._offered
+
+    def services(self) -> list[str]:
+        return sorted(self._offered)
+
+    def ready_count(self, service: str) -> int:
+        queue = self._ready.get(service)
+        return len(queue) if queue else 0
+
+    def take(self, service: str) -> Worker | None:
+        """The least recently used worker with spare capacity for ``service``, marked used."""
+        queue = self._ready.get(service)
+        if not queue:
+            return None
+        routing_id, worker = queue.popitem(last=False)
+        if worker.spare > 1:
+            queue[routing_id] = worker  # still has room: to the back, others go first
+        else:
+            self._unlist(worker)  # full after this dispatch: out of every queue
+        return worker
+
+    def list_ready(self, worker: Worker) -> None:
+        """Put a worker with spare capacity at the back of each of its services' queues."""
+        if worker.spare <= 0 or self.workers.get(worker.routing_id) is not worker:
+            return
+        for service in worker.services:
+            queue = self._ready.setdefault(service, OrderedDict())
+            queue.pop(worker.routing_id, None)
+            queue[worker.routing_id] = worker
+
+    def _unlist(self, worker: Worker) -> None:
+        for service in worker.services:
+            queue = self._ready.get(service)
+            if queue is not None:
+                queue.pop(worker.routing_id, None)
+                if not queue:
+                    del self._ready[service]
+
+    def _uncount(self, worker: Worker) -> None:
+        for service in worker.services:
+            left = self._offered[service] - 1
+            if left:
+                self._offered[service] = left
+            else:
+                del self._offered[service]
