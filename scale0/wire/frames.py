@@ -568,5 +568,23 @@ def opt_object(opts: Options, key: str, *, frame: int = FRAME_OPTIONS) -> dict[s
     return value
 
 
+#: A sha256 digest as sent on the wire: 64 lower-case hex digits.
 SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
+#: An Ed25519 signature as sent on the wire: its 64 bytes as 128 lower-case hex digits, the one
+#: spelling scale0.crypto.keys.sign_config produces (and signature files use).
 ED25519_HEX: Final = re.compile(r"[0-9a-f]{128}")
+
+
+@overload
+def opt_family(opts: Options, key: str, *, frame: int = ...) -> str: ...
+@overload
+def opt_family(opts: Options, key: str, default: _D, *, frame: int = ...) -> str | _D: ...
+def opt_family(
+    opts: Options, key: str, default: object = _MISSING, *, frame: int = FRAME_OPTIONS
+) -> object:
+    """A family name: a name without ``|``, so the signing input ``family|version|sha256``
+    (docs/protocol.md §6.2) can never stand for two different triples."""
+    value = opt_name(opts, key, default, frame=frame)
+    if isinstance(value, str) and "|" in value:
+        _fail(frame, key, "contains '|'")
+    return value

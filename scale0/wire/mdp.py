@@ -1,0 +1,241 @@
+"""Majordomo compatibility codecs: 7/MDP (MDPC01, MDPW01) and 18/MDP (MDPC02, MDPW02), §10."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Final, Self
+
+from scale0.wire.errors import ProtocolError
+from scale0.wire.frames import EMPTY, Message, name_frame, opaque_id
+
+MDPC01: Final = b"MDPC01"
+MDPW01: Final = b"MDPW01"
+MDPC02: Final = b"MDPC02"
+MDPW02: Final = b"MDPW02"
+MDP_SIGNATURES: Final = frozenset({MDPC01, MDPW01, MDPC02, MDPW02})
+
+# Command bytes (frame 2). MDPC01 has no command frame: a client sends only REQUEST and the
+# broker only REPLY, so the registry keys MDPC01 messages under the implicit command b"".
+C02_REQUEST: Final = b"\x01"
+C02_PARTIAL: Final = b"\x02"
+C02_FINAL: Final = b"\x03"
+
+W_READY: Final = b"\x01"
+W_REQUEST: Final = b"\x02"
+W01_REPLY: Final = b"\x03"
+W01_HEARTBEAT: Final = b"\x04"
+W01_DISCONNECT: Final = b"\x05"
+W02_PARTIAL: Final = b"\x03"
+W02_FINAL: Final = b"\x04"
+W02_HEARTBEAT: Final = b"\x05"
+W02_DISCONNECT: Final = b"\x06"
+
+
+def _client_head(protocol: bytes, command: bytes) -> list[bytes]:
+    # MDPC01 carries no command frame (7/MDP); MDPC02 does (18/MDP).
+    return [EMPTY, MDPC01] if protocol == MDPC01 else [EMPTY, protocol, command]
+
+
+def _client_service_index(frames: Sequence[bytes]) -> int:
+    return 2 if frames[1] == MDPC01 else 3
+
+
+def _client_parse(frames: Sequence[bytes]) -> tuple[str, tuple[bytes, ...]]:
+    index = _client_service_index(frames)
+    if len(frames) <= index:
+        raise ProtocolError.malformed(len(frames), f"service missing ({len(frames)} frames)")
+    return name_frame(frames[index], index, "service"), tuple(frames[index + 1 :])
+
+
+@dataclass(frozen=True, slots=True)
+class MdpClientRequest(Message):
+    """Majordomo client REQUEST: ``service, body...`` (MDPC01 or MDPC02 0x01)."""
+
+    COMMAND: ClassVar[bytes] = b"REQUEST"
+
+    service: str
+    body: tuple[bytes, ...] = ()
+    protocol: bytes = field(default=MDPC02, kw_only=True)
+
+    def to_frames(self) -> list[bytes]:
+        head = _client_head(self.protocol, C02_REQUEST)
+        return [*head, self.service.encode("utf-8"), *self.body]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        service, body = _client_parse(frames)
+        return cls(service, body, protocol=frames[1])
+
+
+@dataclass(frozen=True, slots=True)
+class MdpClientReply(Message):
+    """Majordomo final reply: MDPC01 reply, or MDPC02 FINAL (0x03): ``service, body...``."""
+
+    COMMAND: ClassVar[bytes] = b"FINAL"
+
+    service: str
+    body: tuple[bytes, ...] = ()
+    protocol: bytes = field(default=MDPC02, kw_only=True)
+
+    def to_frames(self) -> list[bytes]:
+        head = _client_head(self.protocol, C02_FINAL)
+        return [*head, self.service.encode("utf-8"), *self.body]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        service, body = _client_parse(frames)
+        return cls(service, body, protocol=frames[1])
+
+
+@dataclass(frozen=True, slots=True)
+class MdpClientPartial(Message):
+    """MDPC02 PARTIAL (0x02): ``service, body...`` (7/MDP has no partial replies)."""
+
+    COMMAND: ClassVar[bytes] = b"PARTIAL"
+    PROTOCOL: ClassVar[bytes] = MDPC02
+
+    service: str
+    body: tuple[bytes, ...] = ()
+
+    def to_frames(self) -> list[bytes]:
+        return [EMPTY, MDPC02, C02_PARTIAL, self.service.encode("utf-8"), *self.body]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        service, body = _client_parse(frames)
+        return cls(service, body)
+
+
+def _worker_envelope(frames: Sequence[bytes]) -> tuple[bytes, tuple[bytes, ...]]:
+    """``client address, empty, body...`` of MDP worker REQUEST/PARTIAL/REPLY/FINAL.
+
+    Scale0 puts its ticket where MDP has the client address, so one frame, 1..255 bytes.
+    """
+    if len(frames) < 5:
+        missing = "client address" if len(frames) == 3 else "empty delimiter"
+        raise ProtocolError.malformed(len(frames), f"{missing} missing ({len(frames)} frames)")
+    if frames[4]:
+        raise ProtocolError.malformed(4, f"expected empty delimiter, got {len(frames[4])} bytes")
+    return opaque_id(frames[3], 3, "client address"), tuple(frames[5:])
+
+
+def _no_more(frames: Sequence[bytes], count: int) -> None:
+    if len(frames) < count:
+        raise ProtocolError.malformed(len(frames), f"service missing ({len(frames)} frames)")
+    if len(frames) > count:
+        raise ProtocolError.malformed(count, f"unexpected frame ({len(frames)} frames)")
+
+
+@dataclass(frozen=True, slots=True)
+class MdpWorkerReady(Message):
+    """Majordomo worker READY (0x01): one ``service`` per worker connection."""
+
+    COMMAND: ClassVar[bytes] = b"READY"
+
+    service: str
+    protocol: bytes = field(default=MDPW02, kw_only=True)
+
+    def to_frames(self) -> list[bytes]:
+        return [EMPTY, self.protocol, W_READY, self.service.encode("utf-8")]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        _no_more(frames, 4)
+        return cls(name_frame(frames[3], 3, "service"), protocol=frames[1])
+
+
+@dataclass(frozen=True, slots=True)
+class MdpWorkerRequest(Message):
+    """Majordomo worker REQUEST (0x02) broker → worker: ``ticket`` in the client-address slot."""
+
+    COMMAND: ClassVar[bytes] = b"REQUEST"
+
+    ticket: bytes
+    body: tuple[bytes, ...] = ()
+    protocol: bytes = field(default=MDPW02, kw_only=True)
+
+    def to_frames(self) -> list[bytes]:
+        return [EMPTY, self.protocol, W_REQUEST, self.ticket, EMPTY, *self.body]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        ticket, body = _worker_envelope(frames)
+        return cls(ticket, body, protocol=frames[1])
+
+
+@dataclass(frozen=True, slots=True)
+class MdpWorkerPartial(Message):
+    """MDPW02 PARTIAL (0x03) worker → broker: ``ticket, empty, body...``."""
+
+    COMMAND: ClassVar[bytes] = b"PARTIAL"
+    PROTOCOL: ClassVar[bytes] = MDPW02
+
+    ticket: bytes
+    body: tuple[bytes, ...] = ()
+
+    def to_frames(self) -> list[bytes]:
+        return [EMPTY, MDPW02, W02_PARTIAL, self.ticket, EMPTY, *self.body]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        ticket, body = _worker_envelope(frames)
+        return cls(ticket, body)
+
+
+@dataclass(frozen=True, slots=True)
+class MdpWorkerReply(Message):
+    """Majordomo final reply worker → broker: MDPW01 REPLY (0x03) or MDPW02 FINAL (0x04)."""
+
+    COMMAND: ClassVar[bytes] = b"FINAL"
+
+    ticket: bytes
+    body: tuple[bytes, ...] = ()
+    protocol: bytes = field(default=MDPW02, kw_only=True)
+
+    def to_frames(self) -> list[bytes]:
+        command = W01_REPLY if self.protocol == MDPW01 else W02_FINAL
+        return [EMPTY, self.protocol, command, self.ticket, EMPTY, *self.body]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        ticket, body = _worker_envelope(frames)
+        return cls(ticket, body, protocol=frames[1])
+
+
+@dataclass(frozen=True, slots=True)
+class MdpWorkerHeartbeat(Message):
+    """Majordomo HEARTBEAT (MDPW01 0x04, MDPW02 0x05), both directions."""
+
+    COMMAND: ClassVar[bytes] = b"HEARTBEAT"
+
+    protocol: bytes = field(default=MDPW02, kw_only=True)
+
+    def to_frames(self) -> list[bytes]:
+        command = W01_HEARTBEAT if self.protocol == MDPW01 else W02_HEARTBEAT
+        return [EMPTY, self.protocol, command]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        if len(frames) != 3:
+            raise ProtocolError.malformed(3, f"unexpected frame ({len(frames)} frames, 3 max)")
+        return cls(protocol=frames[1])
+
+
+@dataclass(frozen=True, slots=True)
+class MdpWorkerDisconnect(Message):
+    """Majordomo DISCONNECT (MDPW01 0x05, MDPW02 0x06), both directions."""
+
+    COMMAND: ClassVar[bytes] = b"DISCONNECT"
+
+    protocol: bytes = field(default=MDPW02, kw_only=True)
+
+    def to_frames(self) -> list[bytes]:
+        command = W01_DISCONNECT if self.protocol == MDPW01 else W02_DISCONNECT
+        return [EMPTY, self.protocol, command]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        if len(frames) != 3:
+            raise ProtocolError.malformed(3, f"unexpected frame ({len(frames)} frames, 3 max)")
+        return cls(protocol=frames[1])

@@ -1,0 +1,350 @@
+"""Broker-to-broker messages (S0B1, docs/protocol.md §5): HELLO, heartbeats, tables, forwarding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar, Final, Self
+
+from scale0.wire.errors import ProtocolError
+from scale0.wire.frames import (
+    EMPTY,
+    SIG_BROKER,
+    JsonValue,
+    Message,
+    control_frames,
+    control_options,
+    decode_json,
+    encode_json,
+    encode_status,
+    name_frame,
+    name_problem,
+    need_frames,
+    opaque_id,
+    opt_bool,
+    opt_enum,
+    opt_family,
+    opt_float,
+    opt_int,
+    opt_name,
+    status_frame,
+)
+
+#: Bounds that keep one TABLE from describing more than a broker could plausibly run.
+MAX_ENDPOINTS: Final = 16
+MAX_TABLE_WORKERS: Final = 100_000
+
+
+class BrokerState(StrEnum):
+    """Broker states as sent in HELLO and HEARTBEAT (docs/protocol.md §6.4)."""
+
+    JOINING = "joining"
+    ACTIVE = "active"
+    DISABLED = "disabled"
+
+
+class TableMode(StrEnum):
+    """How a broker wants peers' heartbeat tables: pushed on change, or pulled with TABLEREQ."""
+
+    PUSH = "push"
+    PULL = "pull"
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(Message):
+    """HELLO: first message on a peer link; anything a peer sends before it is ignored (§5.1)."""
+
+    COMMAND: ClassVar[bytes] = b"HELLO"
+    PROTOCOL: ClassVar[bytes] = SIG_BROKER
+
+    broker_id: str
+    family: str
+    state: BrokerState
+    config_version: int
+    endpoints: dict[str, str]
+    table_mode: TableMode
+
+    def to_frames(self) -> list[bytes]:
+        endpoints: dict[str, JsonValue] = dict(self.endpoints)
+        return control_frames(
+            SIG_BROKER,
+            self.COMMAND,
+            {
+                "broker_id": self.broker_id,
+                "family": self.family,
+                "state": self.state.value,
+                "config_version": self.config_version,
+                "endpoints": endpoints,
+                "table_mode": self.table_mode.value,
+            },
+        )
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        opts = control_options(frames)
+        raw = opts.get("endpoints")
+        if not isinstance(raw, dict):
+            raise ProtocolError.malformed(3, "option 'endpoints' must be an object")
+        if len(raw) > MAX_ENDPOINTS:
+            raise ProtocolError.malformed(3, f"option 'endpoints' has over {MAX_ENDPOINTS} keys")
+        endpoints: dict[str, str] = {}
+        for channel, endpoint in raw.items():
+            # Keys reach logs and management output, so they follow the name rules too.
+            problem = name_problem(channel)
+            if problem is None and isinstance(endpoint, str):
+                problem = name_problem(endpoint)
+            elif problem is None:
+                problem = "is not a string"
+            if problem is not None:
+                raise ProtocolError.malformed(3, f"option 'endpoints.{channel[:32]}' {problem}")
+            endpoints[channel] = str(endpoint)
+        return cls(
+            opt_name(opts, "broker_id"),
+            opt_family(opts, "family"),
+            opt_enum(opts, "state", BrokerState),
+            opt_int(opts, "config_version", minimum=0),
+            endpoints,
+            opt_enum(opts, "table_mode", TableMode),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PeerHeartbeat(Message):
+    """HEARTBEAT between brokers: liveness, state, and the sender's config and table versions."""
+
+    COMMAND: ClassVar[bytes] = b"HEARTBEAT"
+    PROTOCOL: ClassVar[bytes] = SIG_BROKER
+
+    broker_id: str
+    time: float
+    state: BrokerState
+    config_version: int
+    table_seq: int
+
+    def to_frames(self) -> list[bytes]:
+        return control_frames(
+            SIG_BROKER,
+            self.COMMAND,
+            {
+                "broker_id": self.broker_id,
+                "time": self.time,
+                "state": self.state.value,
+                "config_version": self.config_version,
+                "table_seq": self.table_seq,
+            },
+        )
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        opts = control_options(frames)
+        return cls(
+            opt_name(opts, "broker_id"),
+            opt_float(opts, "time", minimum=0.0),
+            opt_enum(opts, "state", BrokerState),
+            opt_int(opts, "config_version", minimum=0),
+            opt_int(opts, "table_seq", minimum=0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TableWorker:
+    """One worker in a heartbeat table row: free ``capacity`` and its ``last_heartbeat`` time."""
+
+    worker_id: str
+    capacity: int
+    last_heartbeat: float
+
+
+@dataclass(frozen=True, slots=True)
+class TableService:
+    """One service of a heartbeat table and the sender's workers for it (may be empty)."""
+
+    service: str
+    workers: tuple[TableWorker, ...] = ()
+
+
+def _encode_table(services: tuple[TableService, ...]) -> bytes:
+    document: dict[str, JsonValue] = {
+        row.service: [
+            {
+                "worker_id": worker.worker_id,
+                "capacity": worker.capacity,
+                "last_heartbeat": worker.last_heartbeat,
+            }
+            for worker in row.workers
+        ]
+        for row in services
+    }
+    return encode_json(document)
+
+
+def _decode_table(frame: bytes) -> tuple[TableService, ...]:
+    document = decode_json(frame, 4, "table", empty={})
+    if not isinstance(document, dict):
+        raise ProtocolError.malformed(4, "table is not a JSON object")
+    rows: list[TableService] = []
+    total = 0
+    for service, workers in document.items():
+        where = f"table[{service[:64]!r}]"
+        problem = name_problem(service)
+        if problem is not None:
+            raise ProtocolError.malformed(4, f"{where}: service {problem}")
+        if not isinstance(workers, list):
+            raise ProtocolError.malformed(4, f"{where} is not an array")
+        total += len(workers)
+        if total > MAX_TABLE_WORKERS:
+            raise ProtocolError.malformed(4, f"table lists over {MAX_TABLE_WORKERS} workers")
+        parsed: list[TableWorker] = []
+        for position, entry in enumerate(workers):
+            if not isinstance(entry, dict):
+                raise ProtocolError.malformed(4, f"{where}[{position}] is not an object")
+            try:
+                parsed.append(
+                    TableWorker(
+                        opt_name(entry, "worker_id", frame=4),
+                        opt_int(entry, "capacity", frame=4, minimum=0),
+                        opt_float(entry, "last_heartbeat", frame=4, minimum=0.0),
+                    )
+                )
+            except ProtocolError as exc:  # say which row, keep the option's own complaint
+                raise ProtocolError.malformed(4, f"{where}[{position}] {exc.reason}") from None
+        rows.append(TableService(service, tuple(parsed)))
+    return tuple(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Table(Message):
+    """TABLE: a heartbeat table; ``full`` replaces all, else each listed service (§5.3)."""
+
+    COMMAND: ClassVar[bytes] = b"TABLE"
+    PROTOCOL: ClassVar[bytes] = SIG_BROKER
+
+    broker_id: str
+    table_seq: int
+    full: bool
+    services: tuple[TableService, ...] = ()
+
+    def to_frames(self) -> list[bytes]:
+        return control_frames(
+            SIG_BROKER,
+            self.COMMAND,
+            {"broker_id": self.broker_id, "table_seq": self.table_seq, "full": self.full},
+            _encode_table(self.services),
+        )
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        opts = control_options(frames, ("table",))
+        return cls(
+            opt_name(opts, "broker_id"),
+            opt_int(opts, "table_seq", minimum=0),
+            opt_bool(opts, "full"),
+            _decode_table(frames[4]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TableReq(Message):
+    """TABLEREQ: ask a peer for its table; changes after ``since_seq``, or all of it (§5.3)."""
+
+    COMMAND: ClassVar[bytes] = b"TABLEREQ"
+    PROTOCOL: ClassVar[bytes] = SIG_BROKER
+
+    broker_id: str
+    since_seq: int | None = None
+
+    def to_frames(self) -> list[bytes]:
+        return control_frames(
+            SIG_BROKER,
+            self.COMMAND,
+            {"broker_id": self.broker_id, "since_seq": self.since_seq},
+        )
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        opts = control_options(frames)
+        return cls(opt_name(opts, "broker_id"), opt_int(opts, "since_seq", None, minimum=0))
+
+
+@dataclass(frozen=True, slots=True)
+class Forward(Message):
+    """FORWARD: ``ticket, service, origin_broker, body...``, a request for a peer's worker."""
+
+    COMMAND: ClassVar[bytes] = b"FORWARD"
+    PROTOCOL: ClassVar[bytes] = SIG_BROKER
+
+    ticket: bytes
+    service: str
+    origin_broker: str
+    body: tuple[bytes, ...] = ()
+
+    def to_frames(self) -> list[bytes]:
+        return [
+            EMPTY,
+            SIG_BROKER,
+            b"FORWARD",
+            self.ticket,
+            self.service.encode("utf-8"),
+            self.origin_broker.encode("utf-8"),
+            *self.body,
+        ]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        if len(frames) < 6:
+            need_frames(frames, ("ticket", "service", "origin_broker"))
+        return cls(
+            opaque_id(frames[3], 3, "ticket"),
+            name_frame(frames[4], 4, "service"),
+            name_frame(frames[5], 5, "origin_broker"),
+            tuple(frames[6:]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardPartial(Message):
+    """FORWARDPARTIAL: ``ticket, body...``, a streamed part back to the origin (addition, §5.4)."""
+
+    COMMAND: ClassVar[bytes] = b"FORWARDPARTIAL"
+    PROTOCOL: ClassVar[bytes] = SIG_BROKER
+
+    ticket: bytes
+    body: tuple[bytes, ...] = ()
+
+    def to_frames(self) -> list[bytes]:
+        return [EMPTY, SIG_BROKER, b"FORWARDPARTIAL", self.ticket, *self.body]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        if len(frames) < 4:
+            need_frames(frames, ("ticket",))
+        return cls(opaque_id(frames[3], 3, "ticket"), tuple(frames[4:]))
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardReply(Message):
+    """FORWARDREPLY: ``ticket, status, body...``, the final answer back to the origin broker."""
+
+    COMMAND: ClassVar[bytes] = b"FORWARDREPLY"
+    PROTOCOL: ClassVar[bytes] = SIG_BROKER
+
+    ticket: bytes
+    status: int
+    body: tuple[bytes, ...] = ()
+
+    def to_frames(self) -> list[bytes]:
+        return [
+            EMPTY,
+            SIG_BROKER,
+            b"FORWARDREPLY",
+            self.ticket,
+            encode_status(self.status),
+            *self.body,
+        ]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        if len(frames) < 5:
+            need_frames(frames, ("ticket", "status"))
+        return cls(opaque_id(frames[3], 3, "ticket"), status_frame(frames[4], 4), tuple(frames[5:]))
