@@ -16,7 +16,9 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
  R6  With no ready worker a request waits (at most max_queued_requests per service, else 503 at
      once) until a worker is ready, or until its deadline: 503.
  R7  A request for a service no worker offers gets 404 at once, unless the service had a
-     worker within the last request_timeout_ms or the broker started less than that ago.
+     worker within the last request_timeout_ms, the broker started less than that ago, or
+     the config lists it in `services`; mmi.service is answered from live state, other mmi.*
+     get 501 and scale0.* 404.
  R8  A worker silent for liveness x its interval, or that says DISCONNECT, is lost: each of its
      requests is dispatched again (at most max_retries times), else answered 504.
  R9  A request in flight past its deadline is answered 504 and not retried (the worker may
@@ -27,12 +29,13 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      every broker HEARTBEAT to a worker carries the interval it enforces.
  R12 READY or HEARTBEAT whose time is more than max_clock_skew_s from ours gets
      DISCONNECTERROR 412 and the sender is forgotten.
- R13 Over error_threshold protocol errors within error_window_s ban the sender for
-     error_ban_s: one DISCONNECTERROR 429, then its messages are dropped unread.
+ R13 A malformed message gets DISCONNECTERROR 400/501 and ends the sender's session; over
+     error_threshold of them within error_window_s ban the sender for error_ban_s: one
+     DISCONNECTERROR 429, then its messages are dropped unread.
  R14 A REPLY or PARTIAL with an unknown ticket, or from another worker than the ticket's, is
      dropped silently.
  R15 READY for a reserved service name, or one this broker does not route, gets
-     DISCONNECTERROR 400 and registers nothing.
+     DISCONNECTERROR 400, registers nothing and ends the session; an empty READY takes no work.
  R16 A HEARTBEAT naming an older config_version gets FORCENEGOTIATE.
  R17 Shutdown tells every client and worker DISCONNECT.
 """
@@ -317,7 +320,7 @@ class Broker:
         if self.state != "active":
             out.append(Send(channel, rid, self._not_accepting(protocol)))
             return
-        client_id = msg.client_id or rid.hex()
+        client_id = msg.client_id or f"{self.identity}.{rid.hex()}"
         holder = self._client_ids.get((channel, client_id))
         if holder is not None and holder != rid:
             other = self._sessions[channel].get(holder)
@@ -454,12 +457,8 @@ class Broker:
             for s in msg.services
             if is_reserved_service(s) or (self._routes is not None and s not in self._routes)
         ]
-        if refused or not msg.services:
-            why = (
-                f"services not offered here or reserved: {', '.join(refused)}"
-                if refused
-                else "READY names no service"
-            )
+        if refused:
+            why = f"services not offered here or reserved: {', '.join(refused)}"
             out.append(
                 Send(
                     Channel.BACKEND,
@@ -467,6 +466,7 @@ class Broker:
                     DisconnectError(code=400, message=why, protocol=SIG_WORKER),
                 )
             )
+            self._forget(Channel.BACKEND, rid, now, out, reason="refused")
             return
         interval_s = max(msg.hbeatinterval_ms, self.network.default_heartbeat_interval_ms) / 1000
         worker = Worker(
@@ -544,8 +544,8 @@ class Broker:
             self.counters["duplicates_joined"] += 1
             live.client = rid  # answer wherever the client asks from now
             return
-        if service.startswith("mmi."):
-            self._mmi(rid, msg, out)
+        if is_reserved_service(service):
+            self._reserved(rid, msg, out)
             return
         if not self._known(service, now):
             self.counters["errors_404"] += 1
@@ -567,8 +567,8 @@ class Broker:
         self._route(pending, now, out, front=False)
 
     def _known(self, service: str, now: float) -> bool:
-        if self._routes is not None and service not in self._routes:
-            return False
+        if self._routes is not None:
+            return service in self._routes  # listed services wait for a worker (R6)
         if self._pool.offers(service) or now - self._started < self._timeout_s:
             return True
         left = self._service_left.get(service)
@@ -674,18 +674,18 @@ class Broker:
             )
         )
 
-    def _mmi(self, rid: bytes, msg: ClientRequest, out: list[Effect]) -> None:
-        """The Majordomo management interface (MMI, rfc 8): answered from live state."""
+    def _reserved(self, rid: bytes, msg: ClientRequest, out: list[Effect]) -> None:
+        """Reserved names (protocol.md §7.3): mmi.service from live state, the rest refused."""
         if msg.service == "mmi.service":
             name = msg.body[0].decode("utf-8", "replace") if msg.body else ""
             answer = b"200" if self._pool.offers(name) else b"404"
             reply = ClientReply(
                 service=msg.service, request_id=msg.request_id, status=200, body=(answer,)
             )
+        elif msg.service.startswith("mmi."):
+            reply = ClientReply.failure(msg.service, msg.request_id, 501, "MMI service unknown")
         else:
-            reply = ClientReply(
-                service=msg.service, request_id=msg.request_id, status=200, body=(b"501",)
-            )
+            reply = ClientReply.failure(msg.service, msg.request_id, 404, "no broker service")
         out.append(Send(Channel.FRONTEND, rid, reply))
 
     # ---- time (R8, R6, R9) and errors (R13) ------------------------------------------------
@@ -802,6 +802,7 @@ class Broker:
                 DisconnectError(code=event.error.code, message=str(event.error), protocol=protocol),
             )
         )
+        self._forget(event.channel, rid, now, out, reason="malformed")  # §2.4: session ends
 
     def _sweep(self, now: float) -> None:
         """Bound memory: forget old error scores, ended bans and old cached replies."""

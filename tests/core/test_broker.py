@@ -79,7 +79,7 @@ def test_r2_other_version_gets_config_in_the_asked_format(config_type: ConfigTyp
     msg = only(sends(out))[1]
     assert isinstance(msg, Config)
     assert msg.config_version == 3 and msg.sha256 == h.broker.sha256
-    assert msg.client_id == C1.hex()  # none asked for: the broker names the session
+    assert msg.client_id == "b1." + C1.hex()  # none asked for: the broker names it (§3.2)
     fmt = {"json": "json", "xml": "xml", "zfl": "zfl"}[config_type.value]
     assert fmt in FORMATS
     text = msg.document.decode()
@@ -256,10 +256,20 @@ def test_r7_service_whose_worker_just_left_still_waits() -> None:
     assert only(replies(h.request(C1, b"b")))[1].status == 404
 
 
-def test_family_services_list_limits_routing() -> None:
+def test_family_services_list_limits_routing_and_listed_services_wait() -> None:
     h = Harness(services=("echo",))
+    h.advance(10)  # past the startup grace
     h.client(C1)
     assert only(replies(h.request(C1, b"a", service="time")))[1].status == 404
+    assert replies(h.request(C1, b"b", service="echo")) == []  # listed: waits for a worker
+    assert only(dispatched(h.worker(W1)))[1].service == "echo"
+
+
+def test_r13_malformed_message_ends_the_session() -> None:
+    h = Harness()
+    h.worker(W1)
+    h.garbage(BACK, W1)
+    assert h.broker.stats()["workers"] == 0
 
 
 # ---- R8, R9: lost workers, deadlines ----------------------------------------------------------
@@ -503,6 +513,19 @@ def test_r17_shutdown_tells_everyone_disconnect() -> None:
 
 
 # ---- the rest ---------------------------------------------------------------------------------
+
+
+def test_other_reserved_services() -> None:
+    h = Harness()
+    h.client(C1)
+    assert only(replies(h.request(C1, b"a", service="mmi.nothing")))[1].status == 501
+    assert only(replies(h.request(C1, b"b", service="scale0.x")))[1].status == 404
+
+
+def test_r15_empty_ready_keeps_the_session_and_takes_no_work() -> None:
+    h = Harness()
+    assert not any(isinstance(m, DisconnectError) for _, m in sends(h.worker(W1, ())))
+    assert h.broker.stats()["workers"] == 1 and h.broker.services() == {}
 
 
 def test_mmi_service_answers_from_live_state() -> None:
