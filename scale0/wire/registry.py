@@ -95,6 +95,7 @@ _TABLE: Final[dict[_Key, type[Message]]] = {
     (SIG_CLIENT, b"MANAGEMENTREP", FROM): ManagementReply,
     (SIG_CLIENT, b"FORCENEGOTIATE", FROM): ForceNegotiate,
     (SIG_CLIENT, b"DISCONNECTERROR", FROM): DisconnectError,
+    (SIG_CLIENT, b"DISCONNECT", FROM): Disconnect,  # the broker is shutting down (§3.6)
     # --- S0W1 worker channel, §4 ---
     (SIG_WORKER, b"CHECKCONFIG", TO): CheckConfig,
     (SIG_WORKER, b"READY", TO): Ready,
@@ -108,6 +109,7 @@ _TABLE: Final[dict[_Key, type[Message]]] = {
     (SIG_WORKER, b"HEARTBEAT", FROM): Heartbeat,
     (SIG_WORKER, b"FORCENEGOTIATE", FROM): ForceNegotiate,
     (SIG_WORKER, b"DISCONNECTERROR", FROM): DisconnectError,
+    (SIG_WORKER, b"DISCONNECT", FROM): Disconnect,  # the broker is shutting down (§3.6)
     # --- S0B1 peer channel, §5: same table both ways ---
     **{(SIG_BROKER, cls.COMMAND, way): cls for cls in _PEER_CLASSES for way in (TO, FROM)},
     # --- 7/MDP, §10 (MDPC01 has no command frame: implicit b"") ---

@@ -1,0 +1,450 @@
+"""The broker process's I/O: its ROUTER sockets, the one timer and the clock; decides nothing.
+
+:class:`BrokerNode` binds the frontend and backend ROUTERs, turns what arrives into core events
+(``Received`` / ``Malformed``), feeds ``Tick`` when the core's next deadline is due and
+``Shutdown`` on stop, and performs the effects the core returns (``Send`` -> socket, ``Log`` ->
+the JSON logger) in order. Every decision lives in :class:`scale0.core.broker.Broker`.
+
+Hot path (docs/protocol.md §2): each socket's ZMQ FD is registered with the Tornado IOLoop and
+drained in batches of up to ``batch_size`` messages per wakeup. ZMQ FDs are edge-triggered, so a
+socket is re-checked (``zmq.EVENTS``) after every batch and every send; a socket with more to
+read, or one whose batch ran full, gets a drain callback on the next loop iteration so the other
+socket and the timer still get their turn. All broker timers live in the core's heap; the node
+keeps exactly one IOLoop timeout, for ``broker.next_deadline()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import time
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import zmq
+from tornado.ioloop import IOLoop
+
+from scale0.config.model import BrokerConfig, NetworkConfig
+from scale0.core.broker import Broker
+from scale0.core.effects import (
+    Channel,
+    Effect,
+    Event,
+    Log,
+    Malformed,
+    Received,
+    Send,
+    Shutdown,
+    Tick,
+)
+from scale0.net.logs import LOGGER_NAME, level_number, log_event
+from scale0.wire.errors import ProtocolError
+from scale0.wire.registry import (
+    BACKEND_SIGNATURES,
+    FRONTEND_SIGNATURES,
+    decode_to_broker,
+    encode,
+)
+
+__all__ = ["BindError", "BrokerNode", "inbound_size_limit"]
+
+#: Messages read from one socket per wakeup before the loop lets others run.
+DEFAULT_BATCH_SIZE: Final = 512
+#: Send/receive high-water mark per peer pipe: bounds what one slow or flooding peer can queue.
+DEFAULT_HWM: Final = 1_000
+#: How long stop() lets queued DISCONNECTs drain before the sockets are dropped.
+DEFAULT_FLUSH_MS: Final = 250
+
+_logger = logging.getLogger(f"{LOGGER_NAME}.broker")
+
+
+def inbound_size_limit(max_frame_bytes: int) -> int:
+    """ZMQ_MAXMSGSIZE for the broker's sockets: a memory guard well above ``max_frame_bytes``.
+
+    A frame between ``max_frame_bytes`` and this limit reaches the core as a 400 (§2.3); a frame
+    beyond it is refused by libzmq itself, which drops the connection without buffering the
+    frame, so a hostile peer cannot make the broker allocate gigabytes before it is judged.
+    """
+    return 2 * max_frame_bytes + 65_536
+
+
+class BindError(Exception):
+    """A broker socket could not bind; ``channel``, ``endpoint`` and ``reason`` say which/why."""
+
+    def __init__(self, channel: Channel, endpoint: str, reason: str, errno_: int) -> None:
+        self.channel = channel
+        self.endpoint = endpoint
+        self.reason = reason
+        self.errno = errno_
+        super().__init__(f"cannot bind the {channel.value} socket to {endpoint}: {reason}")
+
+
+@dataclass(slots=True)
+class _Port:
+    """One bound ROUTER and its loop bookkeeping."""
+
+    channel: Channel
+    socket: zmq.Socket[bytes]
+    fd: int
+    signatures: Collection[bytes]
+    endpoint: str
+    drain_scheduled: bool = False
+
+
+class BrokerNode:
+    """Runs one :class:`Broker` core on real sockets in a Tornado IOLoop.
+
+    Life cycle: ``start()`` (binds, registers with the loop, logs ``broker_ready``; raises
+    :class:`BindError`), then the loop runs; ``stop()`` (idempotent) tells the core ``Shutdown``,
+    sends its DISCONNECTs, closes the sockets after a short flush and wakes :meth:`serve`.
+    ``await node.serve()`` does start + wait-until-stopped; every method must be called on the
+    loop's thread (from elsewhere use ``loop.add_callback(node.stop)``).
+    """
+
+    def __init__(
+        self,
+        broker_config: BrokerConfig,
+        network: NetworkConfig,
+        *,
+        signature: str | None,
+        loop: IOLoop | None = None,
+        boot_id: bytes | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        hwm: int = DEFAULT_HWM,
+        flush_ms: int = DEFAULT_FLUSH_MS,
+    ) -> None:
+        self.identity = broker_config.identity
+        self._broker_config = broker_config
+        self._network = network
+        self._loop = loop
+        self._batch_size = max(1, batch_size)
+        self._hwm = hwm
+        self._flush_ms = flush_ms
+        self.broker = Broker(
+            broker_config.identity,
+            network,
+            state=broker_config.state,
+            boot_id=boot_id if boot_id is not None else os.urandom(8),
+            signature=signature,
+            now=time.monotonic(),
+        )
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._ports: dict[Channel, _Port] = {}
+        self._endpoints: dict[Channel, str] = {}
+        self._timer: object | None = None
+        self._timer_deadline: float | None = None
+        self._started = False
+        self._stopped = False
+        self._closed = asyncio.Event()
+        self._counters: dict[str, int] = {
+            "received": 0,
+            "malformed": 0,
+            "banned_dropped": 0,
+            "sent": 0,
+            "send_dropped": 0,
+            "internal_errors": 0,
+            "batches": 0,
+            "ticks": 0,
+        }
+
+    # ---- public ---------------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> dict[Channel, str]:
+        """The endpoints actually bound (port 0 resolved), by channel; empty before start().
+
+        Still answers after stop(), so a test can restart a broker on the same ports.
+        """
+        return dict(self._endpoints)
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._stopped
+
+    def stats(self) -> dict[str, int]:
+        """The core's counters plus the node's own, prefixed ``net_``."""
+        merged = dict(self.broker.stats())
+        merged.update({f"net_{key}": value for key, value in self._counters.items()})
+        return merged
+
+    def start(self) -> None:
+        """Bind the sockets, register them with the loop and arm the timer."""
+        if self._started:
+            raise RuntimeError("BrokerNode.start() called twice")
+        if self._loop is None:
+            self._loop = IOLoop.current()
+        self._context = zmq.Context()
+        config = self._broker_config
+        try:
+            for channel, port_number, signatures in (
+                (Channel.FRONTEND, config.frontend_port, FRONTEND_SIGNATURES),
+                (Channel.BACKEND, config.backend_port, BACKEND_SIGNATURES),
+            ):
+                self._ports[channel] = self._bind(
+                    channel, f"tcp://{config.bind_address}:{port_number}", signatures
+                )
+        except BaseException:
+            self._close_sockets(linger_ms=0)
+            raise
+        self._started = True
+        self._endpoints = {channel: port.endpoint for channel, port in self._ports.items()}
+        loop = self._loop
+        for port in self._ports.values():
+            loop.add_handler(port.fd, self._handler_for(port), IOLoop.READ)
+        self._log(
+            logging.INFO,
+            "broker_ready",
+            {
+                "endpoints": {c.value: e for c, e in self.endpoints.items()},
+                "state": config.state,
+                "family": self._network.family,
+                "config_version": self._network.config_version,
+                "pid": os.getpid(),
+            },
+        )
+        # Messages may have queued between bind and add_handler: the FD edge is gone by now.
+        for port in self._ports.values():
+            self._schedule_drain(port)
+        self._reschedule_timer()
+
+    def stop(self) -> None:
+        """Shutdown: DISCONNECT everyone (core effects), flush briefly, close; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            if self._started:
+                loop = self._loop
+                assert loop is not None  # set by start()
+                for port in self._ports.values():
+                    loop.remove_handler(port.fd)
+                if self._timer is not None:
+                    loop.remove_timeout(self._timer)
+                    self._timer = None
+                self._feed(Shutdown())
+                self._log(logging.INFO, "broker_stopped", {"stats": self.stats()})
+        finally:
+            self._close_sockets(linger_ms=self._flush_ms)
+            self._closed.set()
+
+    async def serve(self) -> None:
+        """Start (unless started) and return once :meth:`stop` has run."""
+        if not self._started:
+            self.start()
+        await self._closed.wait()
+
+    # ---- sockets --------------------------------------------------------------------------
+
+    def _bind(self, channel: Channel, endpoint: str, signatures: Collection[bytes]) -> _Port:
+        assert self._context is not None
+        sock: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            # Off: a reply to a client that vanished is dropped, not an EHOSTUNREACH (§2).
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+            sock.setsockopt(zmq.SNDHWM, self._hwm)
+            sock.setsockopt(zmq.RCVHWM, self._hwm)
+            sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
+            sock.bind(endpoint)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            # pyzmq's strerror repeats the address; the plain OS text reads better after ours.
+            reason = os.strerror(exc.errno) if exc.errno else exc.strerror
+            raise BindError(channel, endpoint, reason, exc.errno or 0) from None
+        bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        fd = sock.getsockopt(zmq.FD)
+        if not isinstance(fd, int):  # pragma: no cover - libzmq always answers an int
+            raise TypeError(f"ZMQ_FD is {fd!r}")
+        return _Port(channel, sock, fd, signatures, bound)
+
+    def _close_sockets(self, *, linger_ms: int) -> None:
+        for port in self._ports.values():
+            port.socket.close(linger=linger_ms)
+        self._ports.clear()
+        if self._context is not None:
+            # term() waits for queued messages up to each socket's linger, then releases.
+            self._context.term()
+            self._context = None
+
+    # ---- the loop: reading ----------------------------------------------------------------
+
+    def _handler_for(self, port: _Port) -> _FdHandler:
+        return _FdHandler(self, port)
+
+    def _schedule_drain(self, port: _Port) -> None:
+        if not port.drain_scheduled and not self._stopped:
+            port.drain_scheduled = True
+            assert self._loop is not None
+            self._loop.add_callback(self._scheduled_drain, port)
+
+    def _scheduled_drain(self, port: _Port) -> None:
+        port.drain_scheduled = False
+        self._drain(port)
+
+    def _drain(self, port: _Port) -> None:
+        """Read up to one batch from ``port``, then re-arm what needs re-arming."""
+        if self._stopped:
+            return
+        sock = port.socket
+        channel = port.channel
+        full = True
+        try:
+            for _ in range(self._batch_size):
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    full = False
+                    break
+                self._dispatch(port, channel, frames)
+        except zmq.ZMQError as exc:  # a socket-level failure: say so, keep the loop alive
+            self._counters["internal_errors"] += 1
+            self._log(logging.ERROR, "socket_error", {"channel": channel.value, "error": str(exc)})
+            full = False
+        self._counters["batches"] += 1
+        if full:
+            self._schedule_drain(port)
+        self._after_work()
+
+    def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes]) -> None:
+        """One message: ban check, decode, core, effects. Never raises."""
+        try:
+            now = time.monotonic()
+            broker = self.broker
+            routing_id = frames[0]
+            if broker.is_banned(routing_id, now):
+                self._counters["banned_dropped"] += 1  # dropped unread (§8)
+                return
+            event: Event
+            try:
+                message = decode_to_broker(
+                    frames[1:],
+                    max_frame_bytes=broker.max_frame_bytes,
+                    signatures=port.signatures,
+                )
+            except ProtocolError as error:
+                self._counters["malformed"] += 1
+                event = Malformed(channel, routing_id, error)
+            else:
+                self._counters["received"] += 1
+                event = Received(channel, routing_id, message)
+            self._perform(broker.handle(event, now, time.time()))
+        except Exception:
+            self._counters["internal_errors"] += 1
+            self._log(
+                logging.ERROR,
+                "internal_error",
+                {"channel": channel.value, "frames": len(frames)},
+                exc_info=True,
+            )
+
+    def _after_work(self) -> None:
+        """Re-check sockets whose FD edge a send may have eaten; re-arm the one timer."""
+        if self._stopped:
+            return
+        for port in self._ports.values():
+            if port.drain_scheduled:
+                continue
+            try:
+                events = port.socket.getsockopt(zmq.EVENTS)
+            except zmq.ZMQError:
+                continue
+            if isinstance(events, int) and events & zmq.POLLIN:
+                self._schedule_drain(port)
+        self._reschedule_timer()
+
+    # ---- the loop: the one timer ----------------------------------------------------------
+
+    def _reschedule_timer(self) -> None:
+        deadline = self.broker.next_deadline()
+        if deadline == self._timer_deadline and (deadline is None or self._timer is not None):
+            return
+        loop = self._loop
+        assert loop is not None
+        if self._timer is not None:
+            loop.remove_timeout(self._timer)
+            self._timer = None
+        self._timer_deadline = deadline
+        if deadline is not None and not self._stopped:
+            # IOLoop.time() is time.time() in Tornado 6 (not monotonic); call_later with a
+            # delay measured on the monotonic clock keeps the core's deadlines exact.
+            delay = max(0.0, deadline - time.monotonic())
+            self._timer = loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_deadline = None
+        if self._stopped:
+            return
+        self._counters["ticks"] += 1
+        self._feed(Tick())
+        self._after_work()
+
+    def _feed(self, event: Event) -> None:
+        try:
+            self._perform(self.broker.handle(event, time.monotonic(), time.time()))
+        except Exception:
+            self._counters["internal_errors"] += 1
+            self._log(
+                logging.ERROR, "internal_error", {"event": type(event).__name__}, exc_info=True
+            )
+
+    # ---- effects --------------------------------------------------------------------------
+
+    def _perform(self, effects: Iterable[Effect]) -> None:
+        for effect in effects:
+            try:
+                if isinstance(effect, Send):
+                    self._send(effect)
+                elif isinstance(effect, Log):
+                    self._log(level_number(effect.level), effect.event, effect.fields)
+            except Exception:
+                self._counters["internal_errors"] += 1
+                self._log(
+                    logging.ERROR,
+                    "effect_failed",
+                    {"effect": type(effect).__name__},
+                    exc_info=True,
+                )
+
+    def _send(self, effect: Send) -> None:
+        port = self._ports.get(effect.channel)
+        if port is None or self._context is None:
+            self._counters["send_dropped"] += 1
+            self._log(logging.DEBUG, "send_dropped", {"channel": effect.channel.value})
+            return
+        try:
+            port.socket.send_multipart([effect.routing_id, *encode(effect.message)], zmq.NOBLOCK)
+        except zmq.Again:  # high-water mark reached on that peer
+            self._counters["send_dropped"] += 1
+        except zmq.ZMQError as exc:
+            if exc.errno != errno.EHOSTUNREACH:
+                raise
+            self._counters["send_dropped"] += 1
+        else:
+            self._counters["sent"] += 1
+
+    def _log(
+        self,
+        level: int,
+        event: str,
+        fields: dict[str, object] | None = None,
+        *,
+        exc_info: bool = False,
+    ) -> None:
+        log_event(_logger, level, event, fields, broker=self.identity, exc_info=exc_info)
+
+
+class _FdHandler:
+    """The IOLoop handler of one socket's FD (a class, not a lambda, so it types and reads)."""
+
+    __slots__ = ("node", "port")
+
+    def __init__(self, node: BrokerNode, port: _Port) -> None:
+        self.node = node
+        self.port = port
+
+    def __call__(self, fd: int, events: int) -> None:
+        self.node._drain(self.port)

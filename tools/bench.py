@@ -1,0 +1,285 @@
+"""Benchmark: requests through one Scale0 broker, next to two baselines measured in the same run.
+
+Run it as ``tools/bench`` (it makes .venv first). For each payload size and worker count it runs
+three setups, each with the client, the workers and the middle process in separate processes:
+
+- ``direct``: the client's DEALER connects straight to the workers' ROUTERs (no middle at all);
+- ``proxy``: ``zmq.proxy`` (ROUTER/DEALER, in C) between them;
+- ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1.
+
+It prints throughput, round-trip p50/p99 and the middle process's CPU time per request (read
+from /proc), and the ratios against ``proxy``. Only ratios within one invocation are meaningful:
+absolute numbers drift on shared machines. Workers and client speak raw frames so the numbers
+measure the broker, not Scale0's client library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from scale0.testing import running_broker
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SERVICE = b"echo"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+# ---- workers (each in its own process) ----------------------------------------------------------
+
+
+def s0p_worker(endpoint: str, ready: Any) -> None:
+    """A raw S0P/1 echo worker: CHECKCONFIG, READY, then REPLY to each REQUEST with its body."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(endpoint)
+    sock.send_multipart([b"", b"S0W1", b"CHECKCONFIG", b'{"config_type":"json"}'])
+    opts = json.loads(sock.recv_multipart()[3])
+    ready_opts = {
+        "services": [SERVICE.decode()],
+        "heartbeat": False,
+        "hbeatinterval_ms": 1000,
+        "time": time.time(),
+        "config_version": opts["config_version"],
+    }
+    sock.send_multipart([b"", b"S0W1", b"READY", json.dumps(ready_opts).encode()])
+    ready.set()
+    while True:
+        frames = sock.recv_multipart()
+        if frames[2] == b"REQUEST":
+            sock.send_multipart([b"", b"S0W1", b"REPLY", frames[3], b"200", *frames[5:]])
+        elif frames[2] in (b"DISCONNECT", b"DISCONNECTERROR"):
+            break
+
+
+def echo_router_worker(endpoint: str, ready: Any) -> None:
+    """Baseline worker: a ROUTER the client connects to; echoes every message to its sender."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.linger = 0
+    sock.bind(endpoint)
+    ready.set()
+    while True:
+        sock.send_multipart(sock.recv_multipart())
+
+
+def echo_dealer_worker(endpoint: str, ready: Any) -> None:
+    """Baseline worker behind zmq.proxy: a DEALER on the proxy's backend; echoes each message."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(endpoint)
+    ready.set()
+    while True:
+        sock.send_multipart(sock.recv_multipart())
+
+
+def proxy_main(frontend: str, backend: str, ready: Any) -> None:
+    ctx = zmq.Context()
+    front = ctx.socket(zmq.ROUTER)
+    back = ctx.socket(zmq.DEALER)
+    front.bind(frontend)
+    back.bind(backend)
+    ready.set()
+    zmq.proxy(front, back)
+
+
+# ---- the client (this process) ------------------------------------------------------------------
+
+
+def run_client(
+    endpoints: list[str],
+    *,
+    negotiate: bool,
+    requests: int,
+    window: int,
+    payload: bytes,
+    middle_pid: int | None,
+) -> dict[str, float]:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    for endpoint in endpoints:
+        sock.connect(endpoint)
+    try:
+        if negotiate:
+            sock.send_multipart([b"", b"S0C1", b"CHECKCONFIG", b'{"config_type":"json"}'])
+            if not sock.poll(10_000):
+                raise RuntimeError("no CONFIG from the broker within 10 s")
+            sock.recv_multipart()
+        warmup = min(1000, requests)
+        _drive(sock, warmup, window, payload, [])
+        rtts: list[float] = []
+        cpu_before = cpu_seconds(middle_pid) if middle_pid else 0.0
+        started = time.perf_counter()
+        _drive(sock, requests, window, payload, rtts)
+        elapsed = time.perf_counter() - started
+        cpu = (cpu_seconds(middle_pid) - cpu_before) if middle_pid else 0.0
+    finally:
+        sock.close()
+        ctx.term()
+    rtts.sort()
+    return {
+        "throughput": requests / elapsed,
+        "p50_us": rtts[len(rtts) // 2] * 1e6,
+        "p99_us": rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1e6,
+        "cpu_us_per_request": cpu / requests * 1e6,
+    }
+
+
+def _drive(
+    sock: zmq.Socket[bytes], total: int, window: int, payload: bytes, rtts: list[float]
+) -> None:
+    """Keep ``window`` requests outstanding until ``total`` are answered; record round trips."""
+    sent_at: dict[bytes, float] = {}
+    sent = answered = 0
+    clock = time.perf_counter
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    while answered < total:
+        while sent < total and sent - answered < window:
+            request_id = sent.to_bytes(8, "big")
+            sent_at[request_id] = clock()
+            sock.send_multipart([b"", b"S0C1", b"REQUEST", SERVICE, request_id, payload])
+            sent += 1
+        if not poller.poll(10_000):
+            raise RuntimeError(f"no reply within 10 s ({answered}/{total} answered)")
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            started = sent_at.pop(frames[4], None)  # request_id is frame 4 in both replies
+            if started is not None:
+                rtts.append(clock() - started)
+                answered += 1
+
+
+# ---- setups -------------------------------------------------------------------------------------
+
+
+def start(target: Callable[..., None], *args: Any) -> multiprocessing.process.BaseProcess:
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    process = ctx.Process(target=target, args=(*args, ready), daemon=True)
+    process.start()
+    if not ready.wait(30):
+        process.kill()
+        raise RuntimeError(f"{target.__name__} did not start")
+    return process
+
+
+def free_endpoint() -> str:
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    sock.close(0)
+    return f"tcp://127.0.0.1:{port}"
+
+
+def case_direct(workers: int, **client: Any) -> dict[str, float]:
+    endpoints = [free_endpoint() for _ in range(workers)]
+    procs = [start(echo_router_worker, e) for e in endpoints]
+    try:
+        time.sleep(0.2)  # let the client's connects finish before timing
+        return run_client(endpoints, negotiate=False, middle_pid=None, **client)
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def case_proxy(workers: int, **client: Any) -> dict[str, float]:
+    front, back = free_endpoint(), free_endpoint()
+    proxy = start(proxy_main, front, back)
+    procs = [start(echo_dealer_worker, back) for _ in range(workers)]
+    try:
+        time.sleep(0.2)
+        return run_client([front], negotiate=False, middle_pid=proxy.pid, **client)
+    finally:
+        for p in [*procs, proxy]:
+            p.kill()
+
+
+def case_scale0(workers: int, **client: Any) -> dict[str, float]:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_broker(
+            Path(tmp), broker_overrides={"log_level": "warning"}, max_queued_requests=100_000
+        ) as broker,
+    ):
+        procs = [start(s0p_worker, broker.endpoints["backend"]) for _ in range(workers)]
+        try:
+            time.sleep(0.2)
+            return run_client(
+                [broker.endpoints["frontend"]], negotiate=True, middle_pid=broker.pid, **client
+            )
+        finally:
+            for p in procs:
+                p.kill()
+
+
+CASES = {"direct": case_direct, "proxy": case_proxy, "scale0": case_scale0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="timed requests per case")
+    parser.add_argument("--window", type=int, default=100, help="requests outstanding")
+    parser.add_argument("--payload", type=int, nargs="+", default=[1, 100, 1024])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    rows = []
+    for workers in args.workers:
+        for size in args.payload:
+            results = {
+                name: CASES[name](
+                    workers, requests=args.requests, window=args.window, payload=b"x" * size
+                )
+                for name in args.cases
+            }
+            base = results.get("proxy")
+            for name, r in results.items():
+                row = {"case": name, "workers": workers, "payload": size, **r}
+                if base:
+                    row["throughput_vs_proxy"] = r["throughput"] / base["throughput"]
+                rows.append(row)
+    if args.json:
+        print(json.dumps({"window": args.window, "requests": args.requests, "rows": rows}))
+        return 0
+    print(
+        f"window {args.window}, {args.requests} timed requests per case "
+        f"(ratios only compare within this run)"
+    )
+    head = f"{'case':8} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} {'p99 µs':>8}"
+    print(f"{head} {'µs CPU/req':>10} {'x proxy':>8}")
+    for row in rows:
+        ratio = f"{row['throughput_vs_proxy']:.2f}" if "throughput_vs_proxy" in row else "-"
+        cpu = f"{row['cpu_us_per_request']:.1f}" if row["case"] != "direct" else "-"
+        print(
+            f"{row['case']:8} {row['workers']:>7} {row['payload']:>7} "
+            f"{row['throughput']:>9.0f} {row['p50_us']:>8.0f} {row['p99_us']:>8.0f} "
+            f"{cpu:>10} {ratio:>8}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
