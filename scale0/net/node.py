@@ -40,6 +40,8 @@ from scale0.core.effects import (
     Shutdown,
     Tick,
 )
+from scale0.net.frames_io import POLLIN, recv_frames, send_frames
+from scale0.net.frames_io import events as socket_events
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.wire.errors import ProtocolError
 from scale0.wire.registry import (
@@ -294,7 +296,7 @@ class BrokerNode:
         try:
             for _ in range(self._batch_size):
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    frames = recv_frames(sock)
                 except zmq.Again:
                     full = False
                     break
@@ -348,10 +350,10 @@ class BrokerNode:
             if port.drain_scheduled:
                 continue
             try:
-                events = port.socket.getsockopt(zmq.EVENTS)
+                pending = socket_events(port.socket) & POLLIN
             except zmq.ZMQError:
                 continue
-            if isinstance(events, int) and events & zmq.POLLIN:
+            if pending:
                 self._schedule_drain(port)
         self._reschedule_timer()
 
@@ -416,7 +418,7 @@ class BrokerNode:
             self._log(logging.DEBUG, "send_dropped", {"channel": effect.channel.value})
             return
         try:
-            port.socket.send_multipart([effect.routing_id, *encode(effect.message)], zmq.NOBLOCK)
+            send_frames(port.socket, effect.routing_id, encode(effect.message))
         except zmq.Again:  # high-water mark reached on that peer
             self._counters["send_dropped"] += 1
         except zmq.ZMQError as exc:
