@@ -1,0 +1,108 @@
+"""scale0-worker: serve one Python function as one or more services behind a broker.
+
+``scale0-worker ENDPOINT MODULE:FUNCTION [--service NAME ...] [--capacity N]``. The function is
+imported (the current directory is on the import path, as with ``python -m``) and served under
+each ``--service`` name, or under its own ``__name__`` when none is given; it follows the handler
+rules of scale0.net.worker (sync, async, or a generator that streams). SIGINT and SIGTERM stop
+the worker cleanly (DISCONNECT is sent). Exit codes: 0 after a signal, 2 usage error (including a
+handler that cannot be imported).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+from types import FrameType
+
+import click
+
+from scale0.net.logs import configure
+from scale0.net.worker import Handler, Worker
+
+__all__ = ["load_handler", "main"]
+
+
+def load_handler(reference: str) -> Handler:
+    """Import ``module:function`` (the function part may be dotted: ``module:Class.method``)."""
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise click.BadParameter(f"{reference!r} is not MODULE:FUNCTION", param_hint="HANDLER")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="HANDLER"
+        ) from None
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise click.BadParameter(
+                f"{module_name!r} has no attribute {attribute!r}", param_hint="HANDLER"
+            ) from None
+    if not callable(target):
+        raise click.BadParameter(f"{reference!r} is not callable", param_hint="HANDLER")
+    return target
+
+
+@click.command(name="scale0-worker")
+@click.argument("endpoint")
+@click.argument("handler", metavar="MODULE:FUNCTION")
+@click.option(
+    "--service",
+    "services",
+    multiple=True,
+    help="Service name to serve (repeatable); defaults to the function's name.",
+)
+@click.option(
+    "--capacity",
+    type=click.IntRange(1, 65535),
+    default=1,
+    show_default=True,
+    help="Requests served at once (threads for a sync handler).",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=click.FloatRange(min=0.001),
+    default=1.0,
+    show_default=True,
+    help="Seconds between heartbeats (the broker may raise it).",
+)
+@click.option("--worker-id", default=None, help="Id to ask the broker for (default: assigned).")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def main(
+    endpoint: str,
+    handler: str,
+    services: tuple[str, ...],
+    capacity: int,
+    heartbeat_interval: float,
+    worker_id: str | None,
+    log_level: str,
+) -> None:
+    """Serve MODULE:FUNCTION behind the broker backend at ENDPOINT until SIGINT or SIGTERM."""
+    function = load_handler(handler)
+    names = services or (getattr(function, "__name__", handler.rpartition(":")[2]),)
+    configure(log_level)
+    worker = Worker(
+        endpoint,
+        dict.fromkeys(names, function),
+        capacity=capacity,
+        heartbeat_interval=heartbeat_interval,
+        worker_id=worker_id,
+    )
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        worker.stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    worker.run()

@@ -1,0 +1,427 @@
+"""The worker library: serve Python callables as services behind a broker (protocol.md §4).
+
+:class:`Worker` runs on asyncio with ``zmq.asyncio`` (one DEALER, one event loop): ``run()``
+calls ``asyncio.run(run_async())``; ``start_in_thread()`` does that in a background thread.
+Tornado is not needed here: a worker has one socket and no HTTP, and Tornado 6 runs on the same
+asyncio loop anyway. Negotiation, heartbeats and liveness are :class:`scale0.net.client.BrokerLink`.
+
+Handlers take the request body (``list[bytes]``) and are called according to what they are:
+
+- ``def f(body)``: runs in a thread pool of ``capacity`` threads, so a slow handler never
+  blocks heartbeats;
+- ``async def f(body)``: awaited on the worker's event loop (it must not block);
+- a generator (``def`` with ``yield``, stepped in the thread pool) or an async generator
+  **streams**: every yielded value except the last is sent as a PARTIAL, and the last one is the
+  final REPLY (status 200). A value is only known to be the last when the generator finishes, so
+  each PARTIAL leaves when the *next* value is yielded. A generator that yields nothing sends an
+  empty REPLY.
+
+A value (returned or yielded) is ``bytes`` (one frame), a ``list``/``tuple`` of bytes (frames),
+``str`` (UTF-8, one frame) or ``None`` (no frames). An exception in a handler, or a value of
+another type, is answered REPLY 500 with body ``{"code": 500, "message": str(exc)}`` (after any
+PARTIALs already sent); the worker keeps serving.
+
+Rules:
+
+W1  On each new socket: CHECKCONFIG, then on CONFIG/CONFIGACK send READY (services, heartbeat
+    true, hbeatinterval_ms, time, config_version, capacity). FORCENEGOTIATE and every
+    DISCONNECTERROR are handled by the link (client.py C3); each renegotiation sends READY again.
+W2  HEARTBEAT every interval: the larger of ours, the config's default and any
+    ``hbeatinterval_ms`` the broker announces (§4.2); READY carries the interval in force.
+W3  A broker silent for ``liveness`` intervals, a broker DISCONNECT, or a 301 closes the socket
+    (linger 0) and, after a back-off (0.1 s doubling to 5 s, times 0.5..1 jitter; reset after a
+    connection that got as far as READY), opens a new DEALER and starts at W1. So a broker
+    restart is survived without restarting the worker.
+W4  Replies belong to the socket their REQUEST came on: a reply whose socket was replaced is
+    dropped (the new broker session does not know its ticket; the broker retried it elsewhere).
+W5  ``stop()`` (thread-safe, idempotent) sends DISCONNECT, cancels async handlers and returns
+    from ``run()`` within about 0.1 s; sync handlers already running finish in their thread and
+    their replies are dropped. A DISCONNECTERROR 401 also stops the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+from types import TracebackType
+from typing import Any, Final, Self
+
+import zmq
+import zmq.asyncio
+
+from scale0.net.client import (
+    BACKOFF_INITIAL_S,
+    BACKOFF_MAX_S,
+    CLOSE_LINGER_MS,
+    DRAIN_BATCH,
+    BrokerLink,
+    ClientConfig,
+    LinkEvent,
+    backoff_delay,
+)
+from scale0.wire.client import Disconnect
+from scale0.wire.frames import SIG_WORKER, ConfigType, encode_json
+from scale0.wire.worker import MAX_CAPACITY, Ready, WorkerPartial, WorkerReply, WorkerRequest
+
+__all__ = ["Handler", "Worker", "WorkerThread", "echo_handler", "reply_frames"]
+
+log = logging.getLogger("scale0.worker")
+
+#: A request handler: sync or async function, or (async) generator, of the body frames.
+Handler = Callable[[list[bytes]], Any]
+
+#: How often the loop looks at the stop flag (and timers) at the latest.
+POLL_CAP_S: Final = 0.1
+
+_END: Final = object()
+
+
+def echo_handler(body: list[bytes]) -> list[bytes]:
+    """The ``echo`` service: the request body, as is."""
+    return body
+
+
+def reply_frames(value: object) -> tuple[bytes, ...]:
+    """Frames of a handler's value (see the module docstring); TypeError for anything else."""
+    if value is None:
+        return ()
+    if isinstance(value, bytes):
+        return (value,)
+    if isinstance(value, bytearray | memoryview):
+        return (bytes(value),)
+    if isinstance(value, str):
+        return (value.encode("utf-8"),)
+    if isinstance(value, list | tuple):
+        frames: list[bytes] = []
+        for item in value:
+            if not isinstance(item, bytes | bytearray | memoryview):
+                raise TypeError(f"handler returned a frame of type {type(item).__name__}")
+            frames.append(bytes(item))
+        return tuple(frames)
+    raise TypeError(f"handler returned {type(value).__name__}, expected bytes or list[bytes]")
+
+
+def _error_body(status: int, message: str) -> tuple[bytes, ...]:
+    return (encode_json({"code": status, "message": message}),)
+
+
+class _Ended(Enum):
+    STOPPED = "stopped"
+    LOST = "lost"
+
+
+class Worker:
+    """Serves ``handlers`` (service name -> callable) behind the broker at ``endpoint``."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        handlers: Mapping[str, Handler],
+        *,
+        capacity: int = 1,
+        heartbeat_interval: float = 1.0,
+        worker_id: str | None = None,
+        config_type: str = "json",
+        backoff_initial: float = BACKOFF_INITIAL_S,
+        backoff_max: float = BACKOFF_MAX_S,
+        context: zmq.asyncio.Context | None = None,
+    ) -> None:
+        if not 1 <= capacity <= MAX_CAPACITY:
+            raise ValueError(f"capacity must be 1..{MAX_CAPACITY}")
+        if not handlers:
+            raise ValueError("a worker needs at least one handler")
+        self.endpoint = endpoint
+        self.capacity = capacity
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._handlers = dict(handlers)
+        self._context = context
+        self._link = BrokerLink(
+            SIG_WORKER,
+            config_type=ConfigType(config_type),
+            client_id=worker_id,
+            heartbeat_interval_s=heartbeat_interval,
+        )
+        #: Set while READY has been sent on the current connection (for tests and health).
+        self.registered = threading.Event()
+        self._stop = threading.Event()
+        self._socket: zmq.asyncio.Socket | None = None
+        self._generation = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running = False
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        """The services this worker announces."""
+        return tuple(self._handlers)
+
+    @property
+    def config(self) -> ClientConfig | None:
+        """What the broker told us at the last negotiation."""
+        return self._link.config
+
+    @property
+    def worker_id(self) -> str | None:
+        """The id of the session (ours, or the one the broker assigned)."""
+        return self._link.client_id
+
+    # -- running --
+
+    def run(self) -> None:
+        """Serve until :meth:`stop` (blocking; runs its own asyncio loop)."""
+        asyncio.run(self.run_async())
+
+    def stop(self) -> None:
+        """Ask the worker to stop (W5). Thread-safe, idempotent, usable from signal handlers."""
+        self._stop.set()
+
+    def start_in_thread(self, name: str | None = None) -> WorkerThread:
+        """Run in a daemon thread; the handle stops and joins it."""
+        return WorkerThread(self, name=name)
+
+    async def run_async(self) -> None:
+        """Serve on the running loop until :meth:`stop` (W1-W5)."""
+        if self._running:
+            raise RuntimeError("this worker is already running")
+        self._running = True
+        context = self._context if self._context is not None else zmq.asyncio.Context.instance()
+        executor = ThreadPoolExecutor(self.capacity, thread_name_prefix="scale0-worker")
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                ended, registered = await self._connection(context, executor)
+                if ended is _Ended.STOPPED:
+                    break
+                if registered:
+                    failures = 0
+                delay = backoff_delay(failures, self.backoff_initial, self.backoff_max)
+                failures += 1
+                log.info("reconnecting to %s in %.2f s", self.endpoint, delay)
+                await self._sleep(delay)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            executor.shutdown(wait=False, cancel_futures=True)
+            self._running = False
+
+    async def _sleep(self, seconds: float) -> None:
+        limit = time.monotonic() + seconds
+        while not self._stop.is_set():
+            left = limit - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, POLL_CAP_S))
+
+    async def _connection(
+        self, context: zmq.asyncio.Context, executor: ThreadPoolExecutor
+    ) -> tuple[_Ended, bool]:
+        """One socket's life: W1 until stop (STOPPED) or W3 (LOST); also says if READY went."""
+        link = self._link
+        if link.move_to is not None:
+            self.endpoint, link.move_to = link.move_to, None
+        socket = context.socket(zmq.DEALER)
+        socket.linger = 0
+        socket.connect(self.endpoint)
+        self._generation += 1
+        generation = self._generation
+        self._socket = socket
+        link.reset(time.monotonic())
+        registered = False
+        linger = 0
+        try:
+            while True:
+                if self._stop.is_set():
+                    link.outbox.clear()
+                    with contextlib.suppress(zmq.ZMQError):
+                        await socket.send_multipart(
+                            Disconnect(protocol=SIG_WORKER).to_frames(), zmq.NOBLOCK
+                        )
+                    linger = CLOSE_LINGER_MS
+                    return _Ended.STOPPED, registered
+                if link.tick(time.monotonic()):
+                    log.warning("broker silent for %d intervals", link.liveness)
+                    return _Ended.LOST, registered
+                await self._flush(socket)
+                wait = min(link.next_wakeup() - time.monotonic(), POLL_CAP_S)
+                if not await socket.poll(max(0, int(wait * 1000) + 1)):
+                    continue
+                now = time.monotonic()
+                for _ in range(DRAIN_BATCH):
+                    try:
+                        frames = await socket.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    link.heard(now)
+                    message = link.decode(frames)
+                    if message is None:
+                        continue
+                    if isinstance(message, WorkerRequest):
+                        self._dispatch(message, generation, executor)
+                        continue
+                    event = link.handle(message, now)
+                    if event is LinkEvent.NEGOTIATED:
+                        link.outbox.append(self._ready_frames())
+                        registered = True
+                        self.registered.set()
+                    elif event is LinkEvent.RECONNECT:
+                        return _Ended.LOST, registered
+                    elif event is LinkEvent.STOP:
+                        self._stop.set()
+                        return _Ended.STOPPED, registered
+                    elif event is LinkEvent.REFUSED:
+                        self.registered.clear()
+        finally:
+            self.registered.clear()
+            self._socket = None
+            socket.close(linger=linger)
+
+    def _ready_frames(self) -> list[bytes]:
+        link = self._link
+        return Ready(
+            services=self.services,
+            heartbeat=True,
+            hbeatinterval_ms=max(1, round(link.interval_s * 1000)),
+            time=time.time(),
+            config_version=link.config_version,
+            capacity=self.capacity,
+        ).to_frames()
+
+    async def _flush(self, socket: zmq.asyncio.Socket) -> None:
+        outbox = list(self._link.outbox)
+        self._link.outbox.clear()
+        for frames in outbox:
+            with contextlib.suppress(zmq.Again):
+                await socket.send_multipart(frames, zmq.NOBLOCK)
+
+    async def _send(self, generation: int, frames: list[bytes]) -> None:
+        socket = self._socket
+        if socket is None or generation != self._generation:
+            log.debug("reply dropped: its connection is gone (W4)")
+            return
+        with contextlib.suppress(zmq.Again):
+            await socket.send_multipart(frames, zmq.NOBLOCK)
+
+    # -- serving requests --
+
+    def _dispatch(
+        self, request: WorkerRequest, generation: int, executor: ThreadPoolExecutor
+    ) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(request, generation, executor))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(
+        self, request: WorkerRequest, generation: int, executor: ThreadPoolExecutor
+    ) -> None:
+        ticket = request.ticket
+        handler = self._handlers.get(request.service)
+        if handler is None:
+            message = f"this worker does not serve {request.service!r}"
+            await self._send(
+                generation, WorkerReply(ticket, 404, _error_body(404, message)).to_frames()
+            )
+            return
+        try:
+            held: object = _END
+            async for value in self._values(handler, list(request.body), executor):
+                if held is not _END:
+                    partial = WorkerPartial(ticket, reply_frames(held))
+                    await self._send(generation, partial.to_frames())
+                held = value
+            body = () if held is _END else reply_frames(held)
+            reply = WorkerReply(ticket, 200, body)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("handler for %r failed: %r", request.service, exc, exc_info=True)
+            reply = WorkerReply(ticket, 500, _error_body(500, str(exc) or type(exc).__name__))
+        await self._send(generation, reply.to_frames())
+
+    async def _values(
+        self, handler: Handler, body: list[bytes], executor: ThreadPoolExecutor
+    ) -> AsyncIterator[object]:
+        """The values a handler produces: one for a function, each yield for a generator."""
+        loop = asyncio.get_running_loop()
+        if inspect.iscoroutinefunction(handler) or inspect.isasyncgenfunction(handler):
+            result: Any = handler(body)
+        else:
+            result = await loop.run_in_executor(executor, handler, body)
+        if inspect.isawaitable(result):  # e.g. a sync callable returning a coroutine
+            result = await result
+        if inspect.isasyncgen(result):
+            try:
+                async for value in result:
+                    yield value
+            finally:
+                await result.aclose()
+        elif isinstance(result, Generator):
+            try:
+                while True:
+                    value = await loop.run_in_executor(executor, next, result, _END)
+                    if value is _END:
+                        return
+                    yield value
+            finally:
+                # ValueError: still running in its thread (we were cancelled); it ends there.
+                with contextlib.suppress(ValueError):
+                    result.close()
+        else:
+            yield result
+
+
+class WorkerThread:
+    """A :class:`Worker` running in a daemon thread (tests, embedding)."""
+
+    def __init__(self, worker: Worker, *, name: str | None = None) -> None:
+        self.worker = worker
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._main, name=name or f"scale0-worker-{os.getpid()}", daemon=True
+        )
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.worker.run()
+        except BaseException as exc:
+            self.error = exc
+            log.exception("worker thread failed")
+
+    def wait_registered(self, timeout: float) -> bool:
+        """True once READY was sent on the current connection, False after ``timeout``."""
+        return self.worker.registered.wait(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the worker and wait up to ``timeout`` seconds for its thread."""
+        self.worker.stop()
+        self.join(timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread; raise if the worker failed."""
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
