@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec
@@ -486,7 +487,7 @@ def passwd(out: Output, from_stdin: bool) -> None:
     one line instead; only its line ending is removed. An empty password is refused.
     """
     if from_stdin:
-        raw = click.get_binary_stream("stdin").readline(MAX_PASSWORD_BYTES + 2)
+        raw = sys.stdin.buffer.readline(MAX_PASSWORD_BYTES + 2)
         raw = raw.removesuffix(b"\n")
         if len(raw) > MAX_PASSWORD_BYTES:
             raise Failed(Problem(f"password is longer than {MAX_PASSWORD_BYTES} bytes"))
