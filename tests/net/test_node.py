@@ -32,6 +32,7 @@ from scale0.crypto.keys import (
     verify_config,
 )
 from scale0.net.node import BindError, BrokerNode, inbound_size_limit
+from scale0.testing import running_broker
 from scale0.wire import (
     SIG_CLIENT,
     SIG_WORKER,
@@ -47,7 +48,6 @@ from scale0.wire import (
     decode_from_broker,
 )
 from tests.net import s0p
-from tests.net.broker_proc import running_broker
 
 WAIT_S = 10.0
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import zmq
 
+from scale0.testing import broker_command, running_broker, write_configs
 from scale0.wire import ClientReply, ClientRequest, WorkerReply, WorkerRequest
 from tests.net import s0p
-from tests.net.broker_proc import broker_command, running_broker, write_configs
 
 pytestmark = pytest.mark.system
 
