@@ -68,23 +68,16 @@ def s0p_worker(endpoint: str, ready: Any) -> None:
             break
 
 
-def echo_router_worker(endpoint: str, ready: Any) -> None:
-    """Baseline worker: a ROUTER the client connects to; echoes every message to its sender."""
+def echo_worker(endpoint: str, socket_type: int, bind: bool, ready: Any) -> None:
+    """Baseline worker: echoes every message to its sender. A ROUTER the client connects to
+    (direct), or a DEALER on zmq.proxy's backend (proxy)."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.ROUTER)
+    sock = ctx.socket(socket_type)
     sock.linger = 0
-    sock.bind(endpoint)
-    ready.set()
-    while True:
-        sock.send_multipart(sock.recv_multipart())
-
-
-def echo_dealer_worker(endpoint: str, ready: Any) -> None:
-    """Baseline worker behind zmq.proxy: a DEALER on the proxy's backend; echoes each message."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.linger = 0
-    sock.connect(endpoint)
+    if bind:
+        sock.bind(endpoint)
+    else:
+        sock.connect(endpoint)
     ready.set()
     while True:
         sock.send_multipart(sock.recv_multipart())
@@ -195,7 +188,7 @@ def free_endpoint() -> str:
 
 def case_direct(workers: int, **client: Any) -> dict[str, float]:
     endpoints = [free_endpoint() for _ in range(workers)]
-    procs = [start(echo_router_worker, e) for e in endpoints]
+    procs = [start(echo_worker, e, zmq.ROUTER, True) for e in endpoints]
     try:
         time.sleep(0.2)  # let the client's connects finish before timing
         return run_client(endpoints, negotiate=False, middle_pid=None, **client)
@@ -207,7 +200,7 @@ def case_direct(workers: int, **client: Any) -> dict[str, float]:
 def case_proxy(workers: int, **client: Any) -> dict[str, float]:
     front, back = free_endpoint(), free_endpoint()
     proxy = start(proxy_main, front, back)
-    procs = [start(echo_dealer_worker, back) for _ in range(workers)]
+    procs = [start(echo_worker, back, zmq.DEALER, False) for _ in range(workers)]
     try:
         time.sleep(0.2)
         return run_client([front], negotiate=False, middle_pid=proxy.pid, **client)
