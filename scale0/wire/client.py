@@ -249,6 +249,17 @@ class DisconnectError(Message):
 # ============================================================================================
 
 
+def _service_request_body(frames: Sequence[bytes]) -> tuple[str, bytes, tuple[bytes, ...]]:
+    """``service, request_id, body...`` from frame 3 on (client REQUEST and PARTIAL, §3.3)."""
+    if len(frames) < 5:
+        need_frames(frames, ("service", "request_id"))
+    return (
+        name_frame(frames[3], 3, "service"),
+        opaque_id(frames[4], 4, "request_id"),
+        tuple(frames[5:]),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ClientRequest(Message):
     """REQUEST client → broker: ``service, request_id, body...``."""
@@ -272,13 +283,7 @@ class ClientRequest(Message):
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
-        if len(frames) < 5:
-            need_frames(frames, ("service", "request_id"))
-        return cls(
-            name_frame(frames[3], 3, "service"),
-            opaque_id(frames[4], 4, "request_id"),
-            tuple(frames[5:]),
-        )
+        return cls(*_service_request_body(frames))
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,13 +309,7 @@ class ClientPartial(Message):
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
-        if len(frames) < 5:
-            need_frames(frames, ("service", "request_id"))
-        return cls(
-            name_frame(frames[3], 3, "service"),
-            opaque_id(frames[4], 4, "request_id"),
-            tuple(frames[5:]),
-        )
+        return cls(*_service_request_body(frames))
 
 
 @dataclass(frozen=True, slots=True)

@@ -331,10 +331,20 @@ def _type_name(value: JsonValue) -> str:
             return "an object"
 
 
-def _lookup(opts: Options, key: str) -> JsonValue | _Missing:
+@overload
+def _lookup(opts: Options, key: str, default: _Missing, frame: int) -> JsonValue: ...
+@overload
+def _lookup(opts: Options, key: str, default: object, frame: int) -> JsonValue | _Missing: ...
+def _lookup(opts: Options, key: str, default: object, frame: int) -> JsonValue | _Missing:
+    """The option's value, or _MISSING when it is absent and ``default`` was given.
+
+    An absent option with no default fails here, once for every reader below.
+    """
     value = opts.get(key, _MISSING)
     if value is None:  # JSON null = absent, so optional options may be sent as null
-        return _MISSING
+        value = _MISSING
+    if isinstance(value, _Missing) and default is _MISSING:
+        _fail(frame, key, "is missing")
     return value
 
 
@@ -371,10 +381,8 @@ def opt_int(
     maximum: int = INT64_MAX,
 ) -> object:
     """An integer option in ``minimum..maximum``; a bool or a float is refused."""
-    value = _lookup(opts, key)
+    value = _lookup(opts, key, default, frame)
     if isinstance(value, _Missing):
-        if default is _MISSING:
-            _fail(frame, key, "is missing")
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         _fail(frame, key, f"must be an integer, got {_type_name(value)}")
@@ -398,10 +406,8 @@ def opt_float(
     minimum: float = -math.inf,
 ) -> object:
     """A finite number option (an integer is accepted and becomes a float); bool is refused."""
-    value = _lookup(opts, key)
+    value = _lookup(opts, key, default, frame)
     if isinstance(value, _Missing):
-        if default is _MISSING:
-            _fail(frame, key, "is missing")
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
         _fail(frame, key, f"must be a number, got {_type_name(value)}")
@@ -422,10 +428,8 @@ def opt_bool(
     opts: Options, key: str, default: object = _MISSING, *, frame: int = FRAME_OPTIONS
 ) -> object:
     """A JSON ``true``/``false`` option; 0/1 are refused."""
-    value = _lookup(opts, key)
+    value = _lookup(opts, key, default, frame)
     if isinstance(value, _Missing):
-        if default is _MISSING:
-            _fail(frame, key, "is missing")
         return default
     if not isinstance(value, bool):
         _fail(frame, key, f"must be a boolean, got {_type_name(value)}")
@@ -460,10 +464,8 @@ def opt_str(
     max_chars: int | None = None,
 ) -> object:
     """A string option (any Unicode text without lone surrogates, optional length bound)."""
-    value = _lookup(opts, key)
+    value = _lookup(opts, key, default, frame)
     if isinstance(value, _Missing):
-        if default is _MISSING:
-            _fail(frame, key, "is missing")
         return default
     return _check_str(value, key, frame, max_chars)
 
@@ -476,10 +478,8 @@ def opt_name(
     opts: Options, key: str, default: object = _MISSING, *, frame: int = FRAME_OPTIONS
 ) -> object:
     """A name option (client_id, broker_id, family, ...): rules of :func:`name_problem`."""
-    value = _lookup(opts, key)
+    value = _lookup(opts, key, default, frame)
     if isinstance(value, _Missing):
-        if default is _MISSING:
-            _fail(frame, key, "is missing")
         return default
     name = _check_str(value, key, frame, None)
     problem = name_problem(name)
@@ -516,10 +516,8 @@ def opt_enum(
     frame: int = FRAME_OPTIONS,
 ) -> object:
     """A string option restricted to the values of ``enum``."""
-    value = _lookup(opts, key)
+    value = _lookup(opts, key, default, frame)
     if isinstance(value, _Missing):
-        if default is _MISSING:
-            _fail(frame, key, "is missing")
         return default
     text = _check_str(value, key, frame, None)
     try:
@@ -538,9 +536,7 @@ def opt_str_list(
     max_items: int = 1024,
 ) -> tuple[str, ...]:
     """A required array of strings (``names=True``: each must be a valid name, no duplicates)."""
-    value = _lookup(opts, key)
-    if isinstance(value, _Missing):
-        _fail(frame, key, "is missing")
+    value = _lookup(opts, key, _MISSING, frame)  # required: fails when absent
     if not isinstance(value, list):
         _fail(frame, key, f"must be an array of strings, got {_type_name(value)}")
     if len(value) > max_items:
@@ -560,7 +556,7 @@ def opt_str_list(
 
 def opt_object(opts: Options, key: str, *, frame: int = FRAME_OPTIONS) -> dict[str, JsonValue]:
     """An optional JSON object option; absent means ``{}``."""
-    value = _lookup(opts, key)
+    value = _lookup(opts, key, {}, frame)
     if isinstance(value, _Missing):
         return {}
     if not isinstance(value, dict):
@@ -588,3 +584,20 @@ def opt_family(
     if isinstance(value, str) and "|" in value:
         _fail(frame, key, "contains '|'")
     return value
+
+
+# --- positional layouts shared by several hot-path commands -------------------------------
+
+
+def ticket_body(frames: Sequence[bytes]) -> tuple[bytes, tuple[bytes, ...]]:
+    """``ticket, body...`` from frame 3 on (worker PARTIAL, FORWARDPARTIAL)."""
+    if len(frames) < 4:
+        need_frames(frames, ("ticket",))
+    return opaque_id(frames[3], 3, "ticket"), tuple(frames[4:])
+
+
+def ticket_status_body(frames: Sequence[bytes]) -> tuple[bytes, int, tuple[bytes, ...]]:
+    """``ticket, status, body...`` from frame 3 on (worker REPLY, FORWARDREPLY)."""
+    if len(frames) < 5:
+        need_frames(frames, ("ticket", "status"))
+    return opaque_id(frames[3], 3, "ticket"), status_frame(frames[4], 4), tuple(frames[5:])

@@ -28,7 +28,8 @@ from scale0.wire.frames import (
     opt_float,
     opt_int,
     opt_name,
-    status_frame,
+    ticket_body,
+    ticket_status_body,
 )
 
 #: Bounds that keep one TABLE from describing more than a broker could plausibly run.
@@ -317,9 +318,7 @@ class ForwardPartial(Message):
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
-        if len(frames) < 4:
-            need_frames(frames, ("ticket",))
-        return cls(opaque_id(frames[3], 3, "ticket"), tuple(frames[4:]))
+        return cls(*ticket_body(frames))
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +344,4 @@ class ForwardReply(Message):
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
-        if len(frames) < 5:
-            need_frames(frames, ("ticket", "status"))
-        return cls(opaque_id(frames[3], 3, "ticket"), status_frame(frames[4], 4), tuple(frames[5:]))
+        return cls(*ticket_status_body(frames))

@@ -23,7 +23,8 @@ from scale0.wire.frames import (
     opt_float,
     opt_int,
     opt_str_list,
-    status_frame,
+    ticket_body,
+    ticket_status_body,
 )
 
 #: Upper bound of READY ``capacity`` (concurrent requests one worker accepts).
@@ -127,9 +128,7 @@ class WorkerPartial(Message):
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
-        if len(frames) < 4:
-            need_frames(frames, ("ticket",))
-        return cls(opaque_id(frames[3], 3, "ticket"), tuple(frames[4:]))
+        return cls(*ticket_body(frames))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +147,4 @@ class WorkerReply(Message):
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
-        if len(frames) < 5:
-            need_frames(frames, ("ticket", "status"))
-        return cls(opaque_id(frames[3], 3, "ticket"), status_frame(frames[4], 4), tuple(frames[5:]))
+        return cls(*ticket_status_body(frames))
