@@ -53,7 +53,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Generic, Self, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -572,7 +572,60 @@ def _take(request: _Request) -> tuple[bool, list[bytes]]:
 # ---- the blocking client -----------------------------------------------------------------------
 
 
-class Client:
+_S = TypeVar("_S", zmq.Socket[bytes], zmq.asyncio.Socket)
+
+
+class _LinkedClient(Generic[_S]):
+    """What Client and AsyncClient share: the BrokerLink, the session, and opening the DEALER."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        new_socket: Callable[[], _S],
+        *,
+        client_id: str | None,
+        config_type: str,
+        timeout: float,
+        retries: int,
+        heartbeat_interval: float,
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._new_socket: Callable[[], _S] = new_socket
+        self._link = BrokerLink(
+            SIG_CLIENT,
+            config_type=ConfigType(config_type),
+            client_id=client_id,
+            heartbeat_interval_s=heartbeat_interval,
+        )
+        self._session = _Session(self._link, retries)
+        self._socket: _S | None = None
+
+    @property
+    def config(self) -> ClientConfig | None:
+        """What the broker told us at the last negotiation (version, family, brokers...)."""
+        return self._link.config
+
+    @property
+    def client_id(self) -> str | None:
+        """The session's client_id (ours, or the one the broker assigned)."""
+        return self._link.client_id
+
+    def _open(self) -> None:
+        """A fresh DEALER (to where a 301 sent us, if it did); the link starts over."""
+        if self._socket is not None:
+            self._socket.close(linger=0)
+        if self._link.move_to is not None:
+            self.endpoint, self._link.move_to = self._link.move_to, None
+        socket = self._new_socket()
+        socket.linger = 0
+        socket.connect(self.endpoint)
+        self._socket = socket
+        self._session.reconnect = False
+        self._link.reset(time.monotonic())
+
+
+class Client(_LinkedClient[zmq.Socket[bytes]]):
     """A blocking S0C1 client over a plain pyzmq DEALER. Not thread-safe: one thread owns it.
 
     ``request`` returns the REPLY body frames, ``request_stream`` yields each PARTIAL body and
@@ -590,31 +643,20 @@ class Client:
         heartbeat_interval: float = 1.0,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
     ) -> None:
-        self.endpoint = endpoint
-        self.timeout = timeout
-        self._context = context if context is not None else zmq.Context.instance()
-        self._link = BrokerLink(
-            SIG_CLIENT,
-            config_type=ConfigType(config_type),
+        ctx = context if context is not None else zmq.Context.instance()
+        super().__init__(
+            endpoint,
+            lambda: ctx.socket(zmq.DEALER),
             client_id=client_id,
-            heartbeat_interval_s=heartbeat_interval,
+            config_type=config_type,
+            timeout=timeout,
+            retries=retries,
+            heartbeat_interval=heartbeat_interval,
         )
-        self._session = _Session(self._link, retries)
-        self._socket: zmq.Socket[bytes] | None = None
         self._idle_since: float | None = None
         self._open()
 
     # -- public --
-
-    @property
-    def config(self) -> ClientConfig | None:
-        """What the broker told us at the last negotiation (version, family, brokers...)."""
-        return self._link.config
-
-    @property
-    def client_id(self) -> str | None:
-        """The session's client_id (ours, or the one the broker assigned)."""
-        return self._link.client_id
 
     def connect(self, timeout: float | None = None) -> ClientConfig:
         """Wait until the broker answered CHECKCONFIG; RequestTimeout if it does not in time."""
@@ -722,16 +764,7 @@ class Client:
         return request
 
     def _open(self) -> None:
-        if self._socket is not None:
-            self._socket.close(linger=0)
-        if self._link.move_to is not None:
-            self.endpoint, self._link.move_to = self._link.move_to, None
-        socket = self._context.socket(zmq.DEALER)
-        socket.linger = 0
-        socket.connect(self.endpoint)
-        self._socket = socket
-        self._session.reconnect = False
-        self._link.reset(time.monotonic())
+        super()._open()
         self._flush()
 
     def _flush(self) -> None:
@@ -785,7 +818,7 @@ class Client:
 # ---- the asyncio client -----------------------------------------------------------------------
 
 
-class AsyncClient:
+class AsyncClient(_LinkedClient[zmq.asyncio.Socket]):
     """An asyncio S0C1 client (``zmq.asyncio``): many requests may be in flight at once.
 
     Bound to the event loop that first uses it. ``await client.request(...)`` from any number of
@@ -803,30 +836,19 @@ class AsyncClient:
         heartbeat_interval: float = 1.0,
         context: zmq.asyncio.Context | None = None,
     ) -> None:
-        self.endpoint = endpoint
-        self.timeout = timeout
-        self._context = context if context is not None else zmq.asyncio.Context.instance()
-        self._link = BrokerLink(
-            SIG_CLIENT,
-            config_type=ConfigType(config_type),
+        ctx = context if context is not None else zmq.asyncio.Context.instance()
+        super().__init__(
+            endpoint,
+            lambda: ctx.socket(zmq.DEALER),
             client_id=client_id,
-            heartbeat_interval_s=heartbeat_interval,
+            config_type=config_type,
+            timeout=timeout,
+            retries=retries,
+            heartbeat_interval=heartbeat_interval,
         )
-        self._session = _Session(self._link, retries)
-        self._socket: zmq.asyncio.Socket | None = None
         self._task: asyncio.Task[None] | None = None
         self._negotiated: asyncio.Event | None = None
         self._closed = False
-
-    @property
-    def config(self) -> ClientConfig | None:
-        """What the broker told us at the last negotiation (version, family, brokers...)."""
-        return self._link.config
-
-    @property
-    def client_id(self) -> str | None:
-        """The session's client_id (ours, or the one the broker assigned)."""
-        return self._link.client_id
 
     async def connect(self, timeout: float | None = None) -> ClientConfig:
         """Wait until the broker answered CHECKCONFIG; RequestTimeout if it does not in time."""
@@ -927,18 +949,6 @@ class AsyncClient:
             self._open()
             self._task = asyncio.get_running_loop().create_task(self._run())
         return self._negotiated
-
-    def _open(self) -> None:
-        if self._socket is not None:
-            self._socket.close(linger=0)
-        if self._link.move_to is not None:
-            self.endpoint, self._link.move_to = self._link.move_to, None
-        socket = self._context.socket(zmq.DEALER)
-        socket.linger = 0
-        socket.connect(self.endpoint)
-        self._socket = socket
-        self._session.reconnect = False
-        self._link.reset(time.monotonic())
 
     async def _flush(self) -> None:
         socket = self._socket
