@@ -653,19 +653,21 @@ class Broker:
             )
         )
 
-    def _finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
+    def _retire(self, pending: Pending) -> None:
+        """The request has its final answer: forget it everywhere but the reply cache."""
         pending.done = True
         self._requests.pop(pending.seq, None)
         self._live.pop(pending.key, None)
+
+    def _finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
+        self._retire(pending)
         self.counters["replies"] += 1
         self._cache.put(pending.key, reply, now)
         out.append(Send(Channel.FRONTEND, pending.client, reply))
 
     def _fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None:
         self.counters[f"errors_{status}"] = self.counters.get(f"errors_{status}", 0) + 1
-        pending.done = True
-        self._requests.pop(pending.seq, None)
-        self._live.pop(pending.key, None)
+        self._retire(pending)
         out.append(
             Send(
                 Channel.FRONTEND,
