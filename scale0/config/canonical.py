@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from scale0.config.model import Config
 from scale0.config.schema import to_tree
 
 
-def canonical_json(config: Config) -> bytes:
-    tree = to_tree(config, typed=True)
+def canonical_bytes(tree: Any) -> bytes:
+    """Canonical JSON of a typed plain tree: sorted keys, no spaces, UTF-8."""
     text = json.dumps(tree, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return text.encode("utf-8")
 
 
+def canonical_json(config: Config) -> bytes:
+    return canonical_bytes(to_tree(config, typed=True))
+
+
 def config_sha256(config: Config) -> str:
     return hashlib.sha256(canonical_json(config)).hexdigest()
+
+
+def tree_sha256(tree: Any) -> str:
+    """sha256 of a typed plain tree's canonical JSON (a client view: part of a config)."""
+    return hashlib.sha256(canonical_bytes(tree)).hexdigest()

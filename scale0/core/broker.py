@@ -46,7 +46,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-from scale0.config.canonical import config_sha256
+from scale0.config.canonical import config_sha256, tree_sha256
 from scale0.config.formats import Format, render
 from scale0.config.model import NetworkConfig
 from scale0.config.schema import to_tree
@@ -189,6 +189,7 @@ class Broker:
                 names = frozenset(allowed)
                 self._routes = names if self._routes is None else self._routes & names
         self._documents: dict[ConfigType, bytes] = {}
+        self._view_sha256: str | None = None
 
     def client_view(self, config_type: ConfigType) -> bytes:
         """The part of the network config clients and workers see, serialized (cached)."""
@@ -200,6 +201,16 @@ class Broker:
             document = render(view, _FORMATS[config_type], kind="network")
             self._documents[config_type] = document
         return document
+
+    @property
+    def client_view_sha256(self) -> str:
+        """sha256 of the client view's canonical JSON, whatever format carries it (§3.2)."""
+        if self._view_sha256 is None:
+            tree = to_tree(self.network, typed=True)
+            self._view_sha256 = tree_sha256(
+                {key: tree[key] for key in self.network.client_view if key in tree}
+            )
+        return self._view_sha256
 
     # ---- queries for the I/O layer ---------------------------------------------------------
 
@@ -374,10 +385,12 @@ class Broker:
                 Config(
                     config_type=msg.config_type,
                     config_version=version,
-                    sha256=self.sha256,
+                    # §3.2: the digest covers the view sent; the signature covers the whole
+                    # config, so it goes only with the whole config (peers, not clients).
+                    sha256=self.client_view_sha256,
                     client_id=client_id,
                     document=self.client_view(msg.config_type),
-                    signature=self.signature,
+                    signature=None,
                     protocol=protocol,
                 ),
             )

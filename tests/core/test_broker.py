@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from scale0.config.canonical import tree_sha256
 from scale0.config.formats import parse
 from scale0.core import broker as broker_module
 from scale0.wire.client import (
@@ -77,7 +78,13 @@ def test_r2_other_version_gets_config_in_the_asked_format(config_type: ConfigTyp
     )
     msg = only(sends(out))[1]
     assert isinstance(msg, Config)
-    assert msg.config_version == 3 and msg.sha256 == h.broker.sha256
+    assert msg.config_version == 3
+    # §3.2: the digest is of the view sent (not the whole config), and no signature comes with
+    # a partial view. For JSON the client can recompute it from the document itself.
+    assert msg.sha256 != h.broker.sha256 and msg.signature is None
+    assert msg.sha256 == h.broker.client_view_sha256
+    if config_type is ConfigType.JSON:
+        assert msg.sha256 == tree_sha256(json.loads(msg.document))
     assert msg.client_id == "b1." + C1.hex()  # none asked for: the broker names it (§3.2)
     text = msg.document.decode()
     assert "admins" not in text and "password" not in text

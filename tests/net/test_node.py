@@ -21,7 +21,7 @@ import pytest
 import zmq
 from tornado.ioloop import IOLoop
 
-from scale0.config.canonical import config_sha256
+from scale0.config.canonical import config_sha256, tree_sha256
 from scale0.config.model import BrokerConfig, BrokerEntry, NetworkConfig
 from scale0.core.effects import Channel
 from scale0.crypto.keys import (
@@ -229,23 +229,34 @@ def test_ready_is_logged_once_with_the_endpoints(
     assert len(stopped) == 1
 
 
-def test_checkconfig_gets_config(
-    node: NodeThread, ctx: zmq.Context[Any], signing: tuple[Path, Path]
-) -> None:
+def test_checkconfig_gets_config(node: NodeThread, ctx: zmq.Context[Any]) -> None:
     with s0p.Dealer(ctx, node.endpoint(Channel.FRONTEND), SIG_CLIENT) as client:
         client.send(CheckConfig(ConfigType.JSON, protocol=SIG_CLIENT))
         config = client.recv(Config)
     network = node.network
     assert config.config_version == network.config_version
-    assert config.signature is not None
+    # protocol.md §3.2: a client gets its view, a digest of exactly that view (so it can check
+    # the document arrived intact), and no signature (which covers the whole config only).
+    view = json.loads(config.document)
+    assert config.sha256 == tree_sha256(view) != config_sha256(network)
+    assert config.signature is None
+    assert view["family"] == "test" and "admins" not in view
+
+
+def test_the_broker_signs_its_network_config_at_start(
+    node: NodeThread, signing: tuple[Path, Path]
+) -> None:
+    # The signature a config source makes at start verifies against its own public key (it is
+    # what peers will receive with the whole config, protocol.md §5.5).
+    network = node.network
+    assert node.signature is not None
     verify_config(
-        config.signature,
+        node.signature,
         network.family,
         network.config_version,
         config_sha256(network),
         [load_public_key(signing[1])],
     )
-    assert json.loads(config.document)["family"] == "test"
 
 
 def test_checkconfig_raw_frames_carry_the_config(node: NodeThread, ctx: zmq.Context[Any]) -> None:
@@ -255,8 +266,8 @@ def test_checkconfig_raw_frames_carry_the_config(node: NodeThread, ctx: zmq.Cont
         frames = worker.expect_command(b"CONFIG")
     options = json.loads(frames[3])
     assert options["config_version"] == 1
-    assert options["sha256"] == config_sha256(node.network)
-    assert options["signature"] == node.signature
+    assert options["sha256"] == tree_sha256(json.loads(frames[4]))
+    assert options.get("signature") is None
     assert json.loads(frames[4])["family"] == "test"
 
 
