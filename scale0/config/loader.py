@@ -67,8 +67,10 @@ def loads(
 
 
 def _guess_kind(tree: object) -> Kind:
-    # A network config always has `family`; a broker's own file never does.
-    return "network" if isinstance(tree, dict) and "family" in tree else "broker"
+    # A network config always has `brokers`; a broker's own file always has `identity`.
+    if isinstance(tree, dict) and "brokers" in tree:
+        return "network"
+    return "broker" if isinstance(tree, dict) and "identity" in tree else "network"
 
 
 @overload

@@ -47,6 +47,12 @@ class BrokerConfig:
     """A broker's own bootstrap file: what `scale0-broker --config FILE` reads on its host."""
 
     identity: str = field(metadata=doc("This broker's unique name in the family."))
+    family: str | None = field(
+        default=None,
+        metadata=doc(
+            "The family this broker belongs to; required to join from seeds without a config."
+        ),
+    )
     bind_address: str = field(
         default="127.0.0.1", metadata=doc("Address the broker's ZeroMQ sockets bind to.")
     )

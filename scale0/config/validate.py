@@ -198,6 +198,12 @@ def _broker(c: BrokerConfig) -> Iterator[Finding]:
             yield "network_config", "a config source needs the path of its network config"
         if not c.signing_key:
             yield "signing_key", "a config source needs a signing key to sign the network config"
+    if c.family is not None:
+        yield from check_name("family", c.family, "family")
+    elif not c.config_source:
+        yield "family", "a broker that joins from seeds must name the family it joins"
+    if not c.config_source and not c.seeds and not c.config_sub_ports:
+        yield "seeds", "a broker that is not a config source needs seeds or config_sub_ports"
     if not c.trusted_keys:
         yield "trusted_keys", "at least one trusted public key is needed to accept any config"
     if not 0 <= c.management.http_port <= 65535:

@@ -37,30 +37,74 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
  R15 READY for a reserved service name, or one this broker does not route, gets
      DISCONNECTERROR 400, registers nothing and ends the session; an empty READY takes no work.
  R16 A HEARTBEAT naming an older config_version gets FORCENEGOTIATE.
- R17 Shutdown tells every client and worker DISCONNECT.
+ R17 Shutdown tells every client and worker DISCONNECT, and every peer link.
+
+The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
+ F1  Start connects a link to every other member of the family (to each seed while joining)
+     and says HELLO on it; a link whose HELLO is not answered says HELLO again every interval.
+ F2  A HELLO on the peer ROUTER from a member of our family is answered with our HELLO; another
+     family or a non-member gets DISCONNECTERROR 401; a broker_id whose link spoke within the
+     last interval from another routing id gets 409 (an older one is taken over: the peer
+     restarted). Anything else from a routing id that has not said HELLO is ignored.
+ F3  Any message from a peer is a heartbeat; a peer silent for liveness x interval is down: its
+     table is dropped and the requests forwarded to it are routed again or answered 504.
+ F4  A peer HELLO or HEARTBEAT naming a newer config_version makes us CHECKCONFIG it at once;
+     a HEARTBEAT whose time is off by more than max_clock_skew_s gets DISCONNECTERROR 412.
+ F5  Tables: we pull (TABLEREQ since our copy) when a link comes up and whenever a HEARTBEAT's
+     table_seq is ahead of our copy; a peer that asked for push gets a full TABLE after its HELLO
+     and a delta at each commit; a TABLEREQ gets the delta since since_seq, else a full TABLE.
+ F6  A request with no ready local worker goes to the usable peer with the most free slots for
+     its service; else it waits here if a local worker offers the service; else it goes to a
+     usable peer that offers it at all. A forwarded request is never forwarded again.
+ F7  A FORWARD is dispatched like a local request under our own deadline; with no local worker
+     offering the service it gets FORWARDREPLY 404 at once, 503 if we are not active; its
+     PARTIALs and REPLY go back as FORWARDPARTIAL and FORWARDREPLY.
+ F8  A FORWARDREPLY 404 or 503 routes the request again (within max_retries; the peer's slots
+     for it count as none until its next table), else the client gets that status.
+ F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots.
+ F10 A config offered (config SUB, a peer's CONFIG, the disk, the file, an admin) is judged by
+     the replica (scale0/core/replica.py, C1-C5). An applied config is persisted, published by a
+     config source, its plan performed (links, subscriptions), every client and worker is told
+     FORCENEGOTIATE, and a joining broker becomes active. A refusal is logged, nothing changes.
+ F11 CHECKCONFIG from a peer gets CONFIGACK or CONFIG with the whole config and its signature;
+     503 while we are not active. A config source republishes every config_republish_s.
+ F12 DISCONNECT from a peer marks it down at once.
+ F13 A disabled broker keeps saying HELLO and HEARTBEAT (state disabled) and forwards nothing.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from scale0.config.canonical import config_sha256, tree_sha256
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from scale0.config.canonical import canonical_json, config_sha256, tree_sha256
 from scale0.config.formats import Format, render
 from scale0.config.model import NetworkConfig
 from scale0.config.schema import to_tree
 from scale0.core.effects import (
     Channel,
+    Close,
+    ConfigOffered,
+    Connect,
     Effect,
     Event,
     Log,
     Malformed,
+    Persist,
+    Publish,
     Received,
     Send,
     Shutdown,
+    Start,
+    Subscribe,
     Tick,
 )
+from scale0.core.peers import LocalTable, Peer
+from scale0.core.replica import Applied, Conflict, Offer, Refused, Replica, SignedConfig
 from scale0.core.requests import Pending, ReplyCache, RequestKey
 from scale0.core.timers import TimerHeap
 from scale0.core.workers import Worker, WorkerPool
@@ -77,7 +121,27 @@ from scale0.wire.client import (
     ForceNegotiate,
     Heartbeat,
 )
-from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType, Message, is_reserved_service
+from scale0.wire.configsync import PublishedConfig
+from scale0.wire.frames import (
+    SIG_BROKER,
+    SIG_CLIENT,
+    SIG_WORKER,
+    ConfigType,
+    Message,
+    is_reserved_service,
+)
+from scale0.wire.peer import (
+    BrokerState,
+    Forward,
+    ForwardPartial,
+    ForwardReply,
+    Hello,
+    PeerHeartbeat,
+    Table,
+    TableMode,
+    TableReq,
+    TableWorker,
+)
 from scale0.wire.worker import Ready, WorkerPartial, WorkerReply, WorkerRequest
 
 State = Literal["joining", "active", "disabled"]
@@ -86,6 +150,8 @@ REPLY_CACHE_ENTRIES = 10_000
 REPLY_CACHE_BYTES = 64 << 20
 REPLY_CACHE_AGE_S = 60.0
 SWEEP_INTERVAL_S = 1.0
+#: Worker changes are gathered this long into one table version before peers hear of them.
+TABLE_COMMIT_S = 0.05
 
 _PROTOCOL = {Channel.FRONTEND: SIG_CLIENT, Channel.BACKEND: SIG_WORKER}
 _FORMATS: dict[ConfigType, Format] = {
@@ -109,7 +175,7 @@ class Session:
 
 
 # Timer keys: ("session", channel, routing_id, gen), ("beat", routing_id, gen),
-# ("request", seq), ("sweep",).
+# ("request", seq), ("sweep",), ("peers",), ("table",), ("republish",).
 TimerKey = tuple[object, ...]
 
 
@@ -119,15 +185,23 @@ class Broker:
     def __init__(
         self,
         identity: str,
-        network: NetworkConfig,
+        network: NetworkConfig | None,
         *,
         state: State,
         boot_id: bytes,
         signature: str | None,
         now: float,
+        trusted_keys: Sequence[Ed25519PublicKey] = (),
+        family: str | None = None,
+        seeds: Sequence[str] = (),
+        config_subs: Sequence[str] = (),
+        config_source: bool = False,
     ) -> None:
+        """``network`` None: no config yet, the broker is joining (F1, F10) whatever ``state``
+        says; it becomes ``state`` (active unless disabled) once a config is applied."""
         self.identity = identity
-        self.state: State = state
+        self._wanted: State = "disabled" if state == "disabled" else "active"
+        self.state: State = state if network is not None else "joining"
         self._boot_id = boot_id
         self._ticket_seq = 0
         self._seq = 0
@@ -167,9 +241,36 @@ class Broker:
                 "banned",
                 "dropped",
                 "workers_lost",
+                "forwarded",
+                "forwards_served",
+                "peers_lost",
+                "peer_ignored",
+                "configs_applied",
+                "configs_refused",
+                "config_conflicts",
+                "config_malformed",
             ),
             0,
         )
+        # The family (F1-F13): peers by broker_id, our peer ROUTER's routing ids -> broker_id,
+        # the seeds a joining broker asks, our own heartbeat table, the config replica.
+        self.config_source = config_source
+        self._seeds = {f"seed:{i}": endpoint for i, endpoint in enumerate(seeds)}
+        self._seed_linked: set[str] = set()
+        self._config_subs = tuple(config_subs)
+        self._subscribed: tuple[str, ...] | None = None
+        self._peers: dict[str, Peer] = {}
+        self._peer_rids: dict[bytes, str] = {}
+        self._table = LocalTable()
+        self._table_armed = False
+        current = None
+        if network is not None:
+            current = SignedConfig(
+                network, config_sha256(network), signature or "", origin=identity
+            )
+        self.replica = Replica(identity, trusted_keys, family=family, current=current)
+        if network is None:
+            network = NetworkConfig(family=family or "unknown", config_version=0, brokers=())
         self._apply_network(network, signature)
         self._timers.push(now + SWEEP_INTERVAL_S, ("sweep",))
 
@@ -189,6 +290,7 @@ class Broker:
                 names = frozenset(allowed)
                 self._routes = names if self._routes is None else self._routes & names
         self._documents: dict[ConfigType, bytes] = {}
+        self._whole: dict[ConfigType, bytes] = {}
         self._view_sha256: str | None = None
 
     def client_view(self, config_type: ConfigType) -> bytes:
@@ -260,6 +362,10 @@ class Broker:
             self._tick(now, wall, out)
         elif isinstance(event, Malformed):
             self._malformed(event, now, out)
+        elif isinstance(event, ConfigOffered):
+            self._config_offered(event, now, wall, out)
+        elif isinstance(event, Start):
+            self._start(now, wall, out)
         elif isinstance(event, Shutdown):
             self._shutdown(out)
         return out
@@ -280,6 +386,8 @@ class Broker:
             self._worker_reply(rid, message, now, out)
         elif isinstance(message, WorkerPartial):
             self._worker_partial(rid, message, now, out)
+        elif channel is Channel.PEER or channel is Channel.LINK:
+            self._peer_message(channel, rid, message, now, wall, out)
         elif isinstance(message, Heartbeat):
             self._heartbeat(channel, rid, message, now, wall, out)
         elif isinstance(message, CheckConfig):
@@ -368,6 +476,11 @@ class Broker:
         sessions[rid] = session
         self._client_ids[(channel, client_id)] = rid
         self._timers.push(now + session.timeout_s, ("session", channel, rid, session.gen))
+        worker = self._pool.workers.get(rid) if channel is Channel.BACKEND else None
+        if worker is not None:
+            # A registered worker renegotiating (after FORCENEGOTIATE): its beat timer belongs
+            # to the old session, so it gets one of this session.
+            self._timers.push(now + worker.interval_s, ("beat", rid, session.gen))
         version = self.network.config_version
         if msg.config_version == version:
             out.append(
@@ -485,7 +598,10 @@ class Broker:
         worker = Worker(
             rid, tuple(dict.fromkeys(msg.services)), msg.capacity, msg.heartbeat, interval_s
         )
-        known = rid in self._pool.workers
+        old = self._pool.workers.get(rid)
+        known = old is not None
+        if self._peers:
+            self._table_changed(old.services if old is not None else (), now)
         self._pool.add(worker)
         session.timeout_s = interval_s * self.network.liveness if msg.heartbeat else float("inf")
         if not known:
@@ -501,6 +617,8 @@ class Broker:
 
     def _worker_free(self, worker: Worker, now: float, out: list[Effect]) -> None:
         """Give queued requests to a worker with spare capacity, then list it as ready."""
+        if self._peers:
+            self._table_changed(worker.services, now)
         for service in worker.services:
             queue = self._queues.get(service)
             while queue and worker.spare > 0:
@@ -516,22 +634,29 @@ class Broker:
         if worker is None:
             return
         self.counters["workers_lost"] += 1
+        if self._peers:
+            self._table_changed(worker.services, now)
         for service in worker.services:
             if not self._pool.offers(service):
                 self._service_left[service] = now
         out.append(Log("warning", "worker_lost", {"worker": rid.hex(), "reason": reason}))
         for ticket in sorted(worker.in_flight):
             pending = self._inflight.pop(ticket, None)
-            if pending is None:
-                continue
-            pending.ticket = pending.worker = None
-            if pending.attempt <= self.network.max_retries:
-                self.counters["retries"] += 1
-                pending.deadline = now + self._timeout_s
-                self._timers.push(pending.deadline, ("request", pending.seq))
-                self._route(pending, now, out, front=True)
-            else:
-                self._fail(pending, 504, f"worker lost after {pending.attempt} attempt(s)", out)
+            if pending is not None:
+                self._route_again(pending, now, out, 504, "worker lost")
+
+    def _route_again(
+        self, pending: Pending, now: float, out: list[Effect], status: int, why: str
+    ) -> None:
+        """Its worker or peer is lost (R8, F3, F8): dispatch again within max_retries, else fail."""
+        pending.ticket = pending.worker = pending.peer = None
+        if pending.attempt <= self.network.max_retries:
+            self.counters["retries"] += 1
+            pending.deadline = now + self._timeout_s
+            self._timers.push(pending.deadline, ("request", pending.seq))
+            self._route(pending, now, out, front=True)
+        else:
+            self._fail(pending, status, f"{why} after {pending.attempt} attempt(s)", out)
 
     # ---- requests (R5, R6, R7, R9, R10) ----------------------------------------------------
 
@@ -584,6 +709,8 @@ class Broker:
             return service in self._routes  # listed services wait for a worker (R6)
         if self._pool.offers(service) or now - self._started < self._timeout_s:
             return True
+        if any(peer.offers(service) for peer in self._peers.values() if peer.usable()):
+            return True
         left = self._service_left.get(service)
         return left is not None and now - left < self._timeout_s
 
@@ -593,6 +720,17 @@ class Broker:
             self._dispatch_to(worker, pending, now, out)
             return
         service = pending.service
+        if self._peers and pending.origin is None and self.state == "active":
+            # F6: a peer with free slots; else wait here if we offer it; else any peer that does.
+            peer = self._pick_peer(service, free=True)
+            if peer is None and not self._pool.offers(service):
+                peer = self._pick_peer(service, free=False)
+            if peer is not None:
+                self._forward_to(peer, pending, out)
+                return
+        elif pending.origin is not None and not self._pool.offers(service):
+            self._fail(pending, 404, f"no worker for {service!r} on {self.identity}", out)
+            return
         waiting = self._queued.get(service, 0)
         if waiting >= self.network.max_queued_requests and not front:
             self._fail(pending, 503, f"{waiting} requests already wait for {service!r}", out)
@@ -615,6 +753,8 @@ class Broker:
             pending.deadline = max(pending.deadline, now + self._timeout_s)
         worker.in_flight.add(ticket)
         self._inflight[ticket] = pending
+        if self._peers:
+            self._table_changed(worker.services, now)
         out.append(
             Send(
                 Channel.BACKEND,
@@ -656,13 +796,17 @@ class Broker:
             self.counters["dropped"] += 1
             return
         pending.deadline = now + self._timeout_s  # progress: the deadline moves on (R9)
+        self._relay_partial(pending, msg.body, out)
+
+    def _relay_partial(self, pending: Pending, body: tuple[bytes, ...], out: list[Effect]) -> None:
+        if pending.origin is not None:
+            out.append(Send(Channel.PEER, pending.client, ForwardPartial(pending.origin, body)))
+            return
         out.append(
             Send(
                 Channel.FRONTEND,
                 pending.client,
-                ClientPartial(
-                    service=pending.service, request_id=pending.request_id, body=msg.body
-                ),
+                ClientPartial(service=pending.service, request_id=pending.request_id, body=body),
             )
         )
 
@@ -675,12 +819,21 @@ class Broker:
     def _finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
         self._retire(pending)
         self.counters["replies"] += 1
+        if pending.origin is not None:  # F7: the origin broker caches; we only answer it
+            answer = ForwardReply(pending.origin, reply.status, reply.body)
+            out.append(Send(Channel.PEER, pending.client, answer))
+            return
         self._cache.put(pending.key, reply, now)
         out.append(Send(Channel.FRONTEND, pending.client, reply))
 
     def _fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None:
         self.counters[f"errors_{status}"] = self.counters.get(f"errors_{status}", 0) + 1
         self._retire(pending)
+        if pending.origin is not None:
+            failure = ClientReply.failure(pending.service, pending.request_id, status, message)
+            answer = ForwardReply(pending.origin, status, failure.body)
+            out.append(Send(Channel.PEER, pending.client, answer))
+            return
         out.append(
             Send(
                 Channel.FRONTEND,
@@ -717,6 +870,15 @@ class Broker:
             elif kind == "sweep":
                 self._sweep(now)
                 self._timers.push(now + SWEEP_INTERVAL_S, ("sweep",))
+            elif kind == "peers":
+                self._peers_due(now, wall, out)
+                self._timers.push(now + self._interval_s, ("peers",))
+            elif kind == "table":
+                self._table_armed = False
+                self._commit_table(now, wall, out)
+            elif kind == "republish":
+                self._publish(out)
+                self._timers.push(now + self.network.config_republish_s, ("republish",))
 
     def _request_due(self, key: TimerKey, now: float, out: list[Effect]) -> None:
         seq = key[1]
@@ -731,6 +893,10 @@ class Broker:
             self._queued[pending.service] -= 1  # its queue entry is skipped when reached
             self._fail(pending, 503, f"no worker for {pending.service!r} before the deadline", out)
             return
+        if pending.peer is not None:
+            peer = self._peers.get(pending.peer)
+            if peer is not None:
+                peer.forwarded.discard(pending.ticket)
         # The worker keeps the slot: it may still be running the request. Its late REPLY finds
         # no ticket (R14) and gives the slot back; so does losing the worker.
         self._inflight.pop(pending.ticket, None)
@@ -779,11 +945,24 @@ class Broker:
             self._worker_lost(rid, now, out, reason)
 
     def _malformed(self, event: Malformed, now: float, out: list[Effect]) -> None:
+        if event.channel is Channel.CONFIG or event.channel is Channel.LINK:
+            # No session and no reply route: PUB senders and our own links are not scored
+            # (§6.1, §6.3 rule 1); the publication or answer is dropped and logged.
+            key = "config_malformed" if event.channel is Channel.CONFIG else "peer_ignored"
+            self.counters[key] += 1
+            out.append(
+                Log(
+                    "warning",
+                    "config_dropped" if event.channel is Channel.CONFIG else "peer_malformed",
+                    {"code": event.error.code, "reason": str(event.error)},
+                )
+            )
+            return
         self.counters["malformed"] += 1
         rid = event.routing_id
         if self.is_banned(rid, now):
             return
-        protocol = _PROTOCOL.get(event.channel, SIG_CLIENT)
+        protocol = _PROTOCOL.get(event.channel, SIG_BROKER)
         window = self._errors.setdefault(rid, deque())
         window.append(now)
         while window and window[0] <= now - self.network.error_window_s:
@@ -834,4 +1013,708 @@ class Broker:
         for channel, sessions in self._sessions.items():
             for rid in sessions:
                 out.append(Send(channel, rid, Disconnect(protocol=_PROTOCOL[channel])))
+        for link in [*self._peers, *self._seeds]:
+            out.append(Send(Channel.LINK, link.encode(), Disconnect(protocol=SIG_BROKER)))
         out.append(Log("info", "broker_stopping", {"identity": self.identity}))
+
+    # ---- the family: start, links and HELLO (F1, F2, F3, F12, F13) -------------------------
+
+    def _start(self, now: float, wall: float, out: list[Effect]) -> None:
+        if self.replica.current is not None:
+            self._plan_links(self.network, out)
+        for link, endpoint in self._seeds.items():
+            if self.state == "joining":
+                out.append(Connect(link, endpoint))
+        self._resubscribe(out)
+        self._say_hello(now, wall, out)
+        self._timers.push(now + self._interval_s, ("peers",))
+        if self.config_source:
+            self._publish(out)
+            self._timers.push(now + self.network.config_republish_s, ("republish",))
+
+    def _plan_links(self, network: NetworkConfig, out: list[Effect]) -> None:
+        """Make ``self._peers`` match ``network``: one link per other member (F1, C5)."""
+        wants: dict[str, tuple[bool, TableMode]] = {}
+        if network.peers:
+            for link in network.peers:
+                if link.target == self.identity:
+                    wants[link.source] = (True, TableMode(link.table_mode))
+        members = {b.identity: b for b in network.brokers if b.identity != self.identity}
+        for broker_id in [b for b in self._peers if b not in members]:
+            peer = self._peers.pop(broker_id)
+            if peer.routing_id is not None:
+                self._peer_rids.pop(peer.routing_id, None)
+            out.append(Close(broker_id))
+            out.append(Log("info", "peer_removed", {"peer": broker_id}))
+        for broker_id, entry in members.items():
+            pull, mode = wants.get(broker_id, (not network.peers, TableMode.PULL))
+            known = self._peers.get(broker_id)
+            if known is None or known.endpoint != entry.peer:
+                if known is not None and known.routing_id is not None:
+                    self._peer_rids.pop(known.routing_id, None)
+                self._peers[broker_id] = Peer(broker_id, entry.peer, mode, pull)
+                out.append(Connect(broker_id, entry.peer))
+            else:
+                known.wants, known.pull = mode, pull
+
+    def _endpoints(self) -> dict[str, str]:
+        entry = next((b for b in self.network.brokers if b.identity == self.identity), None)
+        if entry is None:
+            return {}
+        return {
+            "frontend": entry.frontend,
+            "backend": entry.backend,
+            "peer": entry.peer,
+            "config_pub": entry.config_pub,
+        }
+
+    def _hello(self, mode: TableMode) -> Hello:
+        return Hello(
+            broker_id=self.identity,
+            family=self.replica.family or self.network.family,
+            state=BrokerState(self.state),
+            config_version=self.replica.version,
+            endpoints=self._endpoints(),
+            table_mode=mode,
+        )
+
+    def _say_hello(self, now: float, wall: float, out: list[Effect]) -> None:
+        """HELLO on every link not answered yet; HEARTBEAT on the others (F1, F13)."""
+        for broker_id, peer in self._peers.items():
+            if not peer.linked:
+                mode = peer.wants if peer.pull else TableMode.PULL
+                out.append(Send(Channel.LINK, broker_id.encode(), self._hello(mode)))
+            else:
+                out.append(Send(Channel.LINK, broker_id.encode(), self._heartbeat_message(wall)))
+        if self.state == "joining":
+            for seed in self._seeds:
+                if seed in self._seed_linked:
+                    out.append(Send(Channel.LINK, seed.encode(), self._check_config_message()))
+                else:
+                    out.append(Send(Channel.LINK, seed.encode(), self._hello(TableMode.PULL)))
+
+    def _heartbeat_message(self, wall: float) -> PeerHeartbeat:
+        return PeerHeartbeat(
+            broker_id=self.identity,
+            time=wall,
+            state=BrokerState(self.state),
+            config_version=self.replica.version,
+            table_seq=self._table.seq,
+        )
+
+    def _check_config_message(self) -> CheckConfig:
+        version = self.replica.version
+        return CheckConfig(
+            config_type=ConfigType.JSON,
+            config_version=version or None,
+            client_id=self.identity,
+            protocol=SIG_BROKER,
+        )
+
+    def _peers_due(self, now: float, wall: float, out: list[Effect]) -> None:
+        """Every interval: expire silent peers (F3), then HELLO or HEARTBEAT on every link."""
+        limit = self._interval_s * self.network.liveness
+        for peer in list(self._peers.values()):
+            if peer.status == "up" and now - peer.last_seen > limit:
+                self._peer_down(peer, now, out, reason="silent")
+        self._say_hello(now, wall, out)
+
+    def _peer_up(self, peer: Peer, now: float, out: list[Effect]) -> None:
+        peer.last_seen = now
+        if peer.status != "up":
+            peer.status = "up"
+            out.append(Log("info", "peer_up", {"peer": peer.broker_id}))
+
+    def _peer_down(self, peer: Peer, now: float, out: list[Effect], *, reason: str) -> None:
+        was_up = peer.status == "up"
+        peer.status = "down"
+        peer.linked = False
+        peer.push_to = False
+        if peer.routing_id is not None:
+            self._peer_rids.pop(peer.routing_id, None)
+            peer.routing_id = None
+        peer.forget_table()
+        if was_up:
+            self.counters["peers_lost"] += 1
+            out.append(Log("warning", "peer_lost", {"peer": peer.broker_id, "reason": reason}))
+        for ticket in sorted(peer.forwarded):
+            pending = self._inflight.pop(ticket, None)
+            if pending is not None:
+                self._route_again(pending, now, out, 504, f"peer {peer.broker_id} lost")
+        peer.forwarded.clear()
+
+    def _peer_message(
+        self,
+        channel: Channel,
+        rid: bytes,
+        message: Message,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        if channel is Channel.LINK:
+            link = rid.decode("utf-8", "replace")
+            if link in self._seeds:
+                self._seed_message(link, message, now, wall, out)
+                return
+            peer = self._peers.get(link)
+            if peer is None:
+                return  # a link we closed: its last messages are of no interest
+            self._link_message(peer, message, now, wall, out)
+            return
+        if isinstance(message, Hello):
+            self._hello_in(rid, message, now, wall, out)
+            return
+        broker_id = self._peer_rids.get(rid)
+        peer = self._peers.get(broker_id) if broker_id is not None else None
+        if peer is None:
+            self.counters["peer_ignored"] += 1  # F2: nothing counts before HELLO
+            return
+        claimed = getattr(message, "broker_id", peer.broker_id)
+        if claimed != peer.broker_id:
+            self.counters["peer_ignored"] += 1
+            out.append(
+                Log("warning", "peer_spoof", {"peer": peer.broker_id, "claimed": str(claimed)})
+            )
+            return
+        self._peer_up(peer, now, out)
+        if isinstance(message, Forward):
+            self._forward_in(peer, rid, message, now, out)
+        elif isinstance(message, PeerHeartbeat):
+            self._peer_heartbeat(peer, rid, message, now, wall, out)
+        elif isinstance(message, TableReq):
+            self._table_req_in(peer, rid, message, out)
+        elif isinstance(message, Table):
+            self._table_in(peer, message, now, out)
+        elif isinstance(message, CheckConfig):
+            self._peer_check_config(peer, rid, message, out)
+        elif isinstance(message, Disconnect):
+            self._peer_down(peer, now, out, reason="disconnect")  # F12
+        else:
+            self.counters["peer_ignored"] += 1
+
+    def _hello_in(self, rid: bytes, msg: Hello, now: float, wall: float, out: list[Effect]) -> None:
+        """F2: a peer's link says HELLO on our ROUTER."""
+        if self.state == "joining":
+            return  # nothing to check it against yet; it says HELLO again every interval
+        peer = self._peers.get(msg.broker_id)
+        if msg.family != self.network.family or peer is None:
+            why = (
+                f"family {msg.family!r} is not {self.network.family!r}"
+                if msg.family != self.network.family
+                else f"{msg.broker_id!r} is not a broker of family {self.network.family!r}"
+            )
+            out.append(
+                Send(Channel.PEER, rid, DisconnectError(code=401, message=why, protocol=SIG_BROKER))
+            )
+            out.append(Log("warning", "peer_refused", {"peer": msg.broker_id, "reason": why}))
+            return
+        if (
+            peer.routing_id is not None
+            and peer.routing_id != rid
+            and now - peer.last_seen < self._interval_s
+        ):
+            why = f"broker_id {msg.broker_id!r} is in use by a live link"
+            out.append(
+                Send(Channel.PEER, rid, DisconnectError(code=409, message=why, protocol=SIG_BROKER))
+            )
+            return
+        if peer.routing_id is not None and peer.routing_id != rid:
+            # A new link for a known broker: it restarted. What it held for us is gone.
+            self._peer_rids.pop(peer.routing_id, None)
+            self._peer_down(peer, now, out, reason="restarted")
+        peer.routing_id = rid
+        self._peer_rids[rid] = peer.broker_id
+        peer.state = msg.state
+        peer.config_version = msg.config_version
+        peer.endpoints = dict(msg.endpoints)
+        peer.push_to = msg.table_mode is TableMode.PUSH
+        self._peer_up(peer, now, out)
+        mode = peer.wants if peer.pull else TableMode.PULL
+        out.append(Send(Channel.PEER, rid, self._hello(mode)))
+        if peer.push_to:
+            self._send_table(peer, None, out)
+        if not peer.linked:  # say HELLO on our link now rather than at the next interval
+            out.append(Send(Channel.LINK, peer.broker_id.encode(), self._hello(mode)))
+        self._newer_config(peer, msg.config_version, out)
+
+    def _link_message(
+        self, peer: Peer, message: Message, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """What comes back on our own link to ``peer``: answers to what we sent on it."""
+        if isinstance(message, ForwardReply):
+            self._peer_up(peer, now, out)
+            self._forward_reply_in(peer, message, now, out)
+            return
+        if isinstance(message, ForwardPartial):
+            self._peer_up(peer, now, out)
+            self._forward_partial_in(peer, message, now, out)
+            return
+        if isinstance(message, Hello):
+            if message.broker_id != peer.broker_id or message.family != self.network.family:
+                out.append(
+                    Log(
+                        "warning",
+                        "peer_wrong_hello",
+                        {"peer": peer.broker_id, "said": message.broker_id},
+                    )
+                )
+                return
+            self._peer_up(peer, now, out)
+            peer.state = message.state
+            peer.config_version = message.config_version
+            peer.endpoints = dict(message.endpoints)
+            peer.hello_refused = None
+            if not peer.linked:
+                peer.linked = True
+                out.append(Log("info", "peer_linked", {"peer": peer.broker_id}))
+                if peer.pull and peer.wants is TableMode.PULL:
+                    self._send_table_req(peer, full=True, out=out)
+            self._newer_config(peer, message.config_version, out)
+            return
+        if isinstance(message, DisconnectError):
+            peer.hello_refused = f"{message.code} {message.message}"
+            out.append(
+                Log(
+                    "warning",
+                    "peer_refused_us",
+                    {"peer": peer.broker_id, "code": message.code, "reason": message.message},
+                )
+            )
+            peer.linked = False
+            return
+        if not peer.linked:
+            self.counters["peer_ignored"] += 1
+            return
+        self._peer_up(peer, now, out)
+        if isinstance(message, Table):
+            if message.broker_id == peer.broker_id:
+                self._table_in(peer, message, now, out)
+        elif isinstance(message, (Config, ConfigAck)):
+            self._config_answer(peer.broker_id, message, out, now, wall)
+        elif isinstance(message, Disconnect):
+            self._peer_down(peer, now, out, reason="disconnect")
+        else:
+            self.counters["peer_ignored"] += 1
+
+    def _seed_message(
+        self, link: str, message: Message, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """A joining broker's seed links: HELLO, then CHECKCONFIG until a CONFIG applies."""
+        if isinstance(message, Hello):
+            self._seed_linked.add(link)
+            if self.state == "joining":
+                out.append(Send(Channel.LINK, link.encode(), self._check_config_message()))
+        elif isinstance(message, (Config, ConfigAck)):
+            self._config_answer(link, message, out, now, wall)
+        elif isinstance(message, DisconnectError):
+            self._seed_linked.discard(link)
+            out.append(
+                Log(
+                    "warning",
+                    "seed_refused_us",
+                    {"seed": self._seeds[link], "code": message.code, "reason": message.message},
+                )
+            )
+
+    def _peer_heartbeat(
+        self,
+        peer: Peer,
+        rid: bytes,
+        msg: PeerHeartbeat,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        skew = abs(msg.time - wall)
+        if skew > self.network.max_clock_skew_s:
+            why = f"clock skew {skew:.1f} s is over {self.network.max_clock_skew_s} s"
+            out.append(
+                Send(Channel.PEER, rid, DisconnectError(code=412, message=why, protocol=SIG_BROKER))
+            )
+            self._peer_down(peer, now, out, reason="clock_skew")
+            return
+        peer.state = msg.state
+        peer.config_version = msg.config_version
+        peer.advertised_seq = max(peer.advertised_seq, msg.table_seq)
+        if msg.table_seq < peer.table_seq:
+            peer.forget_table()  # its table started again (it restarted): pull all of it
+            peer.advertised_seq = msg.table_seq
+        # Pull mode: its HEARTBEAT says our copy is stale. (Push mode repairs gaps in _table_in.)
+        pulling = peer.pull and peer.linked and peer.wants is TableMode.PULL
+        if pulling and msg.table_seq > peer.table_seq:
+            self._send_table_req(peer, full=False, out=out)
+        self._newer_config(peer, msg.config_version, out)
+
+    # ---- tables (F5, F9) -------------------------------------------------------------------
+
+    def _send_table_req(self, peer: Peer, *, full: bool, out: list[Effect]) -> None:
+        since = None if full or peer.table_seq == 0 else peer.table_seq
+        out.append(
+            Send(
+                Channel.LINK,
+                peer.broker_id.encode(),
+                TableReq(broker_id=self.identity, since_seq=since),
+            )
+        )
+
+    def _send_table(self, peer: Peer, since: int | None, out: list[Effect]) -> None:
+        if peer.routing_id is None:
+            return
+        delta = self._table.since(since) if since is not None else None
+        if delta is None:
+            table = Table(self.identity, self._table.seq, True, self._table.full())
+        else:
+            table = Table(self.identity, self._table.seq, False, delta)
+        out.append(Send(Channel.PEER, peer.routing_id, table))
+
+    def _table_req_in(self, peer: Peer, rid: bytes, msg: TableReq, out: list[Effect]) -> None:
+        self._send_table(peer, msg.since_seq, out)
+
+    def _table_in(self, peer: Peer, msg: Table, now: float, out: list[Effect]) -> None:
+        if not peer.pull:
+            self.counters["peer_ignored"] += 1  # no link in the config shares its table with us
+            return
+        if not msg.full and msg.table_seq > peer.table_seq + 1 and peer.wants is TableMode.PUSH:
+            # A pushed delta skipped a version we never saw: ask for everything.
+            self._send_table_req(peer, full=True, out=out)
+            return
+        if not msg.full and msg.table_seq <= peer.table_seq:
+            return  # old news
+        peer.apply_table(msg.table_seq, msg.full, msg.services)
+        self._drain_to_peers(now, out)
+
+    def _table_changed(self, services: Sequence[str], now: float) -> None:
+        self._table.mark(services)
+        if not self._table_armed:
+            self._table_armed = True
+            self._timers.push(now + TABLE_COMMIT_S, ("table",))
+
+    def _commit_table(self, now: float, wall: float, out: list[Effect]) -> None:
+        if not self._table.dirty:
+            return
+        rows: dict[str, list[TableWorker]] = {}
+        sessions = self._sessions[Channel.BACKEND]
+        for worker in self._pool.workers.values():
+            session = sessions.get(worker.routing_id)
+            if session is None:
+                continue
+            row = TableWorker(
+                worker_id=session.client_id,
+                capacity=max(worker.spare, 0),
+                last_heartbeat=max(wall - (now - session.last_seen), 0.0),
+            )
+            for service in worker.services:
+                rows.setdefault(service, []).append(row)
+        delta = self._table.commit({s: tuple(r) for s, r in rows.items()})
+        if not delta:
+            return
+        table = Table(self.identity, self._table.seq, False, delta)
+        for peer in self._peers.values():
+            if peer.push_to and peer.routing_id is not None and peer.status == "up":
+                out.append(Send(Channel.PEER, peer.routing_id, table))
+
+    # ---- forwarding (F6-F9) ----------------------------------------------------------------
+
+    def _pick_peer(self, service: str, *, free: bool) -> Peer | None:
+        """The usable peer offering ``service`` with the most free slots (F6); with ``free``,
+        only one that has some. Our estimate of its slots drops by one per forward."""
+        best: Peer | None = None
+        best_slots = 0
+        for peer in self._peers.values():
+            if not peer.usable() or not peer.offers(service):
+                continue
+            slots = peer.free.get(service, 0)
+            if (free and slots <= 0) or (best is not None and slots <= best_slots):
+                continue
+            best, best_slots = peer, slots
+        return best
+
+    def _forward_to(self, peer: Peer, pending: Pending, out: list[Effect]) -> None:
+        self._ticket_seq += 1
+        ticket = self._boot_id + self._ticket_seq.to_bytes(8, "big")
+        pending.ticket = ticket
+        pending.peer = peer.broker_id
+        pending.attempt += 1
+        peer.forwarded.add(ticket)
+        peer.free[pending.service] = peer.free.get(pending.service, 0) - 1
+        self._inflight[ticket] = pending
+        self.counters["forwarded"] += 1
+        out.append(
+            Send(
+                Channel.LINK,
+                peer.broker_id.encode(),
+                Forward(ticket, pending.service, self.identity, pending.body),
+            )
+        )
+
+    def _drain_to_peers(self, now: float, out: list[Effect]) -> None:
+        """F9: requests waiting here go to peers whose tables now show free slots."""
+        if self.state != "active":
+            return
+        for service, queue in self._queues.items():
+            while queue:
+                head = queue[0]
+                if head.done:
+                    queue.popleft()
+                    continue
+                if head.origin is not None:
+                    break  # forwarded to us: never forwarded again (F6)
+                peer = self._pick_peer(service, free=True)
+                if peer is None and not self._pool.offers(service):
+                    peer = self._pick_peer(service, free=False)
+                if peer is None:
+                    break
+                queue.popleft()
+                self._queued[service] -= 1
+                self._forward_to(peer, head, out)
+
+    def _forward_in(
+        self, peer: Peer, rid: bytes, msg: Forward, now: float, out: list[Effect]
+    ) -> None:
+        """F7: a peer forwards us a request; we run it here, or say why not at once."""
+        if self.state != "active":
+            why = f"broker {self.identity} is {self.state}"
+            failure = ClientReply.failure(msg.service, b"", 503, why)
+            out.append(Send(Channel.PEER, rid, ForwardReply(msg.ticket, 503, failure.body)))
+            return
+        self.counters["forwards_served"] += 1
+        self._seq += 1
+        pending = Pending(
+            self._seq,
+            rid,
+            (b"\x00" + peer.broker_id.encode(), msg.ticket),
+            msg.service,
+            b"",
+            msg.body,
+            now + self._timeout_s,
+            origin=msg.ticket,
+        )
+        self._requests[pending.seq] = pending
+        self._timers.push(pending.deadline, ("request", pending.seq))
+        self._route(pending, now, out, front=False)
+
+    def _forward_reply_in(
+        self, peer: Peer, msg: ForwardReply, now: float, out: list[Effect]
+    ) -> None:
+        pending = self._inflight.get(msg.ticket)
+        if pending is None or pending.peer != peer.broker_id:
+            self.counters["dropped"] += 1  # unknown ticket: dropped silently (§5.4)
+            return
+        del self._inflight[msg.ticket]
+        peer.forwarded.discard(msg.ticket)
+        if msg.status in (404, 503) and not pending.done:
+            # F8: it could not take it after all. Count its slots as none until its next table.
+            peer.free[pending.service] = 0
+            if msg.status == 404:
+                peer.table.pop(pending.service, None)
+            self._route_again(pending, now, out, msg.status, f"peer {peer.broker_id} refused")
+            return
+        peer.free[pending.service] = peer.free.get(pending.service, 0) + 1
+        reply = ClientReply(
+            service=pending.service, request_id=pending.request_id, status=msg.status, body=msg.body
+        )
+        self._finish(pending, reply, out, now)
+
+    def _forward_partial_in(
+        self, peer: Peer, msg: ForwardPartial, now: float, out: list[Effect]
+    ) -> None:
+        pending = self._inflight.get(msg.ticket)
+        if pending is None or pending.peer != peer.broker_id:
+            self.counters["dropped"] += 1
+            return
+        pending.deadline = now + self._timeout_s
+        self._relay_partial(pending, msg.body, out)
+
+    # ---- config replication (F4, F10, F11) -------------------------------------------------
+
+    def _newer_config(self, peer: Peer, version: int, out: list[Effect]) -> None:
+        if version > self.replica.version and peer.linked:
+            out.append(Send(Channel.LINK, peer.broker_id.encode(), self._check_config_message()))
+
+    def _peer_check_config(
+        self, peer: Peer, rid: bytes, msg: CheckConfig, out: list[Effect]
+    ) -> None:
+        current = self.replica.current
+        if self.state != "active" or current is None or not current.signature:
+            out.append(Send(Channel.PEER, rid, self._not_accepting(SIG_BROKER)))
+            return
+        if msg.config_version == current.version:
+            answer: Message = ConfigAck(
+                config_version=current.version, client_id=peer.broker_id, protocol=SIG_BROKER
+            )
+        else:
+            answer = Config(
+                config_type=msg.config_type,
+                config_version=current.version,
+                sha256=current.sha256,
+                client_id=peer.broker_id,
+                document=self._whole_document(msg.config_type),
+                signature=current.signature,
+                protocol=SIG_BROKER,
+            )
+        out.append(Send(Channel.PEER, rid, answer))
+
+    def _whole_document(self, config_type: ConfigType) -> bytes:
+        document = self._whole.get(config_type)
+        if document is None:
+            if config_type is ConfigType.JSON:
+                document = canonical_json(self.network)
+            else:
+                tree = to_tree(self.network, typed=False)
+                document = render(tree, _FORMATS[config_type], kind="network")
+            self._whole[config_type] = document
+        return document
+
+    def _config_answer(
+        self, origin: str, msg: Config | ConfigAck, out: list[Effect], now: float, wall: float
+    ) -> None:
+        if isinstance(msg, ConfigAck):
+            return
+        offer = Offer(
+            config_type=msg.config_type,
+            document=msg.document,
+            sha256=msg.sha256,
+            signature=msg.signature,
+            origin=origin,
+            config_version=msg.config_version,
+        )
+        self._config_offered(ConfigOffered(offer, "peer"), now, wall, out)
+
+    def _config_offered(
+        self, event: ConfigOffered, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        outcome = self.replica.offer(event.offer)
+        where = {"source": event.source, "origin": event.offer.origin}
+        if isinstance(outcome, Applied):
+            self._config_applied(outcome, event.source, now, wall, out)
+        elif isinstance(outcome, Conflict):
+            self.counters["config_conflicts"] += 1
+            out.append(
+                Log(
+                    "warning",
+                    "config_conflict",
+                    {
+                        **where,
+                        "version": outcome.version,
+                        "kept": outcome.kept,
+                        "dropped": outcome.dropped,
+                    },
+                )
+            )
+        elif isinstance(outcome, Refused):
+            self.counters["configs_refused"] += 1
+            out.append(Log("warning", "config_refused", {**where, "reason": outcome.reason}))
+
+    def _config_applied(
+        self, applied: Applied, source: str, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """F10: the new config runs; everything around it follows."""
+        config = applied.config
+        self.counters["configs_applied"] += 1
+        if applied.conflict:
+            self.counters["config_conflicts"] += 1
+        was_joining = self.state == "joining"
+        self._apply_network(config.network, config.signature or None)
+        out.append(
+            Log(
+                "warning" if applied.conflict else "info",
+                "config_applied",
+                {
+                    "source": source,
+                    "origin": config.origin,
+                    "version": config.version,
+                    "previous": applied.previous_version,
+                    "sha256": config.sha256,
+                    "changed": list(applied.plan.changed),
+                    "conflict": applied.conflict,
+                },
+            )
+        )
+        if applied.plan.restart_needed:
+            out.append(
+                Log(
+                    "warning",
+                    "config_needs_restart",
+                    {"settings": list(applied.plan.restart_needed)},
+                )
+            )
+        if self.identity not in {b.identity for b in config.network.brokers}:
+            out.append(Log("error", "not_a_member", {"version": config.version}))
+        if source != "disk" and config.signature:
+            out.append(Persist(config.document(), config.sha256, config.signature, config.origin))
+        self._plan_links(config.network, out)
+        if was_joining:
+            self.state = self._wanted
+            self._started = now  # give workers a request timeout to show up (R7)
+            for link in self._seeds:
+                out.append(Close(link))
+            self._seeds.clear()
+            self._seed_linked.clear()
+            out.append(Log("info", "broker_state", {"state": self.state, "was": "joining"}))
+        self._resubscribe(out)
+        if self.config_source:
+            self._publish(out)
+        for channel, sessions in self._sessions.items():
+            for rid in sessions:
+                out.append(
+                    Send(
+                        channel,
+                        rid,
+                        ForceNegotiate(
+                            reason=f"config_version {config.version} is current",
+                            protocol=_PROTOCOL[channel],
+                        ),
+                    )
+                )
+        self._say_hello(now, wall, out)
+
+    def _resubscribe(self, out: list[Effect]) -> None:
+        mine = next((b for b in self.network.brokers if b.identity == self.identity), None)
+        sources = [
+            b.config_pub
+            for b in self.network.brokers
+            if b.config_source
+            and b.identity != self.identity
+            and (mine is None or b.config_pub != mine.config_pub)
+        ]
+        endpoints = tuple(sorted(set(self._config_subs) | set(sources)))
+        if endpoints != self._subscribed:
+            self._subscribed = endpoints
+            out.append(Subscribe(endpoints))
+
+    def _publish(self, out: list[Effect]) -> None:
+        current = self.replica.current
+        if not self.config_source or current is None or not current.signature:
+            return
+        out.append(
+            Publish(
+                PublishedConfig(
+                    family=current.network.family,
+                    config_version=current.version,
+                    config_type=ConfigType.JSON,
+                    sha256=current.sha256,
+                    origin=self.identity,
+                    signature=current.signature,
+                    document=current.document(),
+                )
+            )
+        )
+
+    # ---- views for management and tests ----------------------------------------------------
+
+    def peers_view(self) -> list[dict[str, object]]:
+        return [self._peers[b].view() for b in sorted(self._peers)]
+
+    def config_view(self) -> dict[str, object]:
+        current = self.replica.current
+        return {
+            "state": self.state,
+            "config_version": self.replica.version,
+            "sha256": current.sha256 if current else None,
+            "origin": current.origin if current else None,
+            "conflicts": [
+                {"version": c.version, "kept": c.kept, "dropped": c.dropped, "origin": c.origin}
+                for c in self.replica.conflicts
+            ],
+        }

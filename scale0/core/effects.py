@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from scale0.core.replica import Offer
+from scale0.wire.configsync import PublishedConfig
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import Message
 
@@ -19,7 +21,9 @@ class Channel(Enum):
 
     FRONTEND = "frontend"
     BACKEND = "backend"
-    PEER = "peer"
+    PEER = "peer"  # our peer ROUTER: what other brokers' links send us, and our answers
+    LINK = "link"  # our DEALER to one peer (routing_id = its link id), §5
+    CONFIG = "config"  # the config SUB socket (§6): undecodable publications arrive here
 
 
 # ---- events -----------------------------------------------------------------------------------
@@ -53,7 +57,20 @@ class Shutdown:
     """The broker is stopping: tell every client and worker DISCONNECT."""
 
 
-Event = Received | Malformed | Tick | Shutdown
+@dataclass(frozen=True, slots=True)
+class Start:
+    """The sockets are bound: connect the peer links, subscribe, publish (docs/protocol.md §5-6)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOffered:
+    """A network config to judge (§6.3): from the config SUB, the disk, the file, or an admin."""
+
+    offer: Offer
+    source: str  # "pub", "disk", "file", "admin": for logs and management
+
+
+Event = Received | Malformed | Tick | Shutdown | Start | ConfigOffered
 
 
 # ---- effects ----------------------------------------------------------------------------------
@@ -77,4 +94,43 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Effect = Send | Log
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Open (or re-open) our link to a peer: a DEALER connected to ``endpoint`` (§5)."""
+
+    link: str
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close our link to a peer that left the family (or a seed, once we have a config)."""
+
+    link: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """The config sources to subscribe to, all of them (§6.3 rule 3); replaces the last set."""
+
+    endpoints: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Send a config on the config PUB socket (config sources only, §6.1)."""
+
+    config: PublishedConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Write the running config, atomically, so a restart begins from it (last good config)."""
+
+    document: bytes  # canonical JSON
+    sha256: str
+    signature: str
+    origin: str
+
+
+Effect = Send | Log | Connect | Close | Subscribe | Publish | Persist

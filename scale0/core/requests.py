@@ -31,6 +31,9 @@ class Pending:
     ticket: bytes | None = None
     worker: bytes | None = None
     done: bool = False
+    peer: str | None = None  # the peer broker this request was forwarded to (§5.4)
+    origin: bytes | None = None  # forwarded to us: the origin's FORWARD ticket; ``client`` is
+    # then the origin link's routing id on our peer ROUTER, and the answer is a FORWARDREPLY
 
 
 class ReplyCache:

@@ -16,37 +16,53 @@ keeps exactly one IOLoop timeout, for ``broker.next_deadline()``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import Final, Literal
 
 import zmq
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from tornado.ioloop import IOLoop
 
+from scale0.config.lastgood import LastGood, write_last_good
 from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.broker import Broker
 from scale0.core.effects import (
     Channel,
+    Close,
+    ConfigOffered,
+    Connect,
     Effect,
     Event,
     Log,
     Malformed,
+    Persist,
+    Publish,
     Received,
     Send,
     Shutdown,
+    Start,
+    Subscribe,
     Tick,
 )
+from scale0.core.replica import Offer
 from scale0.net.frames_io import POLLIN, recv_frames, send_frames
 from scale0.net.frames_io import events as socket_events
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
+from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
+from scale0.wire.frames import SIG_BROKER
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
+    PEER_SIGNATURES,
+    decode_from_broker,
     decode_to_broker,
     encode,
 )
@@ -84,9 +100,12 @@ class BindError(Exception):
         super().__init__(f"cannot bind the {channel.value} socket to {endpoint}: {reason}")
 
 
+PortKind = Literal["router", "dealer", "sub"]
+
+
 @dataclass(slots=True)
 class _Port:
-    """One bound ROUTER and its loop bookkeeping."""
+    """One socket the loop reads: a bound ROUTER, a peer link (DEALER) or the config SUB."""
 
     channel: Channel
     socket: zmq.Socket[bytes]
@@ -94,6 +113,8 @@ class _Port:
     signatures: Collection[bytes]
     endpoint: str
     drain_scheduled: bool = False
+    kind: PortKind = "router"
+    link: bytes = b""  # a DEALER's link id: the routing id its messages reach the core with
 
 
 class BrokerNode:
@@ -109,7 +130,7 @@ class BrokerNode:
     def __init__(
         self,
         broker_config: BrokerConfig,
-        network: NetworkConfig,
+        network: NetworkConfig | None,
         *,
         signature: str | None,
         loop: IOLoop | None = None,
@@ -117,10 +138,12 @@ class BrokerNode:
         batch_size: int = DEFAULT_BATCH_SIZE,
         hwm: int = DEFAULT_HWM,
         flush_ms: int = DEFAULT_FLUSH_MS,
+        trusted_keys: Sequence[Ed25519PublicKey] = (),
+        data_dir: Path | None = None,
     ) -> None:
         self.identity = broker_config.identity
         self._broker_config = broker_config
-        self._network = network
+        self._data_dir = data_dir
         self._loop = loop
         self._batch_size = max(1, batch_size)
         self._hwm = hwm
@@ -132,9 +155,18 @@ class BrokerNode:
             boot_id=boot_id if boot_id is not None else os.urandom(8),
             signature=signature,
             now=time.monotonic(),
+            trusted_keys=trusted_keys,
+            family=broker_config.family,
+            seeds=broker_config.seeds,
+            config_subs=broker_config.config_sub_ports,
+            config_source=broker_config.config_source,
         )
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._ports: dict[Channel, _Port] = {}
+        # Every socket the loop reads, by name: "frontend", "backend", "peer", "config" (SUB)
+        # and "link:<id>" for each peer link; the PUB is only written to.
+        self._ports: dict[str, _Port] = {}
+        self._pub: zmq.Socket[bytes] | None = None
+        self._subscribed: set[str] = set()
         self._endpoints: dict[Channel, str] = {}
         self._timer: object | None = None
         self._timer_deadline: float | None = None
@@ -150,9 +182,20 @@ class BrokerNode:
             "internal_errors": 0,
             "batches": 0,
             "ticks": 0,
+            "published": 0,
+            "persist_failed": 0,
         }
 
     # ---- public ---------------------------------------------------------------------------
+
+    def offer_config(self, offer: Offer, source: str) -> None:
+        """Judge a network config (from the disk, the file on SIGHUP, an admin); F10."""
+        self._feed(ConfigOffered(offer, source))
+        if self._started:
+            self._after_work()
+
+    def log_problem(self, event: str, reason: str) -> None:
+        self._log(logging.ERROR, event, {"reason": reason})
 
     @property
     def endpoints(self) -> dict[Channel, str]:
@@ -184,15 +227,20 @@ class BrokerNode:
             for channel, port_number, signatures in (
                 (Channel.FRONTEND, config.frontend_port, FRONTEND_SIGNATURES),
                 (Channel.BACKEND, config.backend_port, BACKEND_SIGNATURES),
+                (Channel.PEER, config.peer_port, PEER_SIGNATURES),
             ):
-                self._ports[channel] = self._bind(
+                self._ports[channel.value] = self._bind(
                     channel, f"tcp://{config.bind_address}:{port_number}", signatures
                 )
+            self._pub = self._bind_pub(f"tcp://{config.bind_address}:{config.config_pub_port}")
+            self._ports["config"] = self._sub_port()
         except BaseException:
             self._close_sockets(linger_ms=0)
             raise
         self._started = True
-        self._endpoints = {channel: port.endpoint for channel, port in self._ports.items()}
+        self._endpoints = {port.channel: port.endpoint for port in self._ports.values()}
+        self._endpoints.pop(Channel.CONFIG, None)
+        self._config_pub_endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         loop = self._loop
         for port in self._ports.values():
             loop.add_handler(port.fd, self._handler_for(port), IOLoop.READ)
@@ -200,13 +248,14 @@ class BrokerNode:
             logging.INFO,
             "broker_ready",
             {
-                "endpoints": {c.value: e for c, e in self.endpoints.items()},
-                "state": config.state,
-                "family": self._network.family,
-                "config_version": self._network.config_version,
+                "endpoints": self.endpoint_names(),
+                "state": self.broker.state,
+                "family": self.broker.network.family,
+                "config_version": self.broker.network.config_version,
                 "pid": os.getpid(),
             },
         )
+        self._feed(Start())
         # Messages may have queued between bind and add_handler: the FD edge is gone by now.
         for port in self._ports.values():
             self._schedule_drain(port)
@@ -231,6 +280,13 @@ class BrokerNode:
         finally:
             self._close_sockets(linger_ms=self._flush_ms)
             self._closed.set()
+
+    def endpoint_names(self) -> dict[str, str]:
+        """Bound endpoints by name, as --endpoints-file writes them (config_pub included)."""
+        names = {channel.value: endpoint for channel, endpoint in self._endpoints.items()}
+        if self._started:
+            names["config_pub"] = self._config_pub_endpoint
+        return names
 
     async def serve(self) -> None:
         """Start (unless started) and return once :meth:`stop` has run."""
@@ -257,15 +313,112 @@ class BrokerNode:
             reason = os.strerror(exc.errno) if exc.errno else exc.strerror
             raise BindError(channel, endpoint, reason, exc.errno or 0) from None
         bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        fd = sock.getsockopt(zmq.FD)
-        if not isinstance(fd, int):  # pragma: no cover - libzmq always answers an int
-            raise TypeError(f"ZMQ_FD is {fd!r}")
-        return _Port(channel, sock, fd, signatures, bound)
+        return _Port(channel, sock, _fd_of(sock), signatures, bound)
+
+    def _bind_pub(self, endpoint: str) -> zmq.Socket[bytes]:
+        assert self._context is not None
+        sock: zmq.Socket[bytes] = self._context.socket(zmq.PUB)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, self._hwm)
+            sock.bind(endpoint)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            reason = os.strerror(exc.errno) if exc.errno else exc.strerror
+            raise BindError(Channel.CONFIG, endpoint, reason, exc.errno or 0) from None
+        return sock
+
+    def _sub_port(self) -> _Port:
+        """The config SUB: connected later, to whatever the core asks (Subscribe effects)."""
+        assert self._context is not None
+        sock: zmq.Socket[bytes] = self._context.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, self._hwm)
+        sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
+        sock.setsockopt(zmq.SUBSCRIBE, TOPIC)
+        return _Port(Channel.CONFIG, sock, _fd_of(sock), (), "", kind="sub")
+
+    def _connect_link(self, link: str, endpoint: str) -> None:
+        """A DEALER to a peer's ROUTER (§5); IMMEDIATE so nothing queues for a dead peer."""
+        assert self._context is not None and self._loop is not None
+        self._close_link(link)
+        sock: zmq.Socket[bytes] = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        sock.setsockopt(zmq.SNDHWM, self._hwm)
+        sock.setsockopt(zmq.RCVHWM, self._hwm)
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            self._log(
+                logging.ERROR,
+                "link_failed",
+                {"link": link, "endpoint": endpoint, "error": str(exc)},
+            )
+            return
+        port = _Port(
+            Channel.LINK,
+            sock,
+            _fd_of(sock),
+            (SIG_BROKER,),
+            endpoint,
+            kind="dealer",
+            link=link.encode(),
+        )
+        self._ports[f"link:{link}"] = port
+        self._loop.add_handler(port.fd, self._handler_for(port), IOLoop.READ)
+        self._log(logging.DEBUG, "link_connect", {"link": link, "endpoint": endpoint})
+
+    def _close_link(self, link: str) -> None:
+        port = self._ports.pop(f"link:{link}", None)
+        if port is None:
+            return
+        if self._loop is not None:
+            self._loop.remove_handler(port.fd)
+        port.socket.close(linger=0)
+
+    def _subscribe(self, endpoints: Iterable[str]) -> None:
+        port = self._ports.get("config")
+        if port is None:
+            return
+        wanted = set(endpoints)
+        for endpoint in sorted(self._subscribed - wanted):
+            # It may never have connected (a bad endpoint was logged when it was tried).
+            with contextlib.suppress(zmq.ZMQError):
+                port.socket.disconnect(endpoint)
+        for endpoint in sorted(wanted - self._subscribed):
+            try:
+                port.socket.connect(endpoint)
+            except zmq.ZMQError as exc:
+                self._log(
+                    logging.ERROR, "subscribe_failed", {"endpoint": endpoint, "error": str(exc)}
+                )
+        self._subscribed = wanted
+        self._log(logging.INFO, "config_subscriptions", {"endpoints": sorted(wanted)})
+
+    def _persist(self, effect: Persist) -> None:
+        if self._data_dir is None:
+            return
+        try:
+            write_last_good(
+                self._data_dir,
+                LastGood(effect.document, effect.sha256, effect.signature, effect.origin),
+            )
+        except OSError as exc:
+            self._counters["persist_failed"] += 1
+            self._log(logging.ERROR, "config_persist_failed", {"error": str(exc)})
 
     def _close_sockets(self, *, linger_ms: int) -> None:
         for port in self._ports.values():
             port.socket.close(linger=linger_ms)
         self._ports.clear()
+        if self._pub is not None:
+            self._pub.close(linger=0)
+            self._pub = None
         if self._context is not None:
             # term() waits for queued messages up to each socket's linger, then releases.
             self._context.term()
@@ -317,6 +470,9 @@ class BrokerNode:
 
     def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes]) -> None:
         """One message: ban check, decode, core, effects. Never raises."""
+        if port.kind != "router":
+            self._dispatch_other(port, frames)
+            return
         try:
             now = time.monotonic()
             broker = self.broker
@@ -344,6 +500,46 @@ class BrokerNode:
                 logging.ERROR,
                 "internal_error",
                 {"channel": channel.value, "frames": len(frames)},
+                exc_info=True,
+            )
+
+    def _dispatch_other(self, port: _Port, frames: list[bytes]) -> None:
+        """A peer link's answer or a config publication: decode, core, effects. Never raises."""
+        try:
+            broker = self.broker
+            event: Event
+            try:
+                if port.kind == "sub":
+                    published = decode_config_publication(
+                        frames, max_frame_bytes=broker.max_frame_bytes
+                    )
+                    offer = Offer(
+                        config_type=published.config_type,
+                        document=published.document,
+                        sha256=published.sha256,
+                        signature=published.signature,
+                        origin=published.origin,
+                        family=published.family,
+                        config_version=published.config_version,
+                    )
+                    event = ConfigOffered(offer, "pub")
+                else:
+                    message = decode_from_broker(
+                        frames, signature=SIG_BROKER, max_frame_bytes=broker.max_frame_bytes
+                    )
+                    event = Received(Channel.LINK, port.link, message)
+            except ProtocolError as error:
+                self._counters["malformed"] += 1
+                event = Malformed(port.channel, port.link, error)
+            else:
+                self._counters["received"] += 1
+            self._perform(broker.handle(event, time.monotonic(), time.time()))
+        except Exception:
+            self._counters["internal_errors"] += 1
+            self._log(
+                logging.ERROR,
+                "internal_error",
+                {"channel": port.channel.value, "frames": len(frames)},
                 exc_info=True,
             )
 
@@ -407,6 +603,19 @@ class BrokerNode:
                     self._send(effect)
                 elif isinstance(effect, Log):
                     self._log(level_number(effect.level), effect.event, effect.fields)
+                elif isinstance(effect, Connect):
+                    self._connect_link(effect.link, effect.endpoint)
+                elif isinstance(effect, Close):
+                    self._close_link(effect.link)
+                elif isinstance(effect, Publish):
+                    if self._pub is not None:
+                        frames = effect.config.to_frames()
+                        send_frames(self._pub, frames[0], frames[1:])
+                        self._counters["published"] += 1
+                elif isinstance(effect, Subscribe):
+                    self._subscribe(effect.endpoints)
+                elif isinstance(effect, Persist):
+                    self._persist(effect)
             except Exception:
                 self._counters["internal_errors"] += 1
                 self._log(
@@ -417,13 +626,21 @@ class BrokerNode:
                 )
 
     def _send(self, effect: Send) -> None:
-        port = self._ports.get(effect.channel)
+        channel = effect.channel
+        if channel is Channel.LINK:
+            port = self._ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
+        else:
+            port = self._ports.get(channel.value)
         if port is None or self._context is None:
             self._counters["send_dropped"] += 1
-            self._log(logging.DEBUG, "send_dropped", {"channel": effect.channel.value})
+            self._log(logging.DEBUG, "send_dropped", {"channel": channel.value})
             return
         try:
-            send_frames(port.socket, effect.routing_id, encode(effect.message))
+            if port.kind == "dealer":
+                frames = encode(effect.message)
+                send_frames(port.socket, frames[0], frames[1:])
+            else:
+                send_frames(port.socket, effect.routing_id, encode(effect.message))
         except zmq.Again:  # high-water mark reached on that peer
             self._counters["send_dropped"] += 1
         except zmq.ZMQError as exc:
@@ -442,6 +659,13 @@ class BrokerNode:
         exc_info: bool = False,
     ) -> None:
         log_event(_logger, level, event, fields, broker=self.identity, exc_info=exc_info)
+
+
+def _fd_of(sock: zmq.Socket[bytes]) -> int:
+    fd = sock.getsockopt(zmq.FD)
+    if not isinstance(fd, int):  # pragma: no cover - libzmq always answers an int
+        raise TypeError(f"ZMQ_FD is {fd!r}")
+    return fd
 
 
 class _FdHandler:

@@ -103,15 +103,20 @@ def broker_configs(draw: st.DrawFn) -> BrokerConfig:
     endpoints = st.lists(
         st.integers(1, 65535).map(lambda p: f"tcp://127.0.0.1:{p}"), max_size=3
     ).map(tuple)
+    seeds = draw(endpoints)
+    subs = draw(endpoints)
+    if not source and not seeds and not subs:
+        seeds = ("tcp://127.0.0.1:5557",)  # a joining broker needs somewhere to join from
     return BrokerConfig(
         identity=draw(names),
+        family=draw(names) if not source else draw(st.none() | names),
         bind_address=draw(st.sampled_from(["127.0.0.1", "0.0.0.0", "::1", "localhost"])),
         frontend_port=ports[0],
         backend_port=ports[1],
         peer_port=ports[2],
         config_pub_port=ports[3],
-        config_sub_ports=draw(endpoints),
-        seeds=draw(endpoints),
+        config_sub_ports=subs,
+        seeds=seeds,
         state=draw(st.sampled_from(["joining", "active", "disabled"])),
         config_source=source,
         network_config=draw(text.filter(bool)) if source else draw(st.none() | text.filter(bool)),

@@ -154,9 +154,16 @@ def test_broker_ports_reused_and_missing_source_settings(tmp_path: Path) -> None
 def test_port_zero_may_repeat(tmp_path: Path) -> None:
     text = (
         "identity: x\nfrontend_port: 0\nbackend_port: 0\npeer_port: 0\nconfig_pub_port: 0\n"
-        "trusted_keys: [k.pub]\n"
+        "trusted_keys: [k.pub]\nfamily: f\nseeds: ['tcp://127.0.0.1:5557']\n"
     )
     assert load(write(tmp_path, "b.yaml", text)).frontend_port == 0
+
+
+def test_a_joining_broker_names_its_family_and_where_to_join_from(tmp_path: Path) -> None:
+    text = "identity: x\ntrusted_keys: [k.pub]\n"
+    found = {p.path: p.message for p in problems(write(tmp_path, "b.yaml", text))}
+    assert "name the family" in found["family"]
+    assert "seeds or config_sub_ports" in found["seeds"]
 
 
 def test_xml_errors_carry_lines(tmp_path: Path) -> None:

@@ -202,8 +202,9 @@ def _round_trip(ctx: zmq.Context[Any], frontend: str, backend: str, tag: bytes) 
 def test_endpoints_are_the_real_ports(node: NodeThread) -> None:
     assert node.node is not None
     endpoints = node.node.endpoints
-    assert set(endpoints) == {Channel.FRONTEND, Channel.BACKEND}
-    for endpoint in endpoints.values():
+    assert set(endpoints) == {Channel.FRONTEND, Channel.BACKEND, Channel.PEER}
+    assert set(node.node.endpoint_names()) == {"frontend", "backend", "peer", "config_pub"}
+    for endpoint in node.node.endpoint_names().values():
         host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
         assert host == "127.0.0.1"
         assert int(port) > 0
@@ -217,7 +218,7 @@ def test_ready_is_logged_once_with_the_endpoints(
     thread.start()
     try:
         assert thread.node is not None
-        expected = {c.value: e for c, e in thread.node.endpoints.items()}
+        expected = thread.node.endpoint_names()
     finally:
         thread.stop()
     ready = [r for r in caplog.records if getattr(r, "s0_event", None) == "broker_ready"]

@@ -114,13 +114,13 @@ def test_port_in_use_exits_1_with_a_clear_message(tmp_path: Path, ctx: zmq.Conte
     assert "backend" in result.stderr
 
 
-def test_a_broker_that_is_not_a_config_source_is_refused(tmp_path: Path) -> None:
+def test_a_joining_broker_without_a_family_is_refused(tmp_path: Path) -> None:
     broker_file, _, _ = write_configs(
         tmp_path, broker_overrides={"config_source": False, "seeds": ("tcp://127.0.0.1:1",)}
     )
     result = _run("--config", str(broker_file))
     assert result.returncode == 1
-    assert "joining a family from seeds is not built yet" in result.stderr
+    assert "family: a broker that joins from seeds must name the family it joins" in result.stderr
 
 
 def test_an_identity_outside_the_family_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,140 @@
+"""The peer mesh's data: what a broker knows of each peer, and the heartbeat table it shares.
+
+Pure bookkeeping for scale0.core.broker (docs/protocol.md §5): a :class:`Peer` per other member
+of the family (link state, liveness, its advertised table), and :class:`LocalTable`, this
+broker's own table with a sequence number and a short history of deltas, so a puller that is a
+little behind gets only what changed (TABLEREQ ``since_seq``) and one far behind gets it all.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from scale0.wire.peer import BrokerState, TableMode, TableService, TableWorker
+
+__all__ = ["LocalTable", "Peer", "PeerStatus"]
+
+#: Table versions a broker keeps deltas for; a puller further behind gets a full table.
+TABLE_HISTORY = 64
+
+PeerStatus = Literal["down", "up"]
+
+
+@dataclass(slots=True, eq=False)
+class Peer:
+    """One other broker of the family as this broker sees it."""
+
+    broker_id: str
+    endpoint: str  # its peer ROUTER, where our DEALER (link) connects
+    wants: TableMode  # how we receive its table (the config's PeerLink, else pull)
+    pull: bool  # whether we receive its table at all (a link exists, or none are configured)
+    status: PeerStatus = "down"
+    linked: bool = False  # its HELLO came back on our link: we may send it work
+    routing_id: bytes | None = None  # its DEALER's identity at our peer ROUTER, after HELLO
+    push_to: bool = False  # it asked (HELLO table_mode push) for our table on every change
+    state: BrokerState = BrokerState.JOINING
+    config_version: int = 0
+    endpoints: dict[str, str] = field(default_factory=dict)
+    last_seen: float = float("-inf")
+    table_seq: int = 0  # the version of its table we hold
+    advertised_seq: int = 0  # the newest version it told us of (HEARTBEAT)
+    table: dict[str, list[TableWorker]] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)  # service -> free slots, our estimate
+    forwarded: set[bytes] = field(default_factory=set)  # our tickets it holds
+    hello_refused: str | None = None  # why its last answer to our HELLO was a refusal
+
+    def apply_table(self, seq: int, full: bool, rows: Iterable[TableService]) -> None:
+        if full:
+            self.table = {}
+        for row in rows:
+            if row.workers:
+                self.table[row.service] = list(row.workers)
+            else:
+                self.table.pop(row.service, None)
+        self.table_seq = seq
+        self.advertised_seq = max(self.advertised_seq, seq)
+        self.free = {s: sum(w.capacity for w in ws) for s, ws in self.table.items()}
+
+    def forget_table(self) -> None:
+        self.table = {}
+        self.free = {}
+        self.table_seq = 0
+        self.advertised_seq = 0
+
+    def offers(self, service: str) -> bool:
+        return service in self.table
+
+    def usable(self) -> bool:
+        """It may be sent work: alive, answered our HELLO, and active."""
+        return self.status == "up" and self.linked and self.state is BrokerState.ACTIVE
+
+    def view(self) -> dict[str, object]:
+        """What management shows of this peer."""
+        return {
+            "broker_id": self.broker_id,
+            "endpoint": self.endpoint,
+            "status": self.status,
+            "linked": self.linked,
+            "state": self.state.value,
+            "config_version": self.config_version,
+            "table_seq": self.table_seq,
+            "table_mode": self.wants.value if self.pull else None,
+            "services": {s: len(ws) for s, ws in sorted(self.table.items())},
+            "forwarded": len(self.forwarded),
+        }
+
+
+class LocalTable:
+    """This broker's heartbeat table as shared with peers: rows per service, seq and deltas.
+
+    The broker marks services dirty as its workers change; :meth:`commit` turns the dirty set
+    into one new ``table_seq`` (so a burst of changes is one version, one delta).
+    """
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.rows: dict[str, tuple[TableWorker, ...]] = {}
+        self._dirty: set[str] = set()
+        self._history: deque[tuple[int, frozenset[str]]] = deque(maxlen=TABLE_HISTORY)
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._dirty)
+
+    def mark(self, services: Iterable[str]) -> None:
+        self._dirty.update(services)
+
+    def commit(self, rows: Mapping[str, tuple[TableWorker, ...]]) -> tuple[TableService, ...]:
+        """Take the current rows of the dirty services; returns the delta (empty = removed)."""
+        changed = frozenset(self._dirty)
+        self._dirty.clear()
+        delta: list[TableService] = []
+        for service in sorted(changed):
+            workers = rows.get(service, ())
+            if workers:
+                self.rows[service] = workers
+            else:
+                self.rows.pop(service, None)
+            delta.append(TableService(service, workers))
+        if delta:
+            self.seq += 1
+            self._history.append((self.seq, changed))
+        return tuple(delta)
+
+    def full(self) -> tuple[TableService, ...]:
+        return tuple(TableService(s, w) for s, w in sorted(self.rows.items()))
+
+    def since(self, seq: int) -> tuple[TableService, ...] | None:
+        """The rows changed after version ``seq``, or None when that is too old to tell."""
+        if seq == self.seq:
+            return ()
+        if seq > self.seq or not self._history or self._history[0][0] > seq + 1:
+            return None
+        services: set[str] = set()
+        for version, changed in self._history:
+            if version > seq:
+                services |= changed
+        return tuple(TableService(s, self.rows.get(s, ())) for s in sorted(services))

@@ -1,0 +1,391 @@
+"""The family rules F1-F13 (scale0/core/broker.py): several pure cores wired in memory.
+
+No sockets and no sleeps: tests/core/fabric.py delivers what one core sends to another and
+moves one fake clock, so liveness, republish and repair are checked with exact numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from scale0.config.model import PeerLink
+from scale0.core.effects import Channel, ConfigOffered, Persist, Received, Send
+from scale0.wire.client import CheckConfig, Disconnect, DisconnectError, ForceNegotiate
+from scale0.wire.frames import SIG_BROKER, SIG_WORKER, ConfigType
+from scale0.wire.peer import (
+    BrokerState,
+    Forward,
+    ForwardReply,
+    Hello,
+    PeerHeartbeat,
+    Table,
+    TableMode,
+    TableReq,
+)
+from tests.core.fabric import OTHER_KEY, Fabric, family_config, offer_of
+
+C1 = b"client-1"
+W1 = b"worker-1"
+
+
+def linked(fabric: Fabric, name: str) -> set[str]:
+    return {p["broker_id"] for p in fabric.brokers[name].peers_view() if p["linked"]}  # type: ignore[misc]
+
+
+def sent(fabric: Fabric, name: str, kind: type) -> list[object]:
+    return [
+        e.message
+        for e in fabric.effects[name]
+        if isinstance(e, Send) and isinstance(e.message, kind)
+    ]
+
+
+def started(**kwargs: object) -> Fabric:
+    fabric = Fabric(family_config(**kwargs))  # type: ignore[arg-type]
+    fabric.start()
+    fabric.advance(1.0)
+    return fabric
+
+
+# ---- F1-F3: links, HELLO, liveness ------------------------------------------------------------
+
+
+def test_f1_every_member_links_to_every_other_and_says_hello() -> None:
+    fabric = started()
+    for name in "abc":
+        assert linked(fabric, name) == set("abc") - {name}
+        assert all(m.broker_id == name for m in sent(fabric, name, Hello))  # type: ignore[attr-defined]
+
+
+def test_f1_an_unanswered_hello_is_said_again_every_interval() -> None:
+    fabric = Fabric(family_config())
+    fabric.kill("b")
+    fabric.kill("c")
+    fabric.start("a")
+    before = len(sent(fabric, "a", Hello))
+    fabric.advance(3.0)
+    assert len(sent(fabric, "a", Hello)) - before == 3 * 2  # to b and c, once a second each
+
+
+def test_f2_a_hello_from_another_family_or_a_stranger_gets_401() -> None:
+    fabric = started()
+    a = fabric.brokers["a"]
+    for hello in (
+        Hello("b", "other", BrokerState.ACTIVE, 1, {}, TableMode.PULL),
+        Hello("zed", "fam", BrokerState.ACTIVE, 1, {}, TableMode.PULL),
+    ):
+        out = a.handle(Received(Channel.PEER, b"stranger", hello), fabric.now, fabric.wall)
+        refusals = [e.message for e in out if isinstance(e, Send)]
+        assert len(refusals) == 1
+        assert isinstance(refusals[0], DisconnectError) and refusals[0].code == 401
+
+
+def test_f2_a_broker_id_held_by_a_live_link_gets_409_and_a_stale_one_is_taken_over() -> None:
+    fabric = started()
+    a = fabric.brokers["a"]
+    hello = Hello("b", "fam", BrokerState.ACTIVE, 1, {}, TableMode.PULL)
+    out = a.handle(Received(Channel.PEER, b"impostor", hello), fabric.now, fabric.wall)
+    refusal = [e.message for e in out if isinstance(e, Send)]
+    assert isinstance(refusal[0], DisconnectError) and refusal[0].code == 409
+    fabric.kill("b")
+    fabric.advance(1.5)  # b's old link is silent for over an interval: a restart may take it
+    out = a.handle(Received(Channel.PEER, b"b-restarted", hello), fabric.now, fabric.wall)
+    answers = [e.message for e in out if isinstance(e, Send) and e.channel is Channel.PEER]
+    assert isinstance(answers[0], Hello) and answers[0].broker_id == "a"
+
+
+def test_f2_anything_before_hello_is_ignored_and_not_scored() -> None:
+    fabric = started()
+    a = fabric.brokers["a"]
+    beat = PeerHeartbeat("b", fabric.wall, BrokerState.ACTIVE, 1, 0)
+    for _ in range(50):
+        out = a.handle(Received(Channel.PEER, b"early", beat), fabric.now, fabric.wall)
+        assert [e for e in out if isinstance(e, Send)] == []
+    assert not a.is_banned(b"early", fabric.now)
+    assert a.counters["peer_ignored"] >= 50
+
+
+def test_f3_a_silent_peer_is_down_after_liveness_intervals_and_back_when_it_speaks() -> None:
+    fabric = started()
+    fabric.kill("c")
+    fabric.advance(2.9)
+    assert {p["broker_id"]: p["status"] for p in fabric.brokers["a"].peers_view()}["c"] == "up"
+    fabric.advance(1.2)
+    assert {p["broker_id"]: p["status"] for p in fabric.brokers["a"].peers_view()}["c"] == "down"
+    fabric.down.discard("c")  # kill -CONT: it speaks again
+    fabric.advance(2.0)
+    assert linked(fabric, "a") == {"b", "c"}
+
+
+# ---- F4, F10, F11: config replication ----------------------------------------------------------
+
+
+def test_f10_a_published_config_reaches_every_broker_and_they_tell_their_clients() -> None:
+    fabric = started()
+    fabric.client("c", C1)
+    fabric.worker("b", W1)
+    fabric.feed("a", ConfigOffered(offer_of(family_config(version=2)), "admin"))
+    fabric.settle()
+    assert {n: b.replica.version for n, b in fabric.brokers.items()} == {"a": 2, "b": 2, "c": 2}
+    assert fabric.take("c", ForceNegotiate, Channel.FRONTEND)
+    assert fabric.take("b", ForceNegotiate, Channel.BACKEND)
+    persisted = [e for e in fabric.effects["c"] if isinstance(e, Persist)]
+    assert json.loads(persisted[-1].document)["config_version"] == 2
+
+
+def test_f10_unsigned_wrongly_signed_and_older_configs_are_refused_everywhere() -> None:
+    fabric = started(version=3)
+    bad = [
+        dataclasses.replace(offer_of(family_config(version=4)), signature=None),
+        offer_of(family_config(version=5), key=OTHER_KEY),
+        offer_of(family_config(version=2)),
+    ]
+    for offer in bad:
+        fabric.feed("a", ConfigOffered(offer, "admin"))
+    fabric.settle()
+    fabric.advance(6.0)
+    assert {b.replica.version for b in fabric.brokers.values()} == {3}
+    assert fabric.brokers["a"].counters["configs_refused"] == 3
+
+
+def test_f10_a_lost_publication_is_repaired_by_the_republish() -> None:
+    fabric = started(peers=(PeerLink("a", "b", "pull"),))  # no link to c: only PUB reaches it
+    fabric.drops.append(lambda src, dst, m: dst == "c" and src == "a")
+    fabric.feed("a", ConfigOffered(offer_of(family_config(version=2)), "admin"))
+    fabric.settle()
+    assert fabric.brokers["c"].replica.version in (1, 2)  # b's republish may already have it
+    fabric.advance(5.1)  # b, the other source, republishes what it applied
+    assert fabric.brokers["c"].replica.version == 2
+
+
+def test_f4_a_newer_version_in_a_heartbeat_is_fetched_at_once() -> None:
+    fabric = started()
+    fabric.subs["c"] = ()  # c hears no publication at all: only the peers can tell it
+    fabric.drops.append(lambda src, dst, m: dst == "c")  # and misses what they say now
+    fabric.feed("a", ConfigOffered(offer_of(family_config(version=2)), "admin"))
+    fabric.settle()
+    fabric.drops.clear()
+    assert fabric.brokers["c"].replica.version == 1
+    fabric.advance(1.0)  # the next HEARTBEAT from a or b says version 2: c asks with CHECKCONFIG
+    assert fabric.brokers["c"].replica.version == 2
+
+
+def test_f10_conflicting_configs_converge_on_the_smaller_sha256() -> None:
+    fabric = started()
+    one = family_config(version=2)
+    two = dataclasses.replace(one, liveness=5)
+    fabric.feed("a", ConfigOffered(offer_of(one), "admin"))
+    fabric.feed("b", ConfigOffered(offer_of(two), "admin"))
+    fabric.settle()
+    fabric.advance(6.0)
+    digests = {b.config_view()["sha256"] for b in fabric.brokers.values()}
+    assert digests == {min(offer_of(one).sha256, offer_of(two).sha256)}
+    assert any(b.config_view()["conflicts"] for b in fabric.brokers.values())
+
+
+def test_f10_a_joining_broker_gets_the_config_from_a_seed_and_becomes_active() -> None:
+    network = family_config()
+    fabric = Fabric(network, joining=("c",))
+    fabric.add("c", None, seeds=(network.brokers[0].peer,))
+    fabric.down.update({"a", "b"})
+    fabric.start("c")
+    fabric.advance(2.0)
+    assert fabric.brokers["c"].state == "joining"  # its seed is not there yet
+    fabric.down.clear()
+    fabric.start("a", "b")
+    fabric.advance(2.0)
+    c = fabric.brokers["c"]
+    assert c.state == "active" and c.replica.version == 1
+    assert linked(fabric, "c") == {"a", "b"}
+
+
+def test_f10_a_joining_broker_refuses_work_with_503() -> None:
+    network = family_config()
+    fabric = Fabric(network, joining=("c",))
+    fabric.add("c", None, seeds=())
+    fabric.kill("a")
+    fabric.kill("b")
+    fabric.start("c")
+    fabric.client("c", C1)
+    refusal = fabric.take("c", DisconnectError)
+    assert refusal and refusal[0][1].code == 503
+
+
+def test_f11_a_peer_that_is_not_active_answers_checkconfig_with_503() -> None:
+    fabric = started()
+    a = fabric.brokers["a"]
+    a.state = "joining"
+    b_rid = next(rid for rid, name in a._peer_rids.items() if name == "b")
+    ask = CheckConfig(config_type=ConfigType.JSON, client_id="b", protocol=SIG_BROKER)
+    out = a.handle(Received(Channel.PEER, b_rid, ask), fabric.now, fabric.wall)
+    answer = next(e.message for e in out if isinstance(e, Send))
+    assert isinstance(answer, DisconnectError) and answer.code == 503
+
+
+# ---- F5-F9: tables and forwarding --------------------------------------------------------------
+
+
+def test_f5_f6_a_request_at_a_is_served_by_a_worker_at_c() -> None:
+    fabric = started()
+    fabric.worker("c", W1)
+    fabric.advance(1.1)  # c commits its table; a pulls it after c's next HEARTBEAT
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"r1")
+    assert fabric.serve("c") == 1
+    ((rid, reply),) = fabric.replies("a")
+    assert rid == C1 and reply.status == 200 and reply.body == (b"done",)
+    assert fabric.brokers["a"].counters["forwarded"] == 1
+
+
+def test_f5_push_mode_sends_the_table_on_every_change() -> None:
+    fabric = started(peers=(PeerLink("a", "c", "push"), PeerLink("c", "a", "pull")))
+    fabric.worker("a", W1)
+    fabric.advance(0.06)  # one table commit; no heartbeat needed for a push
+    assert "echo" in {
+        s for p in fabric.brokers["c"].peers_view() if p["broker_id"] == "a" for s in p["services"]
+    }  # type: ignore[attr-defined]
+    assert any(isinstance(m, Table) and not m.full for m in sent(fabric, "a", Table))
+
+
+def test_f5_a_tablereq_gets_the_delta_since_or_everything() -> None:
+    fabric = started()
+    fabric.worker("b", W1)
+    fabric.advance(0.1)
+    b = fabric.brokers["b"]
+    a_rid = next(rid for rid, name in b._peer_rids.items() if name == "a")
+    full = b.handle(Received(Channel.PEER, a_rid, TableReq("a")), fabric.now, fabric.wall)
+    delta = b.handle(
+        Received(Channel.PEER, a_rid, TableReq("a", since_seq=b._table.seq)),
+        fabric.now,
+        fabric.wall,
+    )
+    (full_table,) = [e.message for e in full if isinstance(e, Send)]
+    (delta_table,) = [e.message for e in delta if isinstance(e, Send)]
+    assert isinstance(full_table, Table) and full_table.full and full_table.services
+    assert isinstance(delta_table, Table) and not delta_table.full and delta_table.services == ()
+
+
+def test_f6_a_local_ready_worker_is_preferred_over_a_peer() -> None:
+    fabric = started()
+    fabric.worker("a", W1)
+    fabric.worker("c", b"worker-c")
+    fabric.advance(1.1)
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"r1")
+    assert fabric.serve("a") == 1 and fabric.serve("c") == 0
+
+
+def test_f6_a_forwarded_request_is_never_forwarded_again() -> None:
+    fabric = started()
+    fabric.worker("c", W1)
+    fabric.advance(1.1)
+    b = fabric.brokers["b"]
+    a_rid = next(rid for rid, name in b._peer_rids.items() if name == "a")
+    out = b.handle(
+        Received(Channel.PEER, a_rid, Forward(b"T1", "echo", "a", (b"x",))), fabric.now, fabric.wall
+    )
+    answers = [e.message for e in out if isinstance(e, Send)]
+    assert not [m for m in answers if isinstance(m, Forward)]
+    (answer,) = answers
+    assert isinstance(answer, ForwardReply) and answer.status == 404 and answer.ticket == b"T1"
+
+
+def test_f7_f8_a_busy_peer_queues_the_request_and_the_answer_comes_back() -> None:
+    fabric = started()
+    fabric.worker("c", W1)
+    fabric.advance(1.1)
+    fabric.client("a", C1)
+    for i in range(3):  # c has one slot: the other two wait at c (it offers echo)
+        fabric.request("a", C1, f"r{i}".encode())
+    answered = 0
+    for _ in range(3):
+        answered += fabric.serve("c")
+    assert answered == 3
+    assert sorted(r.request_id for _, r in fabric.replies("a")) == [b"r0", b"r1", b"r2"]
+
+
+def test_f8_a_404_from_a_peer_routes_the_request_again() -> None:
+    fabric = started()
+    fabric.worker("c", W1)
+    fabric.worker("b", b"worker-b")
+    fabric.advance(1.1)
+    # c's worker leaves; a still thinks c offers echo until c's next table reaches it.
+    fabric.feed("c", Received(Channel.BACKEND, W1, Disconnect(protocol=SIG_WORKER)))
+    fabric.drops.append(lambda src, dst, m: isinstance(m, Table))
+    fabric.settle()
+    fabric.client("a", C1)
+    for i in range(4):
+        fabric.request("a", C1, f"r{i}".encode())
+    for _ in range(4):
+        fabric.serve("b")
+    statuses = [r.status for _, r in fabric.replies("a")]
+    assert statuses == [200] * 4
+
+
+def test_f9_a_request_waiting_at_a_is_forwarded_when_a_table_shows_a_worker() -> None:
+    fabric = started()
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"early")  # nobody offers echo yet: it waits (R7, startup)
+    assert fabric.replies("a") == []
+    fabric.worker("c", W1)
+    fabric.advance(1.1)
+    assert fabric.serve("c") == 1
+    ((_, reply),) = fabric.replies("a")
+    assert reply.request_id == b"early" and reply.status == 200
+
+
+def test_f3_requests_forwarded_to_a_peer_that_dies_are_routed_again() -> None:
+    fabric = started()
+    fabric.worker("c", W1, capacity=4)
+    fabric.advance(1.1)
+    fabric.client("a", C1)
+    for i in range(4):
+        fabric.request("a", C1, f"r{i}".encode())
+    view = {p["broker_id"]: p for p in fabric.brokers["a"].peers_view()}
+    assert view["c"]["forwarded"] == 4
+    fabric.worker("b", b"worker-b", capacity=5)
+    fabric.kill("c")
+    fabric.outbox["c"].clear()  # what c's worker was given dies with c
+    fabric.advance(4.0)  # c is down: what it held goes to b
+    assert fabric.serve("b") == 4
+    replies = fabric.replies("a")
+    assert sorted(r.request_id for _, r in replies) == [b"r0", b"r1", b"r2", b"r3"]
+    assert {r.status for _, r in replies} == {200}
+
+
+def test_f12_a_peer_that_says_disconnect_is_down_at_once() -> None:
+    fabric = started()
+    fabric.shutdown("c")
+    status = {p["broker_id"]: p["status"] for p in fabric.brokers["a"].peers_view()}
+    assert status["c"] == "down"
+
+
+def test_f13_a_disabled_broker_keeps_talking_and_forwards_nothing() -> None:
+    fabric = started()
+    fabric.worker("c", W1)
+    fabric.advance(1.1)
+    fabric.brokers["c"].state = "disabled"
+    fabric.advance(1.0)
+    view = {p["broker_id"]: p for p in fabric.brokers["a"].peers_view()}
+    assert view["c"]["status"] == "up" and view["c"]["state"] == "disabled"
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"r1")
+    assert fabric.brokers["a"].counters["forwarded"] == 0
+    assert fabric.serve("c") == 0
+
+
+def test_the_restarted_broker_rejoins_and_is_routed_to_again() -> None:
+    network = family_config()
+    fabric = started()
+    fabric.kill("c")
+    fabric.advance(4.0)
+    fabric.restart("c", network)
+    fabric.worker("c", W1)
+    fabric.advance(2.0)
+    assert linked(fabric, "a") == {"b", "c"}
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"after")
+    assert fabric.serve("c") == 1
+    ((_, reply),) = fabric.replies("a")
+    assert reply.status == 200

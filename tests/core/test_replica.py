@@ -1,0 +1,165 @@
+"""Config replication rules C1-C5 (scale0/core/replica.py), pure: offers in, outcomes out."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scale0.config.canonical import canonical_json
+from scale0.config.formats import render
+from scale0.config.schema import to_tree
+from scale0.core.replica import Applied, Conflict, Offer, Refused, Replica, SignedConfig, Unchanged
+from scale0.wire.frames import ConfigType
+from tests.core.fabric import KEY, OTHER_KEY, entry, family_config, offer_of, signed
+
+
+def replica(version: int | None = 1) -> Replica:
+    current = None
+    if version is not None:
+        network = family_config(version=version)
+        sha, signature = signed(network)
+        current = SignedConfig(network, sha, signature, "a")
+    return Replica("a", (KEY.public_key(),), family="fam", current=current)
+
+
+def test_c1_a_valid_signed_higher_config_applies() -> None:
+    r = replica()
+    outcome = r.offer(offer_of(family_config(version=2)))
+    assert isinstance(outcome, Applied)
+    assert r.version == 2 and outcome.previous_version == 1
+
+
+def test_c1_an_unsigned_config_is_refused() -> None:
+    r = replica()
+    offer = dataclasses.replace(offer_of(family_config(version=2)), signature=None)
+    outcome = r.offer(offer)
+    assert isinstance(outcome, Refused) and "not signed" in outcome.reason
+    assert r.version == 1
+
+
+def test_c1_an_untrusted_signature_is_refused() -> None:
+    r = replica()
+    outcome = r.offer(offer_of(family_config(version=2), key=OTHER_KEY))
+    assert isinstance(outcome, Refused) and "signature" in outcome.reason
+    assert r.version == 1
+
+
+def test_c1_a_signature_for_another_version_is_refused() -> None:
+    r = replica()
+    good = offer_of(family_config(version=2))
+    stolen = offer_of(family_config(version=3))
+    outcome = r.offer(dataclasses.replace(stolen, signature=good.signature))
+    assert isinstance(outcome, Refused) and "signature" in outcome.reason
+
+
+def test_c1_a_sha256_that_does_not_match_the_document_is_refused() -> None:
+    r = replica()
+    offer = offer_of(family_config(version=2))
+    outcome = r.offer(dataclasses.replace(offer, sha256="0" * 64))
+    assert isinstance(outcome, Refused) and "sha256" in outcome.reason
+
+
+def test_c1_another_family_is_refused() -> None:
+    r = replica()
+    network = dataclasses.replace(family_config(version=2), family="other")
+    outcome = r.offer(offer_of(network))
+    assert isinstance(outcome, Refused) and "family" in outcome.reason
+
+
+def test_c1_a_document_that_is_not_a_valid_config_is_refused_and_names_the_problem() -> None:
+    r = replica()
+    offer = offer_of(family_config(version=2))
+    broken = offer.document.replace(b'"liveness":3', b'"liveness":"x"')
+    outcome = r.offer(dataclasses.replace(offer, document=broken))
+    assert isinstance(outcome, Refused) and "liveness" in outcome.reason
+    assert r.version == 1
+
+
+def test_c1_a_config_arrives_in_every_format_with_one_digest() -> None:
+    network = family_config(version=2)
+    for config_type, fmt in ((ConfigType.XML, "xml"), (ConfigType.ZFL, "zfl")):
+        r = replica()
+        document = render(to_tree(network, typed=False), fmt, kind="network")
+        offer = dataclasses.replace(offer_of(network), config_type=config_type, document=document)
+        assert isinstance(r.offer(offer), Applied), fmt
+
+
+def test_c2_a_lower_version_is_refused_as_stale() -> None:
+    r = replica(version=5)
+    outcome = r.offer(offer_of(family_config(version=4)))
+    assert isinstance(outcome, Refused) and "older" in outcome.reason
+    assert r.version == 5
+
+
+def test_c3_the_running_config_again_changes_nothing() -> None:
+    r = replica()
+    outcome = r.offer(offer_of(family_config(version=1)))
+    assert isinstance(outcome, Unchanged)
+
+
+def _rivals() -> tuple[Offer, Offer]:
+    one = family_config(version=4)
+    two = dataclasses.replace(one, liveness=5)
+    first, second = offer_of(one, origin="a"), offer_of(two, origin="b")
+    return (first, second) if first.sha256 < second.sha256 else (second, first)
+
+
+def test_c4_an_equal_version_conflict_keeps_the_smaller_sha256_whatever_the_order() -> None:
+    small, large = _rivals()
+    r1, r2 = replica(), replica()
+    r1.offer(small)
+    lost = r1.offer(large)
+    r2.offer(large)
+    won = r2.offer(small)
+    assert isinstance(lost, Conflict) and lost.kept == small.sha256
+    assert isinstance(won, Applied) and won.conflict
+    assert r1.current is not None and r2.current is not None
+    assert r1.current.sha256 == r2.current.sha256 == small.sha256
+    assert len(r1.conflicts) == len(r2.conflicts) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.permutations(range(5)))
+def test_c2_c4_any_order_of_offers_ends_at_the_same_config(order: list[int]) -> None:
+    small, large = _rivals()
+    offers = [
+        offer_of(family_config(version=2)),
+        offer_of(family_config(version=3)),
+        small,
+        large,
+        offer_of(family_config(version=3), key=OTHER_KEY),
+    ]
+    r = replica()
+    versions = [r.version]
+    for i in order:
+        r.offer(offers[i])
+        versions.append(r.version)
+    assert versions == sorted(versions)  # versions only go up
+    assert r.current is not None and r.current.sha256 == small.sha256
+
+
+def test_c5_the_plan_connects_new_peers_closes_removed_ones_and_names_restarts() -> None:
+    r = replica()
+    old = family_config(version=1)
+    moved = dataclasses.replace(old.brokers[0], frontend="tcp://127.0.0.1:9999")
+    new = dataclasses.replace(
+        old,
+        config_version=2,
+        brokers=(moved, old.brokers[1], entry("d", 5)),
+        liveness=4,
+    )
+    outcome = r.offer(offer_of(new))
+    assert isinstance(outcome, Applied)
+    plan = outcome.plan
+    assert plan.connect == {"d": "tcp://127.0.0.1:7052"}
+    assert plan.close == ("c",)
+    assert plan.restart_needed == ("brokers[a].frontend",)
+    assert set(plan.changed) == {"brokers", "config_version", "liveness"}
+
+
+def test_the_document_of_a_signed_config_is_its_canonical_json() -> None:
+    network = family_config()
+    sha, signature = signed(network)
+    assert SignedConfig(network, sha, signature, "a").document() == canonical_json(network)
