@@ -257,6 +257,7 @@ class Broker:
         self.config_source = config_source
         self._seeds = {f"seed:{i}": endpoint for i, endpoint in enumerate(seeds)}
         self._seed_linked: set[str] = set()
+        self._seed_names: dict[str, str] = {}  # seed link -> the broker_id its HELLO gave
         self._config_subs = tuple(config_subs)
         self._subscribed: tuple[str, ...] | None = None
         self._peers: dict[str, Peer] = {}
@@ -1303,10 +1304,11 @@ class Broker:
         """A joining broker's seed links: HELLO, then CHECKCONFIG until a CONFIG applies."""
         if isinstance(message, Hello):
             self._seed_linked.add(link)
+            self._seed_names[link] = message.broker_id
             if self.state == "joining":
                 out.append(Send(Channel.LINK, link.encode(), self._check_config_message()))
         elif isinstance(message, (Config, ConfigAck)):
-            self._config_answer(link, message, out, now, wall)
+            self._config_answer(self._seed_names.get(link, link), message, out, now, wall)
         elif isinstance(message, DisconnectError):
             self._seed_linked.discard(link)
             out.append(
@@ -1648,6 +1650,8 @@ class Broker:
             self.state = self._wanted
             self._started = now  # give workers a request timeout to show up (R7)
             for link in self._seeds:
+                # Say goodbye first: the seed then frees our broker_id for our real link (F2).
+                out.append(Send(Channel.LINK, link.encode(), Disconnect(protocol=SIG_BROKER)))
                 out.append(Close(link))
             self._seeds.clear()
             self._seed_linked.clear()

@@ -115,6 +115,7 @@ class _Port:
     drain_scheduled: bool = False
     kind: PortKind = "router"
     link: bytes = b""  # a DEALER's link id: the routing id its messages reach the core with
+    closed: bool = False  # closed by an effect while the loop may still hold it
 
 
 class BrokerNode:
@@ -377,9 +378,11 @@ class BrokerNode:
         port = self._ports.pop(f"link:{link}", None)
         if port is None:
             return
+        port.closed = True
         if self._loop is not None:
             self._loop.remove_handler(port.fd)
-        port.socket.close(linger=0)
+        # A short linger: a DISCONNECT said just before closing still goes out (§5.5).
+        port.socket.close(linger=self._flush_ms)
 
     def _subscribe(self, endpoints: Iterable[str]) -> None:
         port = self._ports.get("config")
@@ -441,13 +444,16 @@ class BrokerNode:
 
     def _drain(self, port: _Port) -> None:
         """Read up to one batch from ``port``, then re-arm what needs re-arming."""
-        if self._stopped:
+        if self._stopped or port.closed:
             return
         sock = port.socket
         channel = port.channel
         full = True
         try:
             for _ in range(self._batch_size):
+                if port.closed:  # an effect of the last message closed it (a seed link)
+                    full = False
+                    break
                 # Ask ZMQ_EVENTS first: the FD also wakes us after our own sends, and ending
                 # every drain in a zmq.Again exception cost more than the check.
                 if not socket_events(sock) & POLLIN:
