@@ -451,7 +451,7 @@ class BrokerNode:
         full = True
         try:
             for _ in range(self._batch_size):
-                if port.closed:  # an effect of the last message closed it (a seed link)
+                if _is_closed(port):  # an effect of the last message closed it (a seed link)
                     full = False
                     break
                 # Ask ZMQ_EVENTS first: the FD also wakes us after our own sends, and ending
@@ -665,6 +665,11 @@ class BrokerNode:
         exc_info: bool = False,
     ) -> None:
         log_event(_logger, level, event, fields, broker=self.identity, exc_info=exc_info)
+
+
+def _is_closed(port: _Port) -> bool:
+    """Read the flag afresh (a call, so type narrowing from an earlier check does not stick)."""
+    return port.closed
 
 
 def _fd_of(sock: zmq.Socket[bytes]) -> int:
