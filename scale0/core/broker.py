@@ -104,7 +104,15 @@ from scale0.core.effects import (
     Tick,
 )
 from scale0.core.peers import LocalTable, Peer
-from scale0.core.replica import Applied, Conflict, Offer, Refused, Replica, SignedConfig
+from scale0.core.replica import (
+    Applied,
+    Conflict,
+    Offer,
+    Outcome,
+    Refused,
+    Replica,
+    SignedConfig,
+)
 from scale0.core.requests import Pending, ReplyCache, RequestKey
 from scale0.core.timers import TimerHeap
 from scale0.core.workers import Worker, WorkerPool
@@ -1583,9 +1591,18 @@ class Broker:
         )
         self._config_offered(ConfigOffered(offer, "peer"), now, wall, out)
 
+    def offer_config(
+        self, offer: Offer, source: str, now: float, wall: float
+    ) -> tuple[Outcome, list[Effect]]:
+        """Judge a config and say how it went: for management (set_config, reload_config),
+        which must answer with what was applied, refused, or needs a restart (F10)."""
+        out: list[Effect] = []
+        outcome = self._config_offered(ConfigOffered(offer, source), now, wall, out)
+        return outcome, out
+
     def _config_offered(
         self, event: ConfigOffered, now: float, wall: float, out: list[Effect]
-    ) -> None:
+    ) -> Outcome:
         outcome = self.replica.offer(event.offer)
         where = {"source": event.source, "origin": event.offer.origin}
         if isinstance(outcome, Applied):
@@ -1607,6 +1624,7 @@ class Broker:
         elif isinstance(outcome, Refused):
             self.counters["configs_refused"] += 1
             out.append(Log("warning", "config_refused", {**where, "reason": outcome.reason}))
+        return outcome
 
     def _config_applied(
         self, applied: Applied, source: str, now: float, wall: float, out: list[Effect]

@@ -11,6 +11,7 @@ import json
 
 from scale0.config.model import PeerLink
 from scale0.core.effects import Channel, ConfigOffered, Persist, Received, Send
+from scale0.core.replica import Applied, Refused
 from scale0.wire.client import CheckConfig, Disconnect, DisconnectError, ForceNegotiate
 from scale0.wire.frames import SIG_BROKER, SIG_WORKER, ConfigType
 from scale0.wire.peer import (
@@ -389,3 +390,19 @@ def test_the_restarted_broker_rejoins_and_is_routed_to_again() -> None:
     assert fabric.serve("c") == 1
     ((_, reply),) = fabric.replies("a")
     assert reply.status == 200
+
+
+def test_offer_config_says_what_happened_for_management() -> None:
+    fabric = started()
+    a = fabric.brokers["a"]
+    outcome, effects = a.offer_config(
+        offer_of(family_config(version=2)), "admin", fabric.now, fabric.wall
+    )
+    assert isinstance(outcome, Applied) and outcome.previous_version == 1
+    assert any(isinstance(e, Persist) for e in effects)
+    refused, effects = a.offer_config(
+        offer_of(family_config(version=3), key=OTHER_KEY), "admin", fabric.now, fabric.wall
+    )
+    assert isinstance(refused, Refused) and "signature" in refused.reason
+    assert a.replica.version == 2
+    assert not any(isinstance(e, Persist) for e in effects)
