@@ -108,6 +108,9 @@ def broker_endpoints(document: Mapping[str, Any], channel: Channel) -> list[str]
             log.warning("config view: brokers[%d] is not a table: skipped", index)
             continue
         endpoint = entry.get(channel)
+        if endpoint is None:
+            log.warning("config view: brokers[%d] has no %s endpoint: skipped", index, channel)
+            continue
         if not valid_endpoint(endpoint):
             log.warning(
                 "config view: brokers[%d].%s is not tcp://host:port (%.80r): skipped",
@@ -153,11 +156,13 @@ class Failover:
         self.failovers = 0
         self.streak = 0  # moves in a row without a session that lasted (F5)
         self._negotiated_at: float | None = None
+        self._learned: Mapping[str, Any] | None = None
 
     def learn(self, document: Mapping[str, Any]) -> None:
         """F1/F2: the known brokers from a CONFIG view (an empty one, CONFIGACK's, is ignored)."""
-        if not document:
-            return
+        if not document or document is self._learned:
+            return  # CONFIGACK: nothing new (and the same view's warnings were logged once)
+        self._learned = document
         listed = broker_endpoints(document, self.channel)
         if not listed:
             if listed is not None:

@@ -142,6 +142,25 @@ def test_f2_malformed_brokers_are_skipped_with_a_warning_never_raised(
     assert failover.endpoints == [A]  # nothing usable: the seed
 
 
+def test_f2_one_view_is_read_once_and_an_unparsable_one_changes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    failover = Failover(A, "frontend")
+    document = view(entry(A, BACK_A), "junk", entry(B, BACK_B))
+    failover.learn(document)
+    failover.learn(document)  # renegotiated: CONFIGACK keeps the same view object
+    assert failover.endpoints == [A, B]
+    assert sum("skipped" in record.message for record in caplog.records) == 1
+    for config_type, garbage in (
+        (ConfigType.XML, b"<network><brokers>"),
+        (ConfigType.ZFL, b"\x00"),
+    ):
+        failover.learn(parse_config_document(config_type, garbage))
+        assert failover.endpoints == [A, B]
+    assert sum("does not parse" in record.message for record in caplog.records) == 2
+
+
 def test_valid_endpoint_is_the_schema_check() -> None:
     assert valid_endpoint("tcp://127.0.0.1:5555")
     assert valid_endpoint("tcp://broker-1.example:1")
