@@ -661,7 +661,14 @@ class _LinkedClient(Generic[_S]):
             self._socket.close(linger=0)
         socket = self._new_socket()
         socket.linger = 0
-        socket.connect(self._failover.current)
+        try:
+            socket.connect(self._failover.current)
+        except zmq.ZMQError as exc:
+            if self._failover.failovers == 0:
+                socket.close(linger=0)
+                raise  # the seed the caller gave: a mistake to report, not a broker to skip
+            # Never raise out of a move: an endpoint libzmq refuses stays silent, so C5 moves on.
+            log.warning("cannot connect to %s: %s", self._failover.current, exc)
         self._socket = socket
         self._session.move = None
         self._link.reset(time.monotonic())

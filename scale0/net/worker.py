@@ -247,7 +247,14 @@ class Worker:
         link = self._link
         socket = context.socket(zmq.DEALER)
         socket.linger = 0
-        socket.connect(self._failover.current)
+        try:
+            socket.connect(self._failover.current)
+        except zmq.ZMQError as exc:
+            if self._failover.failovers == 0:
+                socket.close(linger=0)
+                raise  # the seed the caller gave: a mistake to report, not a broker to skip
+            # Never raise out of a move: an endpoint libzmq refuses stays silent, so W3 moves on.
+            log.warning("cannot connect to %s: %s", self._failover.current, exc)
         self._generation += 1
         generation = self._generation
         self._socket = socket

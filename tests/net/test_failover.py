@@ -11,10 +11,11 @@ import logging
 from typing import Any
 
 import pytest
+import zmq
 
 from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.core.broker import Broker
-from scale0.net.client import BrokerLink, LinkEvent, _Session, parse_config_document
+from scale0.net.client import BrokerLink, Client, LinkEvent, _Session, parse_config_document
 from scale0.net.errors import BrokerRefused, RequestTimeout
 from scale0.net.failover import Failover, backoff_delay, broker_endpoints, valid_endpoint
 from scale0.wire.client import (
@@ -365,3 +366,8 @@ def test_w6_the_worker_link_reports_why_it_leaves() -> None:
     link.move_to = None
     assert link.handle(DisconnectError(503, "no", protocol=SIG_WORKER), 2.0) is LinkEvent.RECONNECT
     assert link.move_to is None and "503" in link.leave_reason
+
+
+def test_a_seed_libzmq_refuses_is_an_error_at_once() -> None:
+    with pytest.raises(zmq.ZMQError):
+        Client("not-an-endpoint")
