@@ -35,7 +35,9 @@ C7  Failover (§3.9; which broker and when is :mod:`scale0.net.failover`, rules 
     leaving a broker (silence, DISCONNECT, 503, 301) the DEALER is closed with linger 0 at
     once; at the move's time a new DEALER connects to the next broker and C1/C2 run there, so
     every unanswered request is resent with its ``request_id``. Requests keep their deadlines
-    (C4) across moves. ``endpoint`` names the broker in use, ``failovers`` counts the moves.
+    (C4) across moves. Control messages still queued from the broker being left are ignored
+    (one move per departure); its REPLY/PARTIAL still answer their requests. ``endpoint``
+    names the broker in use, ``brokers`` the known ones, ``failovers`` counts the moves.
 
 The blocking :class:`Client` only does I/O while one of its methods runs (it has no thread):
 heartbeats and liveness are checked during calls, and silence while idle is not held against
@@ -365,6 +367,16 @@ class BrokerLink:
             self.next_heartbeat = now + self.interval_s
         return now - self.last_heard > self.liveness * self.interval_s
 
+    def silence_reason(self) -> str:
+        """Why :meth:`tick` said the broker is dead, for the failover log line (F6)."""
+        state = "answered nothing" if self.negotiated else "did not answer CHECKCONFIG"
+        return f"{state} for {self.liveness * self.interval_s:.3g} s"
+
+    @property
+    def settle_s(self) -> float:
+        """How long a session must have lasted for the next move to be immediate (F5)."""
+        return self.liveness * self.interval_s
+
     def next_wakeup(self) -> float:
         """The monotonic time of the next timer :meth:`tick` must see."""
         wake = self.last_heard + self.liveness * self.interval_s
@@ -491,8 +503,10 @@ class _Session:
             if request is not None:
                 request.next_resend = now + request.attempt_s  # news of it: no resend yet
                 request.push((False, list(message.body)))
-        else:
+        elif self.move is None:
             self._control(self.link.handle(message, now), now)
+        # else: control messages that were queued behind a 301/503/DISCONNECT come from the
+        # broker we are leaving; a second refusal must not move us twice (C7).
 
     def _control(self, event: LinkEvent | None, now: float) -> None:
         if event is LinkEvent.NEGOTIATED:
@@ -525,16 +539,11 @@ class _Session:
         link.next_heartbeat = math.inf
         link.retry_at = None
         link.outbox.clear()  # nothing more goes to the broker we leave
-        self.move = self.failover.leave(
-            reason, now, settle_s=link.liveness * link.interval_s, redirect=redirect
-        )
+        self.move = self.failover.leave(reason, now, settle_s=link.settle_s, redirect=redirect)
 
     def tick(self, now: float) -> None:
         if self.move is None and self.link.tick(now):
-            link = self.link
-            silence = link.liveness * link.interval_s
-            state = "answered nothing" if link.negotiated else "did not answer CHECKCONFIG"
-            self.leave(f"{state} for {silence:.3g} s", now)
+            self.leave(self.link.silence_reason(), now)
         for request in list(self.pending.values()):
             if now >= request.deadline:
                 del self.pending[request.request_id]

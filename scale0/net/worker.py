@@ -218,10 +218,9 @@ class Worker:
                 ended, reason, redirect = await self._connection(context, executor)
                 if ended is _Ended.STOPPED:
                     break
-                link = self._link
                 now = time.monotonic()
                 move = self._failover.leave(
-                    reason, now, settle_s=link.liveness * link.interval_s, redirect=redirect
+                    reason, now, settle_s=self._link.settle_s, redirect=redirect
                 )
                 await self._sleep(move.at - now)
         finally:
@@ -271,9 +270,7 @@ class Worker:
                     linger = CLOSE_LINGER_MS
                     return _Ended.STOPPED, "stopped", None
                 if link.tick(time.monotonic()):
-                    silence = link.liveness * link.interval_s
-                    state = "answered nothing" if link.negotiated else "did not answer CHECKCONFIG"
-                    return _Ended.LOST, f"{state} for {silence:.3g} s", None
+                    return _Ended.LOST, link.silence_reason(), None
                 await self._flush(socket)
                 wait = min(link.next_wakeup() - time.monotonic(), POLL_CAP_S)
                 if not await socket.poll(max(0, int(wait * 1000) + 1)):

@@ -332,6 +332,21 @@ def test_c7_disconnect_503_and_301_move_the_client(error: Any, endpoint: str) ->
     assert not request.done
 
 
+def test_c7_what_the_broker_we_leave_still_says_moves_us_once_and_replies_still_count() -> None:
+    link, session, failover = _session()
+    request = session.submit("svc", b"1", 30.0, 1.0)
+    for frames in (
+        DisconnectError(503, "disabled", protocol=SIG_CLIENT).to_frames(),
+        DisconnectError(301, "go", C, protocol=SIG_CLIENT).to_frames(),
+        ConfigAck(1, "a.1", protocol=SIG_CLIENT).to_frames(),
+        ClientReply("svc", request.request_id, 200, (b"late",)).to_frames(),
+    ):
+        session.receive(frames, 1.5)  # one drained batch from the old socket
+    assert failover.failovers == 1 and session.move is not None and session.move.endpoint == B
+    assert not link.negotiated
+    assert list(request.outcomes) == [(True, [b"late"])]  # a real answer is an answer
+
+
 def test_c7_a_request_timeout_bounds_it_across_moves() -> None:
     link, session, _failover = _session()
     request = session.submit("svc", b"1", 4.0, 1.0)
