@@ -42,8 +42,10 @@ from tests.net.s0p import Router
 
 WAIT_S = 10.0
 HEARTBEAT_S = 0.2
-# A short family heartbeat keeps death detection (liveness x interval) well under a second.
-FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200}
+# A short family heartbeat keeps death detection (liveness x interval) at one second; liveness 5
+# rather than 3 so a broker slowed by a busy machine is not taken for dead (a spurious move
+# would change the failover counts these tests check).
+FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
