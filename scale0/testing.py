@@ -26,18 +26,28 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from scale0.config.loader import dumps
-from scale0.config.model import BrokerConfig, BrokerEntry, NetworkConfig
+from scale0.config.model import BrokerConfig, BrokerEntry, BrokerState, NetworkConfig
 from scale0.crypto.keys import generate_keypair
 
-__all__ = ["BrokerProcess", "broker_command", "running_broker", "write_configs"]
+__all__ = [
+    "BrokerProcess",
+    "PortTaken",
+    "broker_command",
+    "pick_free_ports",
+    "running_broker",
+    "running_brokers",
+    "write_configs",
+    "write_family_configs",
+]
 
 #: How long start-up may take before the helper gives up (the process is then killed).
 START_TIMEOUT_S = 15.0
@@ -219,3 +229,203 @@ def running_broker(
         yield broker
     finally:
         _terminate(process, STOP_TIMEOUT_S)
+
+
+# ---- a family of brokers: several processes sharing one network config -----------------------
+
+#: Identities of the brokers running_brokers starts: b1, b2, ...
+FAMILY_IDENTITY = "b{}"
+#: Tries with fresh ports when a port picked free was taken before the broker bound it.
+FAMILY_START_ATTEMPTS = 3
+#: The four endpoints of a broker entry, in the order their ports are picked.
+_CHANNELS = ("frontend", "backend", "peer", "config_pub")
+
+
+class PortTaken(RuntimeError):
+    """A broker could not bind a port picked free for it (someone took it meanwhile)."""
+
+
+def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now.
+
+    Each is found by binding port 0; all are held until every one is found (so they differ),
+    then released. Another process may take one before our broker binds it:
+    :func:`running_brokers` notices (the broker exits, saying the port is in use) and tries
+    again with fresh ports.
+    """
+    if count < 0:
+        raise ValueError("count must be >= 0")
+    held: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def write_family_configs(
+    directory: Path,
+    count: int,
+    *,
+    states: Sequence[BrokerState] | None = None,
+    broker_overrides: Sequence[Mapping[str, Any]] | None = None,
+    **network_overrides: Any,
+) -> tuple[list[Path], Path, NetworkConfig]:
+    """Write one network config naming ``count`` brokers on free ports, and each broker's file.
+
+    Layout: ``directory/keys/`` (one signing key pair), ``directory/network.yaml`` (the shared
+    network config: every broker entry with its real loopback endpoints, every one a config
+    source) and ``directory/b1/broker.yaml``... (paths relative, as an operator writes them).
+    ``states[i]`` is broker i's initial state (default active); ``broker_overrides[i]`` changes
+    its file. Returns ``(broker_files, network_file, network)``.
+    """
+    if count < 1:
+        raise ValueError("a family needs at least one broker")
+    if states is not None and len(states) != count:
+        raise ValueError(f"states names {len(states)} brokers, the family has {count}")
+    if broker_overrides is not None and len(broker_overrides) != count:
+        raise ValueError(f"broker_overrides names {len(broker_overrides)} brokers, not {count}")
+    keys = directory / "keys"
+    keys.mkdir(parents=True, exist_ok=True)
+    if not (keys / "signing.key").exists():
+        generate_keypair(keys)
+    ports = pick_free_ports(len(_CHANNELS) * count)
+    entries = []
+    for index in range(count):
+        front, back, peer, config_pub = ports[index * len(_CHANNELS) : (index + 1) * len(_CHANNELS)]
+        entries.append(
+            BrokerEntry(
+                identity=FAMILY_IDENTITY.format(index + 1),
+                frontend=f"tcp://127.0.0.1:{front}",
+                backend=f"tcp://127.0.0.1:{back}",
+                peer=f"tcp://127.0.0.1:{peer}",
+                config_pub=f"tcp://127.0.0.1:{config_pub}",
+                config_source=True,
+            )
+        )
+    network = NetworkConfig(
+        family="test", config_version=1, brokers=tuple(entries), **dict(network_overrides)
+    )
+    network_file = directory / "network.yaml"
+    network_file.write_bytes(dumps(network, "yaml"))
+    broker_files = []
+    for index, entry in enumerate(entries):
+        home = directory / entry.identity
+        home.mkdir(exist_ok=True)
+        port = {name: int(getattr(entry, name).rsplit(":", 1)[1]) for name in _CHANNELS}
+        broker = BrokerConfig(
+            identity=entry.identity,
+            bind_address="127.0.0.1",
+            frontend_port=port["frontend"],
+            backend_port=port["backend"],
+            peer_port=port["peer"],
+            config_pub_port=port["config_pub"],
+            state=states[index] if states is not None else "active",
+            config_source=True,
+            network_config="../network.yaml",
+            signing_key="../keys/signing.key",
+            trusted_keys=("../keys/signing.pub",),
+            data_dir="data",
+            event_log_dir="events",
+            log_level="info",
+        )
+        if broker_overrides is not None and broker_overrides[index]:
+            broker = dataclasses.replace(broker, **dict(broker_overrides[index]))
+        broker_file = home / "broker.yaml"
+        broker_file.write_bytes(dumps(broker, "yaml"))
+        broker_files.append(broker_file)
+    return broker_files, network_file, network
+
+
+def _spawn_broker(broker_file: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """Start ``scale0-broker`` on ``broker_file``; its endpoints file and stderr sit beside it."""
+    endpoints_file = broker_file.parent / "endpoints.json"
+    endpoints_file.unlink(missing_ok=True)
+    stderr_path = broker_file.parent / "broker.stderr"
+    # stderr to a file, not a pipe: a chatty broker must never block on a full pipe.
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(  # noqa: S603 - our own installed script, fixed arguments
+            [
+                broker_command(),
+                "--config",
+                str(broker_file),
+                "--endpoints-file",
+                str(endpoints_file),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    return process, endpoints_file, stderr_path
+
+
+def _start_family(
+    broker_files: Sequence[Path], network_file: Path, network: NetworkConfig, timeout_s: float
+) -> list[BrokerProcess]:
+    """Start every broker at once, then wait for each; on any failure stop them all (by PID)."""
+    spawned = [_spawn_broker(path) for path in broker_files]
+    started: list[BrokerProcess] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        for broker_file, (process, endpoints_file, stderr_path) in zip(
+            broker_files, spawned, strict=True
+        ):
+            try:
+                endpoints = wait_for_endpoints(
+                    process, endpoints_file, stderr_path, max(0.0, deadline - time.monotonic())
+                )
+            except RuntimeError as exc:
+                if "in use" in str(exc):
+                    raise PortTaken(str(exc)) from None
+                raise
+            started.append(
+                BrokerProcess(process, endpoints, broker_file, network_file, network, stderr_path)
+            )
+    except BaseException:
+        for process, _endpoints_file, _stderr_path in spawned:
+            _terminate(process, STOP_TIMEOUT_S)
+        raise
+    return started
+
+
+@contextlib.contextmanager
+def running_brokers(
+    tmp_path: Path,
+    count: int,
+    *,
+    states: Sequence[BrokerState] | None = None,
+    broker_overrides: Sequence[Mapping[str, Any]] | None = None,
+    start_timeout_s: float = START_TIMEOUT_S,
+    **network_overrides: Any,
+) -> Iterator[list[BrokerProcess]]:
+    """Start ``count`` ``scale0-broker`` processes sharing ONE network config; stop them by PID.
+
+    The network config's ``brokers`` list holds the endpoints the brokers really bind (ports
+    picked free beforehand, :func:`pick_free_ports`), so a client given one broker's frontend
+    learns the others from its CONFIG. Files are laid out by :func:`write_family_configs`;
+    keyword arguments are NetworkConfig overrides. Each broker is a config source (a broker
+    cannot join from seeds yet) and no peer links run between them (not built yet): they are
+    independent brokers that agree on the family. Yields the processes in the config's order
+    (identities b1, b2...); a test may SIGKILL one (``os.kill(broker.pid, ...)``) or
+    ``broker.stop()`` it early; on exit every one still running gets SIGTERM, then SIGKILL.
+    """
+    for attempt in range(FAMILY_START_ATTEMPTS):
+        broker_files, network_file, network = write_family_configs(
+            tmp_path, count, states=states, broker_overrides=broker_overrides, **network_overrides
+        )
+        try:
+            brokers = _start_family(broker_files, network_file, network, start_timeout_s)
+        except PortTaken:
+            if attempt + 1 == FAMILY_START_ATTEMPTS:
+                raise
+            continue
+        try:
+            yield brokers
+        finally:
+            for broker in brokers:
+                broker.stop()
+        return

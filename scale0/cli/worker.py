@@ -88,7 +88,11 @@ def main(
     worker_id: str | None,
     log_level: str,
 ) -> None:
-    """Serve MODULE:FUNCTION behind the broker backend at ENDPOINT until SIGINT or SIGTERM."""
+    """Serve MODULE:FUNCTION behind the broker backend at ENDPOINT until SIGINT or SIGTERM.
+
+    ENDPOINT is a seed: the worker learns the family's other backends from the config and
+    moves to one of them when its broker dies, shuts down, refuses (503) or redirects (301).
+    """
     function = load_handler(handler)
     names = services or (getattr(function, "__name__", handler.rpartition(":")[2]),)
     configure(log_level)

@@ -12,11 +12,11 @@ C1  A new socket sends CHECKCONFIG first (§3.1) with the ``client_id`` it holds
 C2  Once negotiated, every outstanding request is (re)sent with its original ``request_id``.
     The broker joins a request still in flight or answers from its reply cache, so a request
     is never run twice because of a resend.
-C3  FORCENEGOTIATE and DISCONNECTERROR 426 start C1 again at once on the same socket; 301
-    reconnects to the named endpoint; 401 fails every outstanding request with
-    :class:`BrokerRefused`; every other code (400, 403, 409, 412, 429, 501, 503) starts C1
-    again after a back-off (0.1 s doubling to 5 s, times 0.5..1 jitter; reset once a session
-    has lasted ``liveness`` intervals). A 409 on ``client_id`` also drops the id, so the broker
+C3  FORCENEGOTIATE and DISCONNECTERROR 426 start C1 again at once on the same socket; 401 fails
+    every outstanding request with :class:`BrokerRefused`; 301, 503 and a broker DISCONNECT
+    leave this broker (C7); every other code (400, 403, 409, 412, 429, 501) starts C1 again
+    after a back-off (0.1 s doubling to 5 s, times 0.5..1 jitter; reset once a session has
+    lasted ``liveness`` intervals). A 409 on ``client_id`` also drops the id, so the broker
     assigns another (§3.8).
 C4  Each request has ``timeout`` seconds. It is resent (same ``request_id``) every
     ``timeout / (retries + 1)`` seconds without news of it, at most ``retries`` times; a PARTIAL
@@ -24,12 +24,20 @@ C4  Each request has ``timeout`` seconds. It is resent (same ``request_id``) eve
     :class:`BrokerRefused` if the broker refused the session meanwhile.
 C5  A negotiated link sends HEARTBEAT every interval (the larger of ours, the config's
     ``default_heartbeat_interval_ms`` and any ``hbeatinterval_ms`` the broker announces). A
-    broker silent for ``liveness`` (config, default 3) intervals is dead: the socket is closed
-    with linger 0, a new DEALER connects, and C1/C2 run again. A broker DISCONNECT does the same.
+    broker silent for ``liveness`` (config, default 3) intervals is dead, and so is one that
+    does not answer CHECKCONFIG in that time: the client leaves it (C7).
 C6  REPLY 200 gives the body; any other status raises (errors.error_for_reply), except a 409
     to a request we resent (§3.3: the first one is unaffected, its REPLY follows). REPLY/PARTIAL
     for a request_id nobody waits for (late duplicates) are dropped; undecodable frames are
     logged and dropped (§2.4), never answered.
+C7  Failover (§3.9; which broker and when is :mod:`scale0.net.failover`, rules F1-F6): the
+    client is given one seed endpoint and learns the family's frontends from each CONFIG. On
+    leaving a broker (silence, DISCONNECT, 503, 301) the DEALER is closed with linger 0 at
+    once; at the move's time a new DEALER connects to the next broker and C1/C2 run there, so
+    every unanswered request is resent with its ``request_id``. Requests keep their deadlines
+    (C4) across moves. Control messages still queued from the broker being left are ignored
+    (one move per departure); its REPLY/PARTIAL still answer their requests. ``endpoint``
+    names the broker in use, ``brokers`` the known ones, ``failovers`` counts the moves.
 
 The blocking :class:`Client` only does I/O while one of its methods runs (it has no thread):
 heartbeats and liveness are checked during calls, and silence while idle is not held against
@@ -46,7 +54,6 @@ import json
 import logging
 import math
 import os
-import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -66,6 +73,7 @@ from scale0.net.errors import (
     Scale0Error,
     error_for_reply,
 )
+from scale0.net.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover, Move, backoff_delay
 from scale0.wire.client import (
     CheckConfig,
     ClientPartial,
@@ -99,22 +107,12 @@ Body = bytes | Sequence[bytes]
 #: Frames we accept from our own broker (its own max_frame_bytes bounds what it relays anyway).
 MAX_FRAME_BYTES: Final = 1 << 30
 DEFAULT_LIVENESS: Final = 3
-BACKOFF_INITIAL_S: Final = 0.1
-BACKOFF_MAX_S: Final = 5.0
 #: Linger of a socket closed on purpose (close()): long enough for DISCONNECT to leave.
 CLOSE_LINGER_MS: Final = 200
 #: The AsyncClient's background task wakes at least this often to see new deadlines.
 ASYNC_POLL_CAP_S: Final = 0.05
 #: Messages drained per poll before timers get a turn.
 DRAIN_BATCH: Final = 1000
-
-
-def backoff_delay(
-    attempt: int, initial: float = BACKOFF_INITIAL_S, cap: float = BACKOFF_MAX_S
-) -> float:
-    """Exponential back-off with jitter: ``initial * 2**attempt`` capped, times 0.5..1.0."""
-    base = min(cap, initial * 2.0 ** min(attempt, 30))
-    return base * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not security
 
 
 def body_frames(body: Body) -> tuple[bytes, ...]:
@@ -198,7 +196,7 @@ class LinkEvent(Enum):
     """What a control message means for the owner of a :class:`BrokerLink`."""
 
     NEGOTIATED = "negotiated"  # CONFIG/CONFIGACK: (re)send what waits (client) / READY (worker)
-    RECONNECT = "reconnect"  # broker DISCONNECT or 301: close the socket, open a new one
+    RECONNECT = "reconnect"  # DISCONNECT, 301, 503: leave this broker (``link.leave_reason``)
     REFUSED = "refused"  # DISCONNECTERROR: ``link.refusal`` says which
     STOP = "stop"  # 401: give up
 
@@ -234,7 +232,8 @@ class BrokerLink:
         self.next_heartbeat = math.inf
         self.retry_at: float | None = None  # renegotiate at this time (back-off after refusal)
         self.refusal: DisconnectError | None = None  # last DISCONNECTERROR since NEGOTIATED
-        self.move_to: str | None = None  # 301
+        self.move_to: str | None = None  # 301's endpoint, unchecked (failover.py F3 checks it)
+        self.leave_reason = ""  # why the last RECONNECT leaves the broker (for the log, F6)
         self.negotiated_at = 0.0
         self.checkconfig_sent_at = -math.inf
         self._refusals = 0
@@ -303,8 +302,9 @@ class BrokerLink:
                 self.negotiate(now)
             return None
         if isinstance(message, Disconnect):
-            log.info("broker said DISCONNECT")
             self.negotiated = False
+            self.next_heartbeat = math.inf
+            self.leave_reason = "broker said DISCONNECT"
             return LinkEvent.RECONNECT
         if isinstance(message, DisconnectError):
             return self._refused(message, now)
@@ -335,8 +335,10 @@ class BrokerLink:
         self.negotiated = False
         self.next_heartbeat = math.inf
         self.refusal = error
-        if error.code == 301 and error.endpoint is not None:
-            self.move_to = error.endpoint
+        if error.code in (301, 503):
+            # §3.8/§6.4: go where we are told, or to another broker of the family (F3).
+            self.move_to = error.endpoint if error.code == 301 else None
+            self.leave_reason = f"DISCONNECTERROR {error.code} {error.message}"
             return LinkEvent.RECONNECT
         if error.code == 401:
             return LinkEvent.STOP
@@ -345,7 +347,7 @@ class BrokerLink:
             return LinkEvent.REFUSED
         if error.code == 409:
             self.client_id = None  # "picks another id": let the broker assign one
-        # 400, 403, 409, 412, 429, 501, 503 and anything unknown: back off, then CHECKCONFIG.
+        # 400, 403, 409, 412, 429, 501 and anything unknown: back off, then CHECKCONFIG.
         # Backing off even where §3.8 allows an immediate retry keeps a worker whose READY
         # the broker refuses (400) from looping at full speed.
         self.retry_at = now + backoff_delay(self._refusals)
@@ -364,6 +366,16 @@ class BrokerLink:
             )
             self.next_heartbeat = now + self.interval_s
         return now - self.last_heard > self.liveness * self.interval_s
+
+    def silence_reason(self) -> str:
+        """Why :meth:`tick` said the broker is dead, for the failover log line (F6)."""
+        state = "answered nothing" if self.negotiated else "did not answer CHECKCONFIG"
+        return f"{state} for {self.liveness * self.interval_s:.3g} s"
+
+    @property
+    def settle_s(self) -> float:
+        """How long a session must have lasted for the next move to be immediate (F5)."""
+        return self.liveness * self.interval_s
 
     def next_wakeup(self) -> float:
         """The monotonic time of the next timer :meth:`tick` must see."""
@@ -419,15 +431,20 @@ class _Request:
 
 
 class _Session:
-    """Requests outstanding on one client's link (C2, C4, C6), independent of how it waits."""
+    """Requests outstanding on one client's link (C2, C4, C6, C7), independent of how it waits.
 
-    def __init__(self, link: BrokerLink, retries: int) -> None:
+    ``move`` is set when the client must leave its broker: the owner closes the DEALER at once
+    and opens one to ``move.endpoint`` at ``move.at`` (C7; failover.py decides both).
+    """
+
+    def __init__(self, link: BrokerLink, retries: int, failover: Failover) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
         self.link = link
         self.retries = retries
+        self.failover = failover
         self.pending: dict[bytes, _Request] = {}
-        self.reconnect = False
+        self.move: Move | None = None
         self._prefix = os.urandom(8)
         self._counter = itertools.count(1)
 
@@ -486,16 +503,25 @@ class _Session:
             if request is not None:
                 request.next_resend = now + request.attempt_s  # news of it: no resend yet
                 request.push((False, list(message.body)))
-        else:
+        elif self.move is None:
             self._control(self.link.handle(message, now), now)
+        # else: control messages that were queued behind a 301/503/DISCONNECT come from the
+        # broker we are leaving; a second refusal must not move us twice (C7).
 
     def _control(self, event: LinkEvent | None, now: float) -> None:
         if event is LinkEvent.NEGOTIATED:
+            self.failover.negotiated(now)
+            if self.link.config is not None:
+                self.failover.learn(self.link.config.document)
             for request in self.pending.values():
                 request.refused = None
                 self._send(request, now)
         elif event is LinkEvent.RECONNECT:
-            self.reconnect = True
+            refusal = self.link.refusal
+            if refusal is not None and refusal.code == 503:
+                for request in self.pending.values():
+                    request.refused = refusal  # if every broker refuses, say so at the deadline
+            self.leave(self.link.leave_reason, now, redirect=self.link.move_to)
         elif event is LinkEvent.REFUSED:
             for request in self.pending.values():
                 request.refused = self.link.refusal
@@ -505,10 +531,19 @@ class _Session:
                 self.pending.pop(request.request_id)
                 request.push(_refused(request, error))
 
+    def leave(self, reason: str, now: float, redirect: str | None = None) -> None:
+        """C7: stop using this broker; ``move`` says where to go and when (failover.py)."""
+        link = self.link
+        link.move_to = None
+        link.negotiated = False
+        link.next_heartbeat = math.inf
+        link.retry_at = None
+        link.outbox.clear()  # nothing more goes to the broker we leave
+        self.move = self.failover.leave(reason, now, settle_s=link.settle_s, redirect=redirect)
+
     def tick(self, now: float) -> None:
-        if self.link.tick(now):
-            log.warning("broker silent for %d intervals: reconnecting", self.link.liveness)
-            self.reconnect = True
+        if self.move is None and self.link.tick(now):
+            self.leave(self.link.silence_reason(), now)
         for request in list(self.pending.values()):
             if now >= request.deadline:
                 del self.pending[request.request_id]
@@ -530,7 +565,7 @@ class _Session:
                     request.next_resend = request.deadline
 
     def next_wakeup(self) -> float:
-        wake = self.link.next_wakeup()
+        wake = self.link.next_wakeup() if self.move is None else self.move.at
         for request in self.pending.values():
             wake = min(wake, request.deadline, request.next_resend)
         return wake
@@ -588,8 +623,9 @@ class _LinkedClient(Generic[_S]):
         timeout: float,
         retries: int,
         heartbeat_interval: float,
+        backoff_initial: float,
+        backoff_max: float,
     ) -> None:
-        self.endpoint = endpoint
         self.timeout = timeout
         self._new_socket: Callable[[], _S] = new_socket
         self._link = BrokerLink(
@@ -598,8 +634,25 @@ class _LinkedClient(Generic[_S]):
             client_id=client_id,
             heartbeat_interval_s=heartbeat_interval,
         )
-        self._session = _Session(self._link, retries)
+        self._failover = Failover(endpoint, "frontend", initial=backoff_initial, cap=backoff_max)
+        self._session = _Session(self._link, retries, self._failover)
         self._socket: _S | None = None
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        """The frontend of the broker in use, or the one the client is moving to (C7)."""
+        return self._failover.current
+
+    @property
+    def brokers(self) -> list[str]:
+        """The frontends the client knows: the seed, then what each CONFIG listed (F1)."""
+        return list(self._failover.endpoints)
+
+    @property
+    def failovers(self) -> int:
+        """How many times the client left a broker for another (or the same one again)."""
+        return self._failover.failovers
 
     @property
     def config(self) -> ClientConfig | None:
@@ -612,17 +665,35 @@ class _LinkedClient(Generic[_S]):
         return self._link.client_id
 
     def _open(self) -> None:
-        """A fresh DEALER (to where a 301 sent us, if it did); the link starts over."""
+        """A fresh DEALER to the broker in use (C7); the link starts over (C1)."""
         if self._socket is not None:
             self._socket.close(linger=0)
-        if self._link.move_to is not None:
-            self.endpoint, self._link.move_to = self._link.move_to, None
         socket = self._new_socket()
         socket.linger = 0
-        socket.connect(self.endpoint)
+        try:
+            socket.connect(self._failover.current)
+        except zmq.ZMQError as exc:
+            if self._failover.failovers == 0:
+                socket.close(linger=0)
+                raise  # the seed the caller gave: a mistake to report, not a broker to skip
+            # Never raise out of a move: an endpoint libzmq refuses stays silent, so C5 moves on.
+            log.warning("cannot connect to %s: %s", self._failover.current, exc)
         self._socket = socket
-        self._session.reconnect = False
+        self._session.move = None
         self._link.reset(time.monotonic())
+
+    def _perform_move(self, now: float) -> bool:
+        """Carry out C7's move if one is due: close at once, open at its time; True if opened."""
+        move = self._session.move
+        if move is None:
+            return False
+        if self._socket is not None:
+            self._socket.close(linger=0)  # unsent requests go nowhere: C2 resends them
+            self._socket = None
+        if now < move.at:
+            return False
+        self._open()
+        return True
 
 
 class Client(_LinkedClient[zmq.Socket[bytes]]):
@@ -641,6 +712,8 @@ class Client(_LinkedClient[zmq.Socket[bytes]]):
         timeout: float = 10.0,
         retries: int = 2,
         heartbeat_interval: float = 1.0,
+        backoff_initial: float = BACKOFF_INITIAL_S,
+        backoff_max: float = BACKOFF_MAX_S,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
     ) -> None:
         ctx = context if context is not None else zmq.Context.instance()
@@ -652,6 +725,8 @@ class Client(_LinkedClient[zmq.Socket[bytes]]):
             timeout=timeout,
             retries=retries,
             heartbeat_interval=heartbeat_interval,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
         )
         self._idle_since: float | None = None
         self._open()
@@ -734,13 +809,17 @@ class Client(_LinkedClient[zmq.Socket[bytes]]):
 
     def close(self) -> None:
         """Send DISCONNECT and close the socket; outstanding requests fail. Idempotent."""
-        if self._socket is None:
+        if self._closed:
             return
+        self._closed = True
         self._session.fail_all(_closed)
-        with contextlib.suppress(zmq.ZMQError):
-            self._socket.send_multipart(Disconnect(protocol=SIG_CLIENT).to_frames(), zmq.NOBLOCK)
-        self._socket.close(linger=CLOSE_LINGER_MS)
-        self._socket = None
+        if self._socket is not None:  # None between two brokers (C7)
+            with contextlib.suppress(zmq.ZMQError):
+                self._socket.send_multipart(
+                    Disconnect(protocol=SIG_CLIENT).to_frames(), zmq.NOBLOCK
+                )
+            self._socket.close(linger=CLOSE_LINGER_MS)
+            self._socket = None
 
     def __enter__(self) -> Self:
         return self
@@ -756,7 +835,7 @@ class Client(_LinkedClient[zmq.Socket[bytes]]):
     # -- internals --
 
     def _submit(self, service: str, body: Body, timeout: float | None) -> _Request:
-        if self._socket is None:
+        if self._closed:
             raise Scale0Error("client closed", service=service)
         seconds = self.timeout if timeout is None else timeout
         request = self._session.submit(service, body, seconds, time.monotonic())
@@ -790,15 +869,17 @@ class Client(_LinkedClient[zmq.Socket[bytes]]):
                 if now >= limit:
                     return
                 self._session.tick(now)
-                if self._session.reconnect:
-                    self._open()
+                self._perform_move(now)
                 self._flush()
                 if done():
                     return
-                socket = self._socket
-                if socket is None:
+                if self._closed:
                     raise Scale0Error("client closed")
                 wait = min(self._session.next_wakeup(), limit) - time.monotonic()
+                socket = self._socket
+                if socket is None:  # between two brokers: the move's back-off (C7)
+                    time.sleep(max(0.0, wait))
+                    continue
                 if socket.poll(max(0, math.ceil(wait * 1000)), zmq.POLLIN):
                     self._drain(socket)
                     self._flush()
@@ -834,6 +915,8 @@ class AsyncClient(_LinkedClient[zmq.asyncio.Socket]):
         timeout: float = 10.0,
         retries: int = 2,
         heartbeat_interval: float = 1.0,
+        backoff_initial: float = BACKOFF_INITIAL_S,
+        backoff_max: float = BACKOFF_MAX_S,
         context: zmq.asyncio.Context | None = None,
     ) -> None:
         ctx = context if context is not None else zmq.asyncio.Context.instance()
@@ -845,10 +928,11 @@ class AsyncClient(_LinkedClient[zmq.asyncio.Socket]):
             timeout=timeout,
             retries=retries,
             heartbeat_interval=heartbeat_interval,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
         )
         self._task: asyncio.Task[None] | None = None
         self._negotiated: asyncio.Event | None = None
-        self._closed = False
 
     async def connect(self, timeout: float | None = None) -> ClientConfig:
         """Wait until the broker answered CHECKCONFIG; RequestTimeout if it does not in time."""
@@ -975,14 +1059,16 @@ class AsyncClient(_LinkedClient[zmq.asyncio.Socket]):
             while True:
                 now = time.monotonic()
                 self._session.tick(now)
-                if self._session.reconnect:
-                    self._open()
+                self._perform_move(now)
                 self._sync_negotiated()
                 await self._flush()
-                socket = self._socket
-                if socket is None:
+                if self._closed:
                     return
                 wait = min(self._session.next_wakeup() - time.monotonic(), ASYNC_POLL_CAP_S)
+                socket = self._socket
+                if socket is None:  # between two brokers: the move's back-off (C7)
+                    await asyncio.sleep(max(0.0, wait))
+                    continue
                 events = await socket.poll(max(0, math.ceil(wait * 1000)))
                 if events:
                     now = time.monotonic()

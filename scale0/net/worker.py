@@ -28,15 +28,21 @@ W1  On each new socket: CHECKCONFIG, then on CONFIG/CONFIGACK send READY (servic
     DISCONNECTERROR are handled by the link (client.py C3); each renegotiation sends READY again.
 W2  HEARTBEAT every interval: the larger of ours, the config's default and any
     ``hbeatinterval_ms`` the broker announces (§4.2); READY carries the interval in force.
-W3  A broker silent for ``liveness`` intervals, a broker DISCONNECT, or a 301 closes the socket
-    (linger 0) and, after a back-off (0.1 s doubling to 5 s, times 0.5..1 jitter; reset after a
-    connection that got as far as READY), opens a new DEALER and starts at W1. So a broker
-    restart is survived without restarting the worker.
+W3  A broker silent for ``liveness`` intervals (or that does not answer CHECKCONFIG in that
+    time), a broker DISCONNECT, DISCONNECTERROR 503 or 301 makes the worker leave it: the
+    socket is closed (linger 0) at once and, at the move's time, a new DEALER connects to the
+    next broker and starts at W1, so READY is sent there (W6). A broker restart or death is
+    survived without restarting the worker.
 W4  Replies belong to the socket their REQUEST came on: a reply whose socket was replaced is
     dropped (the new broker session does not know its ticket; the broker retried it elsewhere).
 W5  ``stop()`` (thread-safe, idempotent) sends DISCONNECT, cancels async handlers and returns
     from ``run()`` within about 0.1 s; sync handlers already running finish in their thread and
     their replies are dropped. A DISCONNECTERROR 401 also stops the worker.
+W6  Failover (protocol.md §3.9; :mod:`scale0.net.failover` F1-F6 decides): the worker is given
+    one seed endpoint and learns the family's backends from each CONFIG. W3's next broker is a
+    301's endpoint, else the next known backend after the one it left; the first move after a
+    lasting session is immediate, further ones back off (0.1 s doubling to 5 s, jittered).
+    ``endpoint`` names the broker in use and ``failovers`` counts the moves.
 """
 
 from __future__ import annotations
@@ -58,15 +64,13 @@ import zmq
 import zmq.asyncio
 
 from scale0.net.client import (
-    BACKOFF_INITIAL_S,
-    BACKOFF_MAX_S,
     CLOSE_LINGER_MS,
     DRAIN_BATCH,
     BrokerLink,
     ClientConfig,
     LinkEvent,
-    backoff_delay,
 )
+from scale0.net.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover
 from scale0.wire.client import Disconnect
 from scale0.wire.frames import SIG_WORKER, ConfigType, encode_json
 from scale0.wire.worker import MAX_CAPACITY, Ready, WorkerPartial, WorkerReply, WorkerRequest
@@ -138,7 +142,6 @@ class Worker:
             raise ValueError(f"capacity must be 1..{MAX_CAPACITY}")
         if not handlers:
             raise ValueError("a worker needs at least one handler")
-        self.endpoint = endpoint
         self.capacity = capacity
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -150,6 +153,7 @@ class Worker:
             client_id=worker_id,
             heartbeat_interval_s=heartbeat_interval,
         )
+        self._failover = Failover(endpoint, "backend", initial=backoff_initial, cap=backoff_max)
         #: Set while READY has been sent on the current connection (for tests and health).
         self.registered = threading.Event()
         self._stop = threading.Event()
@@ -157,6 +161,21 @@ class Worker:
         self._generation = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
+
+    @property
+    def endpoint(self) -> str:
+        """The backend of the broker in use, or the one the worker is moving to (W6)."""
+        return self._failover.current
+
+    @property
+    def brokers(self) -> list[str]:
+        """The backends the worker knows: the seed, then what each CONFIG listed (F1)."""
+        return list(self._failover.endpoints)
+
+    @property
+    def failovers(self) -> int:
+        """How many times the worker left a broker for another (or the same one again)."""
+        return self._failover.failovers
 
     @property
     def services(self) -> tuple[str, ...]:
@@ -194,18 +213,16 @@ class Worker:
         self._running = True
         context = self._context if self._context is not None else zmq.asyncio.Context.instance()
         executor = ThreadPoolExecutor(self.capacity, thread_name_prefix="scale0-worker")
-        failures = 0
         try:
             while not self._stop.is_set():
-                ended, registered = await self._connection(context, executor)
+                ended, reason, redirect = await self._connection(context, executor)
                 if ended is _Ended.STOPPED:
                     break
-                if registered:
-                    failures = 0
-                delay = backoff_delay(failures, self.backoff_initial, self.backoff_max)
-                failures += 1
-                log.info("reconnecting to %s in %.2f s", self.endpoint, delay)
-                await self._sleep(delay)
+                now = time.monotonic()
+                move = self._failover.leave(
+                    reason, now, settle_s=self._link.settle_s, redirect=redirect
+                )
+                await self._sleep(move.at - now)
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -224,19 +241,23 @@ class Worker:
 
     async def _connection(
         self, context: zmq.asyncio.Context, executor: ThreadPoolExecutor
-    ) -> tuple[_Ended, bool]:
-        """One socket's life: W1 until stop (STOPPED) or W3 (LOST); also says if READY went."""
+    ) -> tuple[_Ended, str, str | None]:
+        """One socket's life: W1 until stop (STOPPED) or W3 (LOST: why, and a 301's endpoint)."""
         link = self._link
-        if link.move_to is not None:
-            self.endpoint, link.move_to = link.move_to, None
         socket = context.socket(zmq.DEALER)
         socket.linger = 0
-        socket.connect(self.endpoint)
+        try:
+            socket.connect(self._failover.current)
+        except zmq.ZMQError as exc:
+            if self._failover.failovers == 0:
+                socket.close(linger=0)
+                raise  # the seed the caller gave: a mistake to report, not a broker to skip
+            # Never raise out of a move: an endpoint libzmq refuses stays silent, so W3 moves on.
+            log.warning("cannot connect to %s: %s", self._failover.current, exc)
         self._generation += 1
         generation = self._generation
         self._socket = socket
         link.reset(time.monotonic())
-        registered = False
         linger = 0
         try:
             while True:
@@ -247,10 +268,9 @@ class Worker:
                             Disconnect(protocol=SIG_WORKER).to_frames(), zmq.NOBLOCK
                         )
                     linger = CLOSE_LINGER_MS
-                    return _Ended.STOPPED, registered
+                    return _Ended.STOPPED, "stopped", None
                 if link.tick(time.monotonic()):
-                    log.warning("broker silent for %d intervals", link.liveness)
-                    return _Ended.LOST, registered
+                    return _Ended.LOST, link.silence_reason(), None
                 await self._flush(socket)
                 wait = min(link.next_wakeup() - time.monotonic(), POLL_CAP_S)
                 if not await socket.poll(max(0, int(wait * 1000) + 1)):
@@ -270,14 +290,17 @@ class Worker:
                         continue
                     event = link.handle(message, now)
                     if event is LinkEvent.NEGOTIATED:
+                        self._failover.negotiated(now)
+                        if link.config is not None:
+                            self._failover.learn(link.config.document)
                         link.outbox.append(self._ready_frames())
-                        registered = True
                         self.registered.set()
                     elif event is LinkEvent.RECONNECT:
-                        return _Ended.LOST, registered
+                        redirect, link.move_to = link.move_to, None
+                        return _Ended.LOST, link.leave_reason, redirect
                     elif event is LinkEvent.STOP:
                         self._stop.set()
-                        return _Ended.STOPPED, registered
+                        return _Ended.STOPPED, "stopped", None
                     elif event is LinkEvent.REFUSED:
                         self.registered.clear()
         finally:

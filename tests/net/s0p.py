@@ -3,6 +3,8 @@
 ``Dealer(ctx, endpoint, SIG_CLIENT)`` connects with linger 0; ``send`` encodes a message,
 ``recv`` decodes one (bounded wait, HEARTBEATs skipped unless asked for), ``recv_or_none``
 returns None on silence. ``client``/``worker`` return negotiated (CHECKCONFIG done) dealers.
+``Router(ctx, SIG_CLIENT)`` is the other side: a fake broker socket bound on a free loopback
+port, which decodes what clients or workers send and answers whatever a test makes it say.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any, TypeVar
 import zmq
 
 from scale0.wire import (
+    BACKEND_SIGNATURES,
+    FRONTEND_SIGNATURES,
     SIG_CLIENT,
     SIG_WORKER,
     CheckConfig,
@@ -23,10 +27,11 @@ from scale0.wire import (
     Message,
     Ready,
     decode_from_broker,
+    decode_to_broker,
     encode,
 )
 
-__all__ = ["Dealer", "client", "negotiate", "worker"]
+__all__ = ["Dealer", "Router", "client", "negotiate", "worker"]
 
 M = TypeVar("M", bound=Message)
 
@@ -99,6 +104,53 @@ class Dealer:
         self.socket.close(linger=0)
 
     def __enter__(self) -> Dealer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Router:
+    """A raw ROUTER standing in for a broker's frontend (SIG_CLIENT) or backend (SIG_WORKER).
+
+    Bound to ``tcp://127.0.0.1:*`` (``endpoint`` has the real port); ``recv`` returns
+    ``(routing_id, message)`` decoded as a broker would (HEARTBEATs skipped unless asked for),
+    ``send`` answers one routing id with a message built from the wire classes.
+    """
+
+    def __init__(self, ctx: zmq.Context[Any], signature: bytes) -> None:
+        self.signature = signature
+        self.signatures = FRONTEND_SIGNATURES if signature == SIG_CLIENT else BACKEND_SIGNATURES
+        self.socket: zmq.Socket[bytes] = ctx.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDTIMEO, 5000)
+        self.socket.bind("tcp://127.0.0.1:0")
+        self.endpoint: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def recv(
+        self, cls: type[M], timeout_s: float = RECV_TIMEOUT_S, *, heartbeats: bool = False
+    ) -> tuple[bytes, M]:
+        """The next message of type ``cls`` (others but HEARTBEAT are a test failure)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.socket.poll(int(left * 1000) + 1, zmq.POLLIN):
+                raise TimeoutError(f"no {cls.__name__} within {timeout_s} s")
+            routing_id, *frames = self.socket.recv_multipart()
+            message = decode_to_broker(frames, max_frame_bytes=1 << 30, signatures=self.signatures)
+            if isinstance(message, Heartbeat) and not heartbeats:
+                continue
+            if not isinstance(message, cls):
+                raise AssertionError(f"expected {cls.__name__}, got {message!r}")
+            return routing_id, message
+
+    def send(self, routing_id: bytes, message: Message) -> None:
+        self.socket.send_multipart([routing_id, *encode(message)])
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+    def __enter__(self) -> Router:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -27,6 +27,7 @@ from scale0.net.errors import (
     WorkerLost,
     error_for_reply,
 )
+from scale0.net.failover import Failover
 from scale0.net.worker import Handler, Worker, WorkerThread, echo_handler
 from scale0.testing import BrokerProcess, running_broker
 from scale0.wire.client import (
@@ -132,7 +133,7 @@ def test_a_409_to_a_resent_request_is_not_its_answer() -> None:
     from scale0.net.client import _Session
 
     link = BrokerLink(SIG_CLIENT)
-    session = _Session(link, retries=2)
+    session = _Session(link, retries=2, failover=Failover("tcp://127.0.0.1:1", "frontend"))
     link.reset(0.0)
     session.receive(ConfigAck(1, "me", protocol=SIG_CLIENT).to_frames(), 0.0)
     link.outbox.clear()
