@@ -63,7 +63,7 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      for it count as none until its next table), else the client gets that status.
  F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots.
  F10 A config offered (config SUB, a peer's CONFIG, the disk, the file, an admin) is judged by
-     the replica (scale0/core/replica.py, C1-C5). An applied config is persisted, published by a
+     the replica (scale0/core/replica.py, K1-K5). An applied config is persisted, published by a
      config source, its plan performed (links, subscriptions), every client and worker is told
      FORCENEGOTIATE, and a joining broker becomes active. A refusal is logged, nothing changes.
  F11 CHECKCONFIG from a peer gets CONFIGACK or CONFIG with the whole config and its signature;
@@ -1042,7 +1042,7 @@ class Broker:
             self._timers.push(now + self.network.config_republish_s, ("republish",))
 
     def _plan_links(self, network: NetworkConfig, out: list[Effect]) -> None:
-        """Make ``self._peers`` match ``network``: one link per other member (F1, C5)."""
+        """Make ``self._peers`` match ``network``: one link per other member (F1, K5)."""
         wants: dict[str, tuple[bool, TableMode]] = {}
         if network.peers:
             for link in network.peers:

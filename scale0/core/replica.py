@@ -8,13 +8,13 @@ nothing and says why. Cheap repeats (the republish every ``config_republish_s``)
 by version and sha256 before anything is parsed or verified.
 
 Rules (tests/core/test_replica.py names a test after each):
- C1  A config applies only if it parses and validates, its sha256 matches its document, its
+ K1  A config applies only if it parses and validates, its sha256 matches its document, its
      signature verifies against a trusted key, and its family is ours (once we have one).
- C2  A higher config_version replaces the running config; a lower one is refused as stale.
- C3  An equal version with the same sha256 is the running config: nothing happens.
- C4  An equal version with another sha256 is a conflict: the smaller sha256 is kept, by every
+ K2  A higher config_version replaces the running config; a lower one is refused as stale.
+ K3  An equal version with the same sha256 is the running config: nothing happens.
+ K4  An equal version with another sha256 is a conflict: the smaller sha256 is kept, by every
      broker, whichever arrived first; the conflict is recorded (bounded) for management.
- C5  Applying a config yields a plan: peers to connect and close, and the changes that cannot
+ K5  Applying a config yields a plan: peers to connect and close, and the changes that cannot
      take effect without a restart (this broker's own endpoints), never silently ignored.
 """
 
@@ -90,7 +90,7 @@ class Offer:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What applying a config changes around the broker (C5)."""
+    """What applying a config changes around the broker (K5)."""
 
     connect: dict[str, str] = field(default_factory=dict)  # broker_id -> peer endpoint
     close: tuple[str, ...] = ()  # broker_ids no longer in the family
@@ -103,7 +103,7 @@ class Applied:
     config: SignedConfig
     previous_version: int
     plan: Plan
-    conflict: bool = False  # True when it won an equal-version conflict (C4)
+    conflict: bool = False  # True when it won an equal-version conflict (K4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +134,7 @@ def _peers(network: NetworkConfig, identity: str) -> dict[str, BrokerEntry]:
 
 
 def plan_change(old: NetworkConfig | None, new: NetworkConfig, identity: str) -> Plan:
-    """The effects of moving from ``old`` to ``new`` for the broker ``identity`` (C5)."""
+    """The effects of moving from ``old`` to ``new`` for the broker ``identity`` (K5)."""
     before = _peers(old, identity) if old is not None else {}
     after = _peers(new, identity)
     connect = {
@@ -161,7 +161,7 @@ def plan_change(old: NetworkConfig | None, new: NetworkConfig, identity: str) ->
 
 
 class Replica:
-    """The running network config of one broker and the rules that replace it (C1-C5)."""
+    """The running network config of one broker and the rules that replace it (K1-K5)."""
 
     def __init__(
         self,
@@ -201,7 +201,7 @@ class Replica:
 
     def _judge(self, offer: Offer) -> Outcome:
         current = self.current
-        # C3, cheaply: a republish of what we run is recognised before any parsing.
+        # K3, cheaply: a republish of what we run is recognised before any parsing.
         if (
             current is not None
             and offer.config_version == current.version
@@ -212,7 +212,7 @@ class Replica:
             return Refused(f"family {offer.family!r} is not ours ({self.family!r})")
         claimed = offer.config_version
         if claimed is not None and current is not None and claimed < current.version:
-            return Refused(  # C2, before the costly checks
+            return Refused(  # K2, before the costly checks
                 f"config_version {offer.config_version} is older than the running {current.version}"
             )
         try:
@@ -251,7 +251,7 @@ class Replica:
             return Refused(
                 f"config_version {candidate.version} is older than the running {current.version}"
             )
-        # C4: equal version, other digest. Everybody keeps the smaller sha256.
+        # K4: equal version, other digest. Everybody keeps the smaller sha256.
         if candidate.sha256 < current.sha256:
             self.conflicts.append(
                 Conflict(candidate.version, candidate.sha256, current.sha256, offer.origin)

@@ -30,7 +30,7 @@ C6  REPLY 200 gives the body; any other status raises (errors.error_for_reply), 
     to a request we resent (§3.3: the first one is unaffected, its REPLY follows). REPLY/PARTIAL
     for a request_id nobody waits for (late duplicates) are dropped; undecodable frames are
     logged and dropped (§2.4), never answered.
-C7  Failover (§3.9; which broker and when is :mod:`scale0.net.failover`, rules F1-F6): the
+C7  Failover (§3.9; which broker and when is :mod:`scale0.net.failover`, rules V1-V6): the
     client is given one seed endpoint and learns the family's frontends from each CONFIG. On
     leaving a broker (silence, DISCONNECT, 503, 301) the DEALER is closed with linger 0 at
     once; at the move's time a new DEALER connects to the next broker and C1/C2 run there, so
@@ -232,8 +232,8 @@ class BrokerLink:
         self.next_heartbeat = math.inf
         self.retry_at: float | None = None  # renegotiate at this time (back-off after refusal)
         self.refusal: DisconnectError | None = None  # last DISCONNECTERROR since NEGOTIATED
-        self.move_to: str | None = None  # 301's endpoint, unchecked (failover.py F3 checks it)
-        self.leave_reason = ""  # why the last RECONNECT leaves the broker (for the log, F6)
+        self.move_to: str | None = None  # 301's endpoint, unchecked (failover.py V3 checks it)
+        self.leave_reason = ""  # why the last RECONNECT leaves the broker (for the log, V6)
         self.negotiated_at = 0.0
         self.checkconfig_sent_at = -math.inf
         self._refusals = 0
@@ -336,7 +336,7 @@ class BrokerLink:
         self.next_heartbeat = math.inf
         self.refusal = error
         if error.code in (301, 503):
-            # §3.8/§6.4: go where we are told, or to another broker of the family (F3).
+            # §3.8/§6.4: go where we are told, or to another broker of the family (V3).
             self.move_to = error.endpoint if error.code == 301 else None
             self.leave_reason = f"DISCONNECTERROR {error.code} {error.message}"
             return LinkEvent.RECONNECT
@@ -368,13 +368,13 @@ class BrokerLink:
         return now - self.last_heard > self.liveness * self.interval_s
 
     def silence_reason(self) -> str:
-        """Why :meth:`tick` said the broker is dead, for the failover log line (F6)."""
+        """Why :meth:`tick` said the broker is dead, for the failover log line (V6)."""
         state = "answered nothing" if self.negotiated else "did not answer CHECKCONFIG"
         return f"{state} for {self.liveness * self.interval_s:.3g} s"
 
     @property
     def settle_s(self) -> float:
-        """How long a session must have lasted for the next move to be immediate (F5)."""
+        """How long a session must have lasted for the next move to be immediate (V5)."""
         return self.liveness * self.interval_s
 
     def next_wakeup(self) -> float:
@@ -646,7 +646,7 @@ class _LinkedClient(Generic[_S]):
 
     @property
     def brokers(self) -> list[str]:
-        """The frontends the client knows: the seed, then what each CONFIG listed (F1)."""
+        """The frontends the client knows: the seed, then what each CONFIG listed (V1)."""
         return list(self._failover.endpoints)
 
     @property

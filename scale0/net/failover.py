@@ -7,29 +7,29 @@ close and open the DEALERs it names.
 
 Rules (tests/net/test_failover.py names a test after each):
 
-F1  The known brokers start as the seed alone. Every CONFIG view (protocol.md §3.2; a CONFIGACK
+V1  The known brokers start as the seed alone. Every CONFIG view (protocol.md §3.2; a CONFIGACK
     carries none and changes nothing) replaces them with the endpoints of its ``brokers[]``
     entries: ``frontend`` for clients, ``backend`` for workers, in the view's order, entries
     with ``role: standby`` after the active ones, duplicates dropped. The seed stays known,
     after the family's own list, when the view does not name it. A view without ``brokers``
     keeps the seed only.
-F2  A view is read as the text formats shape it too: XML and ZPL give a list as
+V2  A view is read as the text formats shape it too: XML and ZPL give a list as
     ``{"broker": [...]}``, a lone entry as a mapping, and scalars as strings. An entry that is
     not a mapping, has no endpoint for the channel, or whose endpoint is not
     ``tcp://host:port`` is skipped with a warning; a ``brokers`` value that is no list at all
     counts as absent (warning). A bad view never raises.
-F3  Triggers (the owner reports them with :meth:`Failover.leave`): the broker silent for
+V3  Triggers (the owner reports them with :meth:`Failover.leave`): the broker silent for
     ``liveness`` x heartbeat interval (a dead or restarted broker, or one that never answers
     CHECKCONFIG), a broker DISCONNECT (§3.6), DISCONNECTERROR 503 (§6.4: not accepting) and
     301 (§3.8). A 301 whose ``endpoint`` is missing or not ``tcp://host:port`` is handled as a
     503, with a warning.
-F4  Where to: a 301's endpoint; otherwise the known endpoint after the one that failed, in F1's
+V4  Where to: a 301's endpoint; otherwise the known endpoint after the one that failed, in V1's
     order and wrapping round, never the failed one unless it is the only one known. A current
     endpoint that is not known (a 301 sent us there) is followed by the first known one.
-F5  When: the first move after a session that lasted (negotiated at least ``settle_s`` =
+V5  When: the first move after a session that lasted (negotiated at least ``settle_s`` =
     liveness x interval before it ended) is immediate; each further move in a row waits
     ``initial * 2**(n-1)`` seconds, capped at ``cap``, times 0.5..1 from the jitter source.
-F6  Every move adds one to :attr:`Failover.failovers` and logs one line: from, to, reason,
+V6  Every move adds one to :attr:`Failover.failovers` and logs one line: from, to, reason,
     delay. :attr:`Failover.current` is the endpoint in use (or about to be).
 """
 
@@ -94,7 +94,7 @@ def _entries(brokers: object) -> list[object] | None:
 
 
 def broker_endpoints(document: Mapping[str, Any], channel: Channel) -> list[str] | None:
-    """The ``channel`` endpoints a view lists (F1, F2); None when it lists no brokers at all."""
+    """The ``channel`` endpoints a view lists (V1, V2); None when it lists no brokers at all."""
     if "brokers" not in document:
         return None
     entries = _entries(document["brokers"])
@@ -133,7 +133,7 @@ class Move:
 
 
 class Failover:
-    """The known brokers of one client or worker and the choice of the next one (F1-F6)."""
+    """The known brokers of one client or worker and the choice of the next one (V1-V6)."""
 
     def __init__(
         self,
@@ -154,12 +154,12 @@ class Failover:
         self.endpoints: list[str] = [seed]
         self.current = seed
         self.failovers = 0
-        self.streak = 0  # moves in a row without a session that lasted (F5)
+        self.streak = 0  # moves in a row without a session that lasted (V5)
         self._negotiated_at: float | None = None
         self._learned: Mapping[str, Any] | None = None
 
     def learn(self, document: Mapping[str, Any]) -> None:
-        """F1/F2: the known brokers from a CONFIG view (an empty one, CONFIGACK's, is ignored)."""
+        """V1/V2: the known brokers from a CONFIG view (an empty one, CONFIGACK's, is ignored)."""
         if not document or document is self._learned:
             return  # CONFIGACK: nothing new (and the same view's warnings were logged once)
         self._learned = document
@@ -176,13 +176,13 @@ class Failover:
         self.endpoints = listed
 
     def negotiated(self, now: float) -> None:
-        """The current broker answered CHECKCONFIG (F5 counts the session from here)."""
+        """The current broker answered CHECKCONFIG (V5 counts the session from here)."""
         self._negotiated_at = now
 
     def leave(
         self, reason: str, now: float, *, settle_s: float, redirect: str | None = None
     ) -> Move:
-        """F3-F6: leave the current broker; where to go and when."""
+        """V3-V6: leave the current broker; where to go and when."""
         if self._negotiated_at is not None and now - self._negotiated_at >= settle_s:
             self.streak = 0
         self._negotiated_at = None

@@ -38,7 +38,7 @@ W4  Replies belong to the socket their REQUEST came on: a reply whose socket was
 W5  ``stop()`` (thread-safe, idempotent) sends DISCONNECT, cancels async handlers and returns
     from ``run()`` within about 0.1 s; sync handlers already running finish in their thread and
     their replies are dropped. A DISCONNECTERROR 401 also stops the worker.
-W6  Failover (protocol.md §3.9; :mod:`scale0.net.failover` F1-F6 decides): the worker is given
+W6  Failover (protocol.md §3.9; :mod:`scale0.net.failover` V1-V6 decides): the worker is given
     one seed endpoint and learns the family's backends from each CONFIG. W3's next broker is a
     301's endpoint, else the next known backend after the one it left; the first move after a
     lasting session is immediate, further ones back off (0.1 s doubling to 5 s, jittered).
@@ -169,7 +169,7 @@ class Worker:
 
     @property
     def brokers(self) -> list[str]:
-        """The backends the worker knows: the seed, then what each CONFIG listed (F1)."""
+        """The backends the worker knows: the seed, then what each CONFIG listed (V1)."""
         return list(self._failover.endpoints)
 
     @property

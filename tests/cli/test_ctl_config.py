@@ -27,7 +27,8 @@ from scale0.crypto.keys import SignatureError, key_id, load_private_key, load_pu
 from scale0.crypto.passwords import verify_password
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-CONF_FILES = sorted(CONF.iterdir())
+CONF_FILES = sorted(p for p in CONF.iterdir() if p.is_file())
+FAMILY_FILES = sorted((CONF / "family").iterdir())
 NETWORK_FILES = [p for p in CONF_FILES if p.stem == "network"]
 FORMATS = ("yaml", "json", "xml", "zfl")
 
@@ -68,6 +69,15 @@ def test_conf_holds_both_kinds_in_four_formats() -> None:
     assert sorted(p.name for p in CONF_FILES) == sorted(
         f"{kind}.{fmt}" for kind in ("network", "broker") for fmt in FORMATS
     )
+
+
+def test_conf_family_holds_three_brokers_and_one_network_config_in_four_formats() -> None:
+    assert [p.name for p in FAMILY_FILES] == sorted(
+        ["a.yaml", "b.yaml", "c.yaml", *(f"network.{fmt}" for fmt in FORMATS)]
+    )
+    hashes = run("config", "hash", *(p for p in FAMILY_FILES if p.stem == "network"))
+    assert hashes.exit_code == 0, hashes.output
+    assert len({line.split()[0] for line in hashes.stdout.splitlines()}) == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Config replication rules C1-C5 (scale0/core/replica.py), pure: offers in, outcomes out."""
+"""Config replication rules K1-K5 (scale0/core/replica.py), pure: offers in, outcomes out."""
 
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ def replica(version: int | None = 1) -> Replica:
     return Replica("a", (KEY.public_key(),), family="fam", current=current)
 
 
-def test_c1_a_valid_signed_higher_config_applies() -> None:
+def test_k1_a_valid_signed_higher_config_applies() -> None:
     r = replica()
     outcome = r.offer(offer_of(family_config(version=2)))
     assert isinstance(outcome, Applied)
     assert r.version == 2 and outcome.previous_version == 1
 
 
-def test_c1_an_unsigned_config_is_refused() -> None:
+def test_k1_an_unsigned_config_is_refused() -> None:
     r = replica()
     offer = dataclasses.replace(offer_of(family_config(version=2)), signature=None)
     outcome = r.offer(offer)
@@ -39,14 +39,14 @@ def test_c1_an_unsigned_config_is_refused() -> None:
     assert r.version == 1
 
 
-def test_c1_an_untrusted_signature_is_refused() -> None:
+def test_k1_an_untrusted_signature_is_refused() -> None:
     r = replica()
     outcome = r.offer(offer_of(family_config(version=2), key=OTHER_KEY))
     assert isinstance(outcome, Refused) and "signature" in outcome.reason
     assert r.version == 1
 
 
-def test_c1_a_signature_for_another_version_is_refused() -> None:
+def test_k1_a_signature_for_another_version_is_refused() -> None:
     r = replica()
     good = offer_of(family_config(version=2))
     stolen = offer_of(family_config(version=3))
@@ -54,21 +54,21 @@ def test_c1_a_signature_for_another_version_is_refused() -> None:
     assert isinstance(outcome, Refused) and "signature" in outcome.reason
 
 
-def test_c1_a_sha256_that_does_not_match_the_document_is_refused() -> None:
+def test_k1_a_sha256_that_does_not_match_the_document_is_refused() -> None:
     r = replica()
     offer = offer_of(family_config(version=2))
     outcome = r.offer(dataclasses.replace(offer, sha256="0" * 64))
     assert isinstance(outcome, Refused) and "sha256" in outcome.reason
 
 
-def test_c1_another_family_is_refused() -> None:
+def test_k1_another_family_is_refused() -> None:
     r = replica()
     network = dataclasses.replace(family_config(version=2), family="other")
     outcome = r.offer(offer_of(network))
     assert isinstance(outcome, Refused) and "family" in outcome.reason
 
 
-def test_c1_a_document_that_is_not_a_valid_config_is_refused_and_names_the_problem() -> None:
+def test_k1_a_document_that_is_not_a_valid_config_is_refused_and_names_the_problem() -> None:
     r = replica()
     offer = offer_of(family_config(version=2))
     broken = offer.document.replace(b'"liveness":3', b'"liveness":"x"')
@@ -77,7 +77,7 @@ def test_c1_a_document_that_is_not_a_valid_config_is_refused_and_names_the_probl
     assert r.version == 1
 
 
-def test_c1_a_config_arrives_in_every_format_with_one_digest() -> None:
+def test_k1_a_config_arrives_in_every_format_with_one_digest() -> None:
     network = family_config(version=2)
     for config_type, fmt in ((ConfigType.XML, "xml"), (ConfigType.ZFL, "zfl")):
         r = replica()
@@ -86,14 +86,14 @@ def test_c1_a_config_arrives_in_every_format_with_one_digest() -> None:
         assert isinstance(r.offer(offer), Applied), fmt
 
 
-def test_c2_a_lower_version_is_refused_as_stale() -> None:
+def test_k2_a_lower_version_is_refused_as_stale() -> None:
     r = replica(version=5)
     outcome = r.offer(offer_of(family_config(version=4)))
     assert isinstance(outcome, Refused) and "older" in outcome.reason
     assert r.version == 5
 
 
-def test_c3_the_running_config_again_changes_nothing() -> None:
+def test_k3_the_running_config_again_changes_nothing() -> None:
     r = replica()
     outcome = r.offer(offer_of(family_config(version=1)))
     assert isinstance(outcome, Unchanged)
@@ -106,7 +106,7 @@ def _rivals() -> tuple[Offer, Offer]:
     return (first, second) if first.sha256 < second.sha256 else (second, first)
 
 
-def test_c4_an_equal_version_conflict_keeps_the_smaller_sha256_whatever_the_order() -> None:
+def test_k4_an_equal_version_conflict_keeps_the_smaller_sha256_whatever_the_order() -> None:
     small, large = _rivals()
     r1, r2 = replica(), replica()
     r1.offer(small)
@@ -122,7 +122,7 @@ def test_c4_an_equal_version_conflict_keeps_the_smaller_sha256_whatever_the_orde
 
 @settings(max_examples=40, deadline=None)
 @given(st.permutations(range(5)))
-def test_c2_c4_any_order_of_offers_ends_at_the_same_config(order: list[int]) -> None:
+def test_k2_c4_any_order_of_offers_ends_at_the_same_config(order: list[int]) -> None:
     small, large = _rivals()
     offers = [
         offer_of(family_config(version=2)),
@@ -140,7 +140,7 @@ def test_c2_c4_any_order_of_offers_ends_at_the_same_config(order: list[int]) -> 
     assert r.current is not None and r.current.sha256 == small.sha256
 
 
-def test_c5_the_plan_connects_new_peers_closes_removed_ones_and_names_restarts() -> None:
+def test_k5_the_plan_connects_new_peers_closes_removed_ones_and_names_restarts() -> None:
     r = replica()
     old = family_config(version=1)
     moved = dataclasses.replace(old.brokers[0], frontend="tcp://127.0.0.1:9999")

@@ -1,4 +1,4 @@
-"""Failover rules F1-F6 (scale0.net.failover) and C7/W6 driven with numbers: no sockets, no clock.
+"""Failover rules V1-V6 (scale0.net.failover) and C7/W6 driven with numbers: no sockets, no clock.
 
 The real-socket scenarios (SIGKILLed brokers, 301 and 503 from test peers) are in
 tests/net/test_family.py.
@@ -43,10 +43,10 @@ def fixed(value: float) -> Any:
     return lambda: value
 
 
-# ---- F1: the known brokers --------------------------------------------------------------------
+# ---- V1: the known brokers --------------------------------------------------------------------
 
 
-def test_f1_the_seed_first_then_the_family_of_each_config() -> None:
+def test_v1_the_seed_first_then_the_family_of_each_config() -> None:
     failover = Failover(B, "frontend")
     assert failover.endpoints == [B] and failover.current == B
     failover.learn(view(entry(A, BACK_A), entry(B, BACK_B), entry(C, BACK_C)))
@@ -56,7 +56,7 @@ def test_f1_the_seed_first_then_the_family_of_each_config() -> None:
     assert workers.endpoints == [BACK_A, BACK_B]
 
 
-def test_f1_standby_brokers_come_last_duplicates_once_an_unlisted_seed_stays() -> None:
+def test_v1_standby_brokers_come_last_duplicates_once_an_unlisted_seed_stays() -> None:
     failover = Failover("tcp://localhost:5001", "frontend")
     failover.learn(
         view(entry(A, BACK_A, role="standby"), entry(B, BACK_B), entry(B, BACK_B), entry(C, BACK_C))
@@ -64,7 +64,7 @@ def test_f1_standby_brokers_come_last_duplicates_once_an_unlisted_seed_stays() -
     assert failover.endpoints == [B, C, A, "tcp://localhost:5001"]
 
 
-def test_f1_a_view_without_brokers_keeps_the_seed_only_and_configack_changes_nothing() -> None:
+def test_v1_a_view_without_brokers_keeps_the_seed_only_and_configack_changes_nothing() -> None:
     failover = Failover(A, "frontend")
     failover.learn(view(entry(A, BACK_A), entry(B, BACK_B)))
     failover.learn({})  # what a CONFIGACK leaves: no document
@@ -73,7 +73,7 @@ def test_f1_a_view_without_brokers_keeps_the_seed_only_and_configack_changes_not
     assert failover.endpoints == [A]
 
 
-# ---- F2: every format's shape, and garbage ----------------------------------------------------
+# ---- V2: every format's shape, and garbage ----------------------------------------------------
 
 
 def _network(count: int) -> NetworkConfig:
@@ -94,7 +94,7 @@ def _network(count: int) -> NetworkConfig:
 
 @pytest.mark.parametrize("config_type", list(ConfigType))
 @pytest.mark.parametrize("count", [1, 2, 3])
-def test_f2_views_in_json_xml_and_zfl_give_the_same_endpoints(
+def test_v2_views_in_json_xml_and_zfl_give_the_same_endpoints(
     config_type: ConfigType, count: int
 ) -> None:
     # The broker core renders the view exactly as it sends it in CONFIG (§3.2).
@@ -109,14 +109,14 @@ def test_f2_views_in_json_xml_and_zfl_give_the_same_endpoints(
     assert broker_endpoints(document, "backend") == backs
 
 
-def test_f2_text_format_shapes_lone_entries_and_string_scalars() -> None:
+def test_v2_text_format_shapes_lone_entries_and_string_scalars() -> None:
     lone = {"brokers": {"broker": entry(A, BACK_A, role="active", config_source="true")}}
     assert broker_endpoints(lone, "frontend") == [A]
     assert broker_endpoints({"brokers": {"broker": [entry(A, BACK_A)]}}, "backend") == [BACK_A]
     assert broker_endpoints({"brokers": entry(B, BACK_B)}, "frontend") == [B]
 
 
-def test_f2_malformed_brokers_are_skipped_with_a_warning_never_raised(
+def test_v2_malformed_brokers_are_skipped_with_a_warning_never_raised(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, "scale0.failover")
@@ -143,7 +143,7 @@ def test_f2_malformed_brokers_are_skipped_with_a_warning_never_raised(
     assert failover.endpoints == [A]  # nothing usable: the seed
 
 
-def test_f2_one_view_is_read_once_and_an_unparsable_one_changes_nothing(
+def test_v2_one_view_is_read_once_and_an_unparsable_one_changes_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
@@ -170,10 +170,10 @@ def test_valid_endpoint_is_the_schema_check() -> None:
         assert not valid_endpoint(bad)
 
 
-# ---- F3-F6: leaving -------------------------------------------------------------------------
+# ---- V3-V6: leaving -------------------------------------------------------------------------
 
 
-def test_f4_round_robin_after_the_failed_one_and_f3_a_301_goes_where_it_says() -> None:
+def test_v4_round_robin_after_the_failed_one_and_f3_a_301_goes_where_it_says() -> None:
     failover = Failover(A, "frontend", jitter=fixed(0.0))
     failover.learn(view(entry(A, BACK_A), entry(B, BACK_B), entry(C, BACK_C)))
     assert failover.leave("silent", 10.0, settle_s=1.0).endpoint == B
@@ -186,7 +186,7 @@ def test_f4_round_robin_after_the_failed_one_and_f3_a_301_goes_where_it_says() -
     assert failover.failovers == 5
 
 
-def test_f3_a_301_with_a_garbage_endpoint_is_a_503(caplog: pytest.LogCaptureFixture) -> None:
+def test_v3_a_301_with_a_garbage_endpoint_is_a_503(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "scale0.failover")
     failover = Failover(A, "frontend")
     failover.learn(view(entry(A, BACK_A), entry(B, BACK_B)))
@@ -196,13 +196,13 @@ def test_f3_a_301_with_a_garbage_endpoint_is_a_503(caplog: pytest.LogCaptureFixt
     assert any("not tcp://host:port" in record.message for record in caplog.records)
 
 
-def test_f4_the_only_known_broker_is_tried_again() -> None:
+def test_v4_the_only_known_broker_is_tried_again() -> None:
     failover = Failover(A, "frontend")
     assert failover.leave("silent", 1.0, settle_s=1.0).endpoint == A
     assert failover.failovers == 1
 
 
-def test_f5_first_move_immediate_then_bounded_exponential_back_off_with_jitter() -> None:
+def test_v5_first_move_immediate_then_bounded_exponential_back_off_with_jitter() -> None:
     failover = Failover(A, "frontend", initial=0.1, cap=0.5, jitter=fixed(1.0))
     failover.learn(view(entry(A, BACK_A), entry(B, BACK_B)))
     delays = [failover.leave("x", 100.0, settle_s=3.0).at - 100.0 for _ in range(6)]
@@ -212,7 +212,7 @@ def test_f5_first_move_immediate_then_bounded_exponential_back_off_with_jitter()
     assert half.leave("x", 0.0, settle_s=3.0).at == pytest.approx(0.05)  # jitter 0 -> half
 
 
-def test_f5_a_session_that_lasted_resets_the_back_off_a_short_one_does_not() -> None:
+def test_v5_a_session_that_lasted_resets_the_back_off_a_short_one_does_not() -> None:
     failover = Failover(A, "frontend", initial=0.1, jitter=fixed(1.0))
     failover.leave("x", 0.0, settle_s=3.0)
     failover.leave("x", 0.0, settle_s=3.0)
@@ -222,7 +222,7 @@ def test_f5_a_session_that_lasted_resets_the_back_off_a_short_one_does_not() -> 
     assert failover.leave("x", 13.0, settle_s=3.0).at == 13.0  # lasted 3 s: immediate again
 
 
-def test_f6_every_move_is_counted_and_logged_with_its_reason(
+def test_v6_every_move_is_counted_and_logged_with_its_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, "scale0.failover")
