@@ -45,6 +45,7 @@ __all__ = [
     "pick_free_ports",
     "running_broker",
     "running_brokers",
+    "start_broker_process",
     "write_configs",
     "write_family_configs",
 ]
@@ -271,6 +272,8 @@ def write_family_configs(
     directory: Path,
     count: int,
     *,
+    sources: Sequence[int] | None = None,
+    extra_config_subs: Sequence[str] = (),
     states: Sequence[BrokerState] | None = None,
     broker_overrides: Sequence[Mapping[str, Any]] | None = None,
     **network_overrides: Any,
@@ -278,8 +281,11 @@ def write_family_configs(
     """Write one network config naming ``count`` brokers on free ports, and each broker's file.
 
     Layout: ``directory/keys/`` (one signing key pair), ``directory/network.yaml`` (the shared
-    network config: every broker entry with its real loopback endpoints, every one a config
-    source) and ``directory/b1/broker.yaml``... (paths relative, as an operator writes them).
+    network config: every broker entry with its real loopback endpoints) and
+    ``directory/b1/broker.yaml``... (paths relative, as an operator writes them).
+    ``sources`` lists the indexes of the config sources (default: every broker); the others
+    have no network config of their own: they join from the first source's peer endpoint and
+    subscribe to ``extra_config_subs`` as well as to the sources (docs/operations.md).
     ``states[i]`` is broker i's initial state (default active); ``broker_overrides[i]`` changes
     its file. Returns ``(broker_files, network_file, network)``.
     """
@@ -294,6 +300,9 @@ def write_family_configs(
     if not (keys / "signing.key").exists():
         generate_keypair(keys)
     ports = pick_free_ports(len(_CHANNELS) * count)
+    is_source = [sources is None or index in sources for index in range(count)]
+    if not any(is_source):
+        raise ValueError("a family needs at least one config source")
     entries = []
     for index in range(count):
         front, back, peer, config_pub = ports[index * len(_CHANNELS) : (index + 1) * len(_CHANNELS)]
@@ -304,7 +313,7 @@ def write_family_configs(
                 backend=f"tcp://127.0.0.1:{back}",
                 peer=f"tcp://127.0.0.1:{peer}",
                 config_pub=f"tcp://127.0.0.1:{config_pub}",
-                config_source=True,
+                config_source=is_source[index],
             )
         )
     network = NetworkConfig(
@@ -312,6 +321,7 @@ def write_family_configs(
     )
     network_file = directory / "network.yaml"
     network_file.write_bytes(dumps(network, "yaml"))
+    seed = next(entry.peer for entry in entries if entry.config_source)
     broker_files = []
     for index, entry in enumerate(entries):
         home = directory / entry.identity
@@ -325,9 +335,12 @@ def write_family_configs(
             peer_port=port["peer"],
             config_pub_port=port["config_pub"],
             state=states[index] if states is not None else "active",
-            config_source=True,
-            network_config="../network.yaml",
-            signing_key="../keys/signing.key",
+            config_source=entry.config_source,
+            family=network.family,
+            network_config="../network.yaml" if entry.config_source else None,
+            signing_key="../keys/signing.key" if entry.config_source else None,
+            seeds=() if entry.config_source else (seed,),
+            config_sub_ports=tuple(extra_config_subs),
             trusted_keys=("../keys/signing.pub",),
             data_dir="data",
             event_log_dir="events",
@@ -361,6 +374,26 @@ def _spawn_broker(broker_file: Path) -> tuple[subprocess.Popen[bytes], Path, Pat
             stderr=stderr,
         )
     return process, endpoints_file, stderr_path
+
+
+def start_broker_process(
+    broker_file: Path,
+    network_file: Path,
+    network: NetworkConfig,
+    timeout_s: float = START_TIMEOUT_S,
+) -> BrokerProcess:
+    """(Re)start one broker of a family written by :func:`write_family_configs`, by its file.
+
+    The caller stops it (``broker.stop()``, by PID). For a restart after a SIGKILL: the broker
+    begins from the last good config saved in its ``data_dir``.
+    """
+    process, endpoints_file, stderr_path = _spawn_broker(broker_file)
+    try:
+        endpoints = wait_for_endpoints(process, endpoints_file, stderr_path, timeout_s)
+    except BaseException:
+        _terminate(process, STOP_TIMEOUT_S)
+        raise
+    return BrokerProcess(process, endpoints, broker_file, network_file, network, stderr_path)
 
 
 def _start_family(
@@ -397,6 +430,8 @@ def running_brokers(
     tmp_path: Path,
     count: int,
     *,
+    sources: Sequence[int] | None = None,
+    extra_config_subs: Sequence[str] = (),
     states: Sequence[BrokerState] | None = None,
     broker_overrides: Sequence[Mapping[str, Any]] | None = None,
     start_timeout_s: float = START_TIMEOUT_S,
@@ -407,15 +442,21 @@ def running_brokers(
     The network config's ``brokers`` list holds the endpoints the brokers really bind (ports
     picked free beforehand, :func:`pick_free_ports`), so a client given one broker's frontend
     learns the others from its CONFIG. Files are laid out by :func:`write_family_configs`;
-    keyword arguments are NetworkConfig overrides. Each broker is a config source (a broker
-    cannot join from seeds yet) and no peer links run between them (not built yet): they are
-    independent brokers that agree on the family. Yields the processes in the config's order
+    keyword arguments are NetworkConfig overrides. ``sources`` picks the config sources (default
+    all); the others join from a seed. The brokers link to each other, share their tables and
+    forward requests (docs/protocol.md §5). Yields the processes in the config's order
     (identities b1, b2...); a test may SIGKILL one (``os.kill(broker.pid, ...)``) or
     ``broker.stop()`` it early; on exit every one still running gets SIGTERM, then SIGKILL.
     """
     for attempt in range(FAMILY_START_ATTEMPTS):
         broker_files, network_file, network = write_family_configs(
-            tmp_path, count, states=states, broker_overrides=broker_overrides, **network_overrides
+            tmp_path,
+            count,
+            sources=sources,
+            extra_config_subs=extra_config_subs,
+            states=states,
+            broker_overrides=broker_overrides,
+            **network_overrides,
         )
         try:
             brokers = _start_family(broker_files, network_file, network, start_timeout_s)

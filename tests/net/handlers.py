@@ -18,3 +18,18 @@ def whoami(body: list[bytes]) -> bytes:
     """The worker process's PID, whatever the body."""
     del body
     return b"%d" % os.getpid()
+
+
+def recorded(body: list[bytes]) -> bytes:
+    """Append frame 0 and a newline to the file named by $S0_RECORD; answer frame 0.
+
+    Each line is one execution, written with O_APPEND in one write, so a test counts how many
+    times each request really ran, even across killed and restarted processes.
+    """
+    line = body[0] + b"\n"
+    fd = os.open(os.environ["S0_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    return body[0]
