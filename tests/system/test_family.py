@@ -162,8 +162,15 @@ def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_
                 for broker in brokers:
                     wait_until(lambda b=broker: bool(events(b, "config_applied", version=2)))
                 wait_until(lambda: worker.config is not None and worker.config.version == 2)
-                assert client.request("echo", b"v2") == [b"v2"]
-                assert client.config is not None and client.config.version == 2
+                # A blocking client reads FORCENEGOTIATE when it next talks to its broker.
+                wait_until(
+                    lambda: (
+                        client.request("echo", b"v2") == [b"v2"]
+                        and client.config is not None
+                        and client.config.version == 2
+                    ),
+                    what="the client on v2",
+                )
                 took = time.monotonic() - started
                 print(f"\nconfig v2: every broker, the client and the worker in {took:.3f} s")
                 assert took < 1.0, f"config v2 took {took:.2f} s to reach everyone"
