@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from scale0.wire.admin import ManagementReply, ManagementRequest
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import Message
 
@@ -20,6 +21,8 @@ class Channel(Enum):
     FRONTEND = "frontend"
     BACKEND = "backend"
     PEER = "peer"
+    #: The HTTP management server (not a socket): one routing id per waiting HTTP request.
+    HTTP = "http"
 
 
 # ---- events -----------------------------------------------------------------------------------
@@ -53,7 +56,50 @@ class Shutdown:
     """The broker is stopping: tell every client and worker DISCONNECT."""
 
 
-Event = Received | Malformed | Tick | Shutdown
+@dataclass(frozen=True, slots=True)
+class ManagementSubmit:
+    """A management request from a route other than a socket (the HTTP server, §7.1).
+
+    ``sender`` is what the error score and ban count against (the HTTP client's address);
+    ``routing_id`` names the waiting request the answer goes to. ``session_ok`` means the
+    credentials were checked at login and the session is live: the core skips Authenticate.
+    """
+
+    channel: Channel
+    routing_id: bytes
+    sender: bytes
+    request: ManagementRequest
+    session_ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ManagementCall:
+    """The answer to an ``Authenticate`` effect: were the request's credentials right?"""
+
+    channel: Channel
+    routing_id: bytes
+    sender: bytes
+    request: ManagementRequest
+    authenticated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyAnswer:
+    """What one other broker answered a fanned-out request; ``reply`` None = no answer in time."""
+
+    identity: str
+    reply: ManagementReply | None
+
+
+@dataclass(frozen=True, slots=True)
+class FanOutDone:
+    """Every broker of a ``FanOut`` answered, or its time ran out."""
+
+    token: int
+    answers: tuple[FamilyAnswer, ...]
+
+
+Event = Received | Malformed | Tick | Shutdown | ManagementSubmit | ManagementCall | FanOutDone
 
 
 # ---- effects ----------------------------------------------------------------------------------
@@ -77,4 +123,26 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Effect = Send | Log
+@dataclass(frozen=True, slots=True)
+class Authenticate:
+    """Check ``request``'s credentials off the loop thread (scrypt is slow), then feed the core
+    ``ManagementCall`` with the same channel, routing id, sender and request (§7.1)."""
+
+    channel: Channel
+    routing_id: bytes
+    sender: bytes
+    request: ManagementRequest
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """Send ``request`` to each ``(identity, frontend endpoint)`` of ``targets``, wait at most
+    ``timeout_s`` for their MANAGEMENTREPs, then feed the core ``FanOutDone(token, ...)``."""
+
+    token: int
+    request: ManagementRequest
+    targets: tuple[tuple[str, str], ...]
+    timeout_s: float
+
+
+Effect = Send | Log | Authenticate | FanOut

@@ -31,6 +31,7 @@ class Pending:
     ticket: bytes | None = None
     worker: bytes | None = None
     done: bool = False
+    started: float = 0.0  # when the client asked (monotonic): the latency histogram's origin
 
 
 class ReplyCache:
