@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -34,10 +35,29 @@ from pathlib import Path
 from typing import Any
 
 from scale0.config.loader import dumps
-from scale0.config.model import BrokerConfig, BrokerEntry, NetworkConfig
+from scale0.config.model import (
+    Admin,
+    BrokerConfig,
+    BrokerEntry,
+    ManagementSettings,
+    NetworkConfig,
+)
 from scale0.crypto.keys import generate_keypair
+from scale0.crypto.passwords import hash_password
 
-__all__ = ["BrokerProcess", "broker_command", "running_broker", "write_configs"]
+__all__ = [
+    "FAMILY_ADMINS",
+    "BrokerProcess",
+    "Family",
+    "FamilyMember",
+    "broker_command",
+    "family_loopback_ports",
+    "running_broker",
+    "running_family",
+    "start_family_member",
+    "write_configs",
+    "write_family_configs",
+]
 
 #: How long start-up may take before the helper gives up (the process is then killed).
 START_TIMEOUT_S = 15.0
@@ -219,3 +239,189 @@ def running_broker(
         yield broker
     finally:
         _terminate(process, STOP_TIMEOUT_S)
+
+
+# ---- a family of brokers (management tests) ----------------------------------------------------
+
+#: Admins of every family ``running_family`` starts: auth_id -> (password, role).
+FAMILY_ADMINS: dict[str, tuple[str, str]] = {
+    "admin": ("admin-secret", "admin"),
+    "viewer": ("viewer-secret", "read"),
+}
+
+
+def family_loopback_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1, found by binding port 0.
+
+    The network config must name every broker's real endpoints before any broker starts, so
+    the ports are chosen up front; a port taken in between makes that broker fail to start
+    (with its stderr in the error), never a silent mix-up.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class FamilyMember:
+    """One broker of a :class:`Family`: its process, directory and endpoints."""
+
+    identity: str
+    directory: Path
+    broker_file: Path
+    process: subprocess.Popen[bytes] | None = None
+    endpoints: dict[str, str] = field(default_factory=dict)
+    returncode: int | None = None
+
+    @property
+    def frontend(self) -> str:
+        return self.endpoints["frontend"]
+
+    @property
+    def management(self) -> str:
+        """The base URL of its HTTP management server."""
+        return self.endpoints["management"]
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.directory / "broker.stderr"
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM (then SIGKILL) this broker; returns its exit code."""
+        if self.process is not None and self.returncode is None:
+            self.returncode = _terminate(self.process, timeout_s)
+        return self.returncode if self.returncode is not None else 0
+
+
+@dataclass
+class Family:
+    """Brokers sharing one network config whose ``brokers`` list their real endpoints."""
+
+    members: list[FamilyMember]
+    network: NetworkConfig
+    admins: dict[str, tuple[str, str]]
+
+    def __getitem__(self, identity: str) -> FamilyMember:
+        return next(m for m in self.members if m.identity == identity)
+
+
+def write_family_configs(
+    directory: Path,
+    size: int = 3,
+    *,
+    management: bool = True,
+    admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
+    **network_overrides: Any,
+) -> Family:
+    """Write keys/ and, per broker ``b1``..``bN``, a directory with broker.yaml + network.yaml.
+
+    Every broker is a config source (so each starts on its own today) and they all serve the
+    same network config, whose ``brokers`` list the real loopback ports chosen here. The HTTP
+    management server, when on, binds 127.0.0.1 port 0 (its URL is in the endpoints file).
+    """
+    keys = directory / "keys"
+    keys.mkdir(exist_ok=True)
+    if not (keys / "signing.key").exists():
+        generate_keypair(keys)
+    ports = family_loopback_ports(4 * size)
+    entries = []
+    for index in range(size):
+        frontend, backend, peer, pub = ports[4 * index : 4 * index + 4]
+        entries.append(
+            BrokerEntry(
+                identity=f"b{index + 1}",
+                frontend=f"tcp://127.0.0.1:{frontend}",
+                backend=f"tcp://127.0.0.1:{backend}",
+                peer=f"tcp://127.0.0.1:{peer}",
+                config_pub=f"tcp://127.0.0.1:{pub}",
+                config_source=True,
+            )
+        )
+    admin_entries = tuple(
+        Admin(auth_id, hash_password(password), role)  # type: ignore[arg-type]
+        for auth_id, (password, role) in admins.items()
+    )
+    network = NetworkConfig(
+        family="test",
+        config_version=1,
+        brokers=tuple(entries),
+        admins=admin_entries,
+        **dict(network_overrides),
+    )
+    members = []
+    for index, entry in enumerate(entries):
+        home = directory / entry.identity
+        home.mkdir(exist_ok=True)
+        frontend, backend, peer, pub = ports[4 * index : 4 * index + 4]
+        broker = BrokerConfig(
+            identity=entry.identity,
+            bind_address="127.0.0.1",
+            frontend_port=frontend,
+            backend_port=backend,
+            peer_port=peer,
+            config_pub_port=pub,
+            state="active",
+            config_source=True,
+            network_config="network.yaml",
+            signing_key="../keys/signing.key",
+            trusted_keys=("../keys/signing.pub",),
+            management=ManagementSettings(
+                enabled=management, http_address="127.0.0.1", http_port=0
+            ),
+        )
+        (home / "network.yaml").write_bytes(dumps(network, "yaml"))
+        (home / "broker.yaml").write_bytes(dumps(broker, "yaml"))
+        members.append(FamilyMember(entry.identity, home, home / "broker.yaml"))
+    return Family(members, network, dict(admins))
+
+
+def start_family_member(member: FamilyMember, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Start (or restart) one member's ``scale0-broker`` and wait for its endpoints."""
+    endpoints_file = member.directory / "endpoints.json"
+    endpoints_file.unlink(missing_ok=True)
+    with member.stderr_path.open("ab") as stderr:
+        member.process = subprocess.Popen(  # noqa: S603 - our own installed script
+            [
+                broker_command(),
+                "--config",
+                str(member.broker_file),
+                "--endpoints-file",
+                str(endpoints_file),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    member.returncode = None
+    member.endpoints = wait_for_endpoints(
+        member.process, endpoints_file, member.stderr_path, timeout_s
+    )
+
+
+@contextlib.contextmanager
+def running_family(
+    tmp_path: Path,
+    size: int = 3,
+    *,
+    management: bool = True,
+    admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
+    **network_overrides: Any,
+) -> Iterator[Family]:
+    """Start ``size`` brokers ``b1``.. as real processes; stop every one (by PID) on exit."""
+    family = write_family_configs(
+        tmp_path, size, management=management, admins=admins, **network_overrides
+    )
+    try:
+        for member in family.members:
+            start_family_member(member)
+        yield family
+    finally:
+        for member in family.members:
+            member.stop()

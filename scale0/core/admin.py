@@ -17,7 +17,9 @@ one set of checks, in this order (§7.1):
  M5  Arguments: unknown names, wrong types and out-of-range values are 400, naming the argument.
  M6  Run: 200 and the result, or the command's own code. With ``family: true`` (read commands)
      the same request goes to every other broker of the network config; the answer lists each
-     broker's code and result, and names the brokers that did not answer in time.
+     broker's code and result, and names the brokers that did not answer in time. With
+     ``broker: ID`` (disable, enable) the request is forwarded to that broker and its answer is
+     the answer (504 if it did not answer in time).
 
 Adding a command is one ``Command`` entry in COMMANDS plus its handler.
 """
@@ -29,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from scale0.config.model import Admin, AdminRole
+from scale0.config.model import Admin, AdminRole, BrokerEntry
 from scale0.config.schema import to_tree
 from scale0.core.effects import (
     Authenticate,
@@ -141,11 +143,16 @@ class Command:
     run: Handler
     args: Mapping[str, Arg] = field(default_factory=dict)
     family: bool = False  # accepts {"family": true} (and "timeout_ms"): ask every broker
+    targeted: bool = False  # accepts {"broker": ID}: run on that broker of the family
     when_disabled: bool = False  # runs on a disabled broker (§6.4)
 
     def accepted(self) -> dict[str, Arg]:
-        """Every argument this command accepts, the family ones included."""
-        return {**self.args, **(FAMILY_ARGS if self.family else {})}
+        """Every argument this command accepts, the family and target ones included."""
+        return {
+            **self.args,
+            **(FAMILY_ARGS if self.family else {}),
+            **(TARGET_ARGS if self.targeted else {}),
+        }
 
 
 FAMILY_ARGS: Final[Mapping[str, Arg]] = {
@@ -156,6 +163,12 @@ FAMILY_ARGS: Final[Mapping[str, Arg]] = {
         MIN_FAMILY_TIMEOUT_MS,
         MAX_FAMILY_TIMEOUT_MS,
     ),
+}
+
+
+TARGET_ARGS: Final[Mapping[str, Arg]] = {
+    "broker": Arg(str, "Run the command on this broker of the family (default: this one)."),
+    "timeout_ms": FAMILY_ARGS["timeout_ms"],
 }
 
 
@@ -301,12 +314,14 @@ COMMANDS: Final[dict[str, Command]] = {
             "admin",
             "Stop accepting clients and requests; waiting requests get 503.",
             _disable,
+            targeted=True,
         ),
         Command(
             "enable",
             "admin",
             "Accept clients and requests again.",
             _enable,
+            targeted=True,
             when_disabled=True,
         ),
     )
@@ -324,7 +339,7 @@ class _Waiting:
     routing_id: bytes
     request_id: str
     command: str
-    local: Outcome
+    local: Outcome | None  # None: forwarded to one broker, whose answer is the answer
     order: tuple[str, ...]
 
 
@@ -468,6 +483,14 @@ class Management:
         family = args.pop("family", False) is True
         timeout = args.pop("timeout_ms", None)
         timeout_ms = timeout if isinstance(timeout, int) else DEFAULT_FAMILY_TIMEOUT_MS
+        target = args.pop("broker", broker.identity)
+        if target != broker.identity:
+            entry = next((b for b in broker.network.brokers if b.identity == target), None)
+            if entry is None:
+                return Outcome(400, None, f"argument 'broker': no broker {target!r} in the family")
+            return self._forward(
+                channel, routing_id, request, command, args, entry, timeout_ms, out
+            )
         out.append(
             Log(
                 "info" if command.role == "admin" else "debug",
@@ -517,13 +540,52 @@ class Management:
         out.append(FanOut(self._token, forwarded, targets, timeout_ms / 1000))
         return None
 
+    def _forward(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        request: ManagementRequest,
+        command: Command,
+        args: dict[str, JsonValue],
+        entry: BrokerEntry,
+        timeout_ms: int,
+        out: list[Effect],
+    ) -> Outcome | None:
+        """{"broker": ID}: the same request, run by that broker (a fan-out to one)."""
+        if len(self._fan_outs) >= MAX_FAN_OUTS:
+            return Outcome(503, None, "too many forwarded requests in progress; try again")
+        self._token += 1
+        self._fan_outs[self._token] = _Waiting(
+            channel, routing_id, request.request_id, command.name, None, (entry.identity,)
+        )
+        forwarded = ManagementRequest(
+            auth_id=request.auth_id,
+            auth_password=request.auth_password,
+            command=command.name,
+            request_id=request.request_id,
+            args=args,
+        )
+        out.append(
+            FanOut(self._token, forwarded, ((entry.identity, entry.frontend),), timeout_ms / 1000)
+        )
+        return None
+
     def fanned_out(self, event: FanOutDone, out: list[Effect]) -> None:
-        """The other brokers answered (or did not in time): answer the family-wide request."""
+        """The other brokers answered (or did not in time): answer the waiting request."""
         waiting = self._fan_outs.pop(event.token, None)
         if waiting is None:
             return
         answers = {a.identity: a.reply for a in event.answers}
-        outcome = _family_outcome(self._broker, waiting, answers)
+        if waiting.local is None:
+            target = waiting.order[0]
+            reply = answers.get(target)
+            outcome = (
+                Outcome(reply.code, reply.result, reply.message)
+                if reply is not None
+                else Outcome(504, None, f"broker {target} did not answer in time")
+            )
+        else:
+            outcome = _family_outcome(self._broker, waiting, answers)
         out.append(
             Send(
                 waiting.channel,
@@ -545,7 +607,7 @@ def _family_outcome(
     brokers: list[JsonValue] = []
     silent: list[JsonValue] = []
     for identity in waiting.order:
-        if identity == broker.identity:
+        if identity == broker.identity and waiting.local is not None:
             local = waiting.local
             brokers.append(_entry(identity, local.code, local.result, local.message))
             continue

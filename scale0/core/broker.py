@@ -69,7 +69,7 @@ from scale0.core.effects import (
     Shutdown,
     Tick,
 )
-from scale0.core.metrics import Metrics
+from scale0.core.metrics import LATENCY_BUCKETS_S, Histogram, Metrics
 from scale0.core.requests import Pending, ReplyCache, RequestKey
 from scale0.core.timers import TimerHeap
 from scale0.core.workers import Worker, WorkerPool
@@ -297,6 +297,10 @@ class Broker:
                     "latency_sum_s": latency.sum_s if latency is not None else 0.0,
                     "latency_p50_s": latency.quantile(0.5) if latency is not None else None,
                     "latency_p95_s": latency.quantile(0.95) if latency is not None else None,
+                    # cumulative counts per bound of status' latency_buckets_s, +Inf last
+                    "latency_buckets": list(
+                        latency.cumulative() if latency is not None else Histogram().cumulative()
+                    ),
                 }
             )
         return rows
@@ -364,6 +368,7 @@ class Broker:
             "replies_by_status": {str(k): v for k, v in sorted(self.metrics.replies.items())},
             "latency_count": int(totals["latency_count"]),
             "latency_sum_s": totals["latency_sum_s"],
+            "latency_buckets_s": list(LATENCY_BUCKETS_S),
             "dropped": self.counters["dropped"]
             + self.io_counters.get("banned_dropped", 0)
             + self.io_counters.get("send_dropped", 0),

@@ -20,7 +20,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,9 +30,11 @@ from tornado.ioloop import IOLoop
 from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.broker import Broker
 from scale0.core.effects import (
+    Authenticate,
     Channel,
     Effect,
     Event,
+    FanOut,
     Log,
     Malformed,
     Received,
@@ -40,10 +42,12 @@ from scale0.core.effects import (
     Shutdown,
     Tick,
 )
+from scale0.net.admin import ManagementBridge
 from scale0.net.frames_io import POLLIN, recv_frames, send_frames
 from scale0.net.frames_io import events as socket_events
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.wire.errors import ProtocolError
+from scale0.wire.frames import Message
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -151,6 +155,11 @@ class BrokerNode:
             "batches": 0,
             "ticks": 0,
         }
+        # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
+        # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
+        self.broker.io_counters = self._counters
+        self.management = ManagementBridge(self.feed, lambda: self.broker.network.admins, _logger)
+        self._sinks: dict[Channel, Callable[[bytes, Message], None]] = {}
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -171,6 +180,17 @@ class BrokerNode:
         merged = dict(self.broker.stats())
         merged.update({f"net_{key}": value for key, value in self._counters.items()})
         return merged
+
+    def add_sink(self, channel: Channel, sink: Callable[[bytes, Message], None]) -> None:
+        """Deliver the core's sends on ``channel`` (not a socket) to ``sink(routing_id, msg)``."""
+        self._sinks[channel] = sink
+
+    def feed(self, event: Event) -> None:
+        """Hand the core an event from outside the sockets (management); on the loop thread."""
+        if self._stopped:
+            return
+        self._feed(event)
+        self._after_work()
 
     def start(self) -> None:
         """Bind the sockets, register them with the loop and arm the timer."""
@@ -229,6 +249,7 @@ class BrokerNode:
                 self._feed(Shutdown())
                 self._log(logging.INFO, "broker_stopped", {"stats": self.stats()})
         finally:
+            self.management.close()
             self._close_sockets(linger_ms=self._flush_ms)
             self._closed.set()
 
@@ -407,6 +428,8 @@ class BrokerNode:
                     self._send(effect)
                 elif isinstance(effect, Log):
                     self._log(level_number(effect.level), effect.event, effect.fields)
+                elif isinstance(effect, Authenticate | FanOut):
+                    self.management.perform(effect)
             except Exception:
                 self._counters["internal_errors"] += 1
                 self._log(
@@ -418,6 +441,9 @@ class BrokerNode:
 
     def _send(self, effect: Send) -> None:
         port = self._ports.get(effect.channel)
+        if port is None and (sink := self._sinks.get(effect.channel)) is not None:
+            sink(effect.routing_id, effect.message)
+            return
         if port is None or self._context is None:
             self._counters["send_dropped"] += 1
             self._log(logging.DEBUG, "send_dropped", {"channel": effect.channel.value})

@@ -471,3 +471,41 @@ def test_http_session_call_skips_the_check_but_not_role_or_state() -> None:
 
 def test_outcome_defaults() -> None:
     assert Outcome(200) == Outcome(200, None, None)
+
+
+# ---- M6: one other broker ----------------------------------------------------------------------
+
+
+def test_disable_with_broker_forwards_to_that_broker_and_returns_its_answer() -> None:
+    h = family_harness()
+    fan = fanned(ask(h, "disable", args={"broker": "b2"}))
+    assert fan.targets == (("b2", "tcp://127.0.0.1:7200"),)
+    assert fan.request.args == {} and fan.request.command == "disable"
+    assert h.broker.state == "active"  # this broker is not the one disabled
+    theirs = ManagementReply("m1", 200, {"broker": "b2", "state": "disabled", "changed": True})
+    reply = answer(
+        h.broker.handle(FanOutDone(fan.token, (FamilyAnswer("b2", theirs),)), h.now, h.wall)
+    )
+    assert (reply.code, reply.result) == (200, theirs.result)
+
+
+def test_forward_to_a_silent_broker_is_504_and_to_an_unknown_one_400() -> None:
+    h = family_harness()
+    fan = fanned(ask(h, "enable", args={"broker": "b0"}))
+    reply = answer(
+        h.broker.handle(FanOutDone(fan.token, (FamilyAnswer("b0", None),)), h.now, h.wall)
+    )
+    assert reply.code == 504 and "b0" in (reply.message or "")
+    reply = answer(ask(h, "enable", args={"broker": "nope"}))
+    assert reply.code == 400 and "no broker 'nope'" in (reply.message or "")
+
+
+def test_disable_naming_this_broker_runs_here() -> None:
+    h = family_harness()
+    assert answer(ask(h, "disable", args={"broker": "b1"})).code == 200
+    assert h.broker.state == "disabled"
+
+
+def test_read_user_cannot_forward_a_change_either() -> None:
+    h = family_harness()
+    assert answer(ask(h, "disable", auth_id="eve", args={"broker": "b2"})).code == 403
