@@ -562,6 +562,11 @@ class MetricsHandler(BaseHandler):
 
     _basic: tuple[str, str] | None = None
 
+    def refuse(self, refusal: Refusal) -> None:
+        if refusal.status == 401:
+            self.set_header("WWW-Authenticate", 'Basic realm="scale0"')
+        super().refuse(refusal)
+
     def other_auth(self) -> bool:
         header = self.request.headers.get("Authorization", "")
         scheme, _, encoded = header.partition(" ")
@@ -598,8 +603,6 @@ class MetricsHandler(BaseHandler):
             if reply.code != 200 or not isinstance(reply.result, dict):
                 raise Refusal(_HTTP_STATUS.get(reply.code, 500), reply.message or "refused")
         except Refusal as refusal:
-            if refusal.status == 401:
-                self.set_header("WWW-Authenticate", 'Basic realm="scale0"')
             self.refuse(refusal)
             return
         self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
