@@ -327,7 +327,7 @@ def write_family_configs(
     management server, when on, binds 127.0.0.1 port 0 (its URL is in the endpoints file).
     """
     keys = directory / "keys"
-    keys.mkdir(exist_ok=True)
+    keys.mkdir(parents=True, exist_ok=True)
     if not (keys / "signing.key").exists():
         generate_keypair(keys)
     ports = family_loopback_ports(4 * size)

@@ -7,6 +7,7 @@ const REFRESH_MS = 2000;
 const CLIENTS_REFRESH_MS = 5000;
 const FAMILY_TIMEOUT_MS = 1500;
 const CHART_WINDOW_S = 300;
+const MIN_CHART_WINDOW_S = 30;
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563"];
 
 let session = null;
@@ -46,7 +47,10 @@ function duration(seconds) {
   return (seconds / 3600).toFixed(1) + " h";
 }
 
-function ms(seconds) { return typeof seconds === "number" ? (seconds * 1000).toFixed(1) + " ms" : "–"; }
+// Quantiles come from histogram buckets: the value is the bucket's upper bound.
+function ms(seconds) {
+  return typeof seconds === "number" ? "≤ " + (seconds * 1000).toFixed(1) + " ms" : "–";
+}
 
 function showMessage(text) { $("message").textContent = text || ""; }
 
@@ -203,7 +207,12 @@ function drawChart(canvas, lines, unit) {
   const w = canvas.width, h = canvas.height, left = 48, bottom = 22, top = 8, right = 8;
   ctx.clearRect(0, 0, w, h);
   const now = Date.now() / 1000;
-  const t0 = now - CHART_WINDOW_S;
+  // Up to CHART_WINDOW_S back, but no further than the oldest point (a young family shows
+  // its first minute across the whole width rather than as a sliver at the right edge).
+  let oldest = now;
+  lines.forEach((l) => l.points.forEach(([t]) => { oldest = Math.min(oldest, t); }));
+  const span = Math.min(CHART_WINDOW_S, Math.max(MIN_CHART_WINDOW_S, now - oldest));
+  const t0 = now - span;
   let max = 0;
   lines.forEach((l) => l.points.forEach(([t, v]) => { if (t >= t0) max = Math.max(max, v); }));
   max = max > 0 ? max * 1.15 : 1;
@@ -215,9 +224,10 @@ function drawChart(canvas, lines, unit) {
   ctx.stroke();
   ctx.fillText(max.toFixed(max < 10 ? 1 : 0) + unit, 2, top + 10);
   ctx.fillText("0", left - 12, h - bottom);
-  ctx.fillText("-" + CHART_WINDOW_S / 60 + " min", left, h - 6);
+  ctx.fillText(span >= 120 ? "-" + Math.round(span / 60) + " min" : "-" + Math.round(span) + " s",
+               left, h - 6);
   ctx.fillText("now", w - right - 22, h - 6);
-  const x = (t) => left + ((t - t0) / CHART_WINDOW_S) * (w - left - right);
+  const x = (t) => left + ((t - t0) / span) * (w - left - right);
   const y = (v) => h - bottom - (v / max) * (h - bottom - top);
   lines.forEach((l) => {
     ctx.strokeStyle = l.color;
@@ -229,6 +239,13 @@ function drawChart(canvas, lines, unit) {
       if (started) ctx.lineTo(x(t), y(v)); else { ctx.moveTo(x(t), y(v)); started = true; }
     });
     ctx.stroke();
+    ctx.fillStyle = l.color;
+    l.points.forEach(([t, v]) => {  // dots too: one point is no line but still a reading
+      if (t < t0) return;
+      ctx.beginPath();
+      ctx.arc(x(t), y(v), 2.5, 0, 2 * Math.PI);
+      ctx.fill();
+    });
   });
 }
 
@@ -238,7 +255,11 @@ function renderCharts(entries) {
   clear(legend);
   entries.forEach((e, i) => {
     const color = COLORS[i % COLORS.length];
-    const history = (e.result && e.result.history) || [];
+    const s = e.result || {};
+    // The broker samples every 5 s; its counters now make the last point, so lines move live.
+    const history = (s.history || []).concat(
+      s.time ? [{ time: s.time, requests: s.requests, latency_sum_s: s.latency_sum_s,
+                  latency_count: s.latency_count }] : []);
     rate.push({ color, points: series(history, (a, b, dt) => (b.requests - a.requests) / dt) });
     latency.push({
       color,
