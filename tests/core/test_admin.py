@@ -509,3 +509,22 @@ def test_disable_naming_this_broker_runs_here() -> None:
 def test_read_user_cannot_forward_a_change_either() -> None:
     h = family_harness()
     assert answer(ask(h, "disable", auth_id="eve", args={"broker": "b2"})).code == 403
+
+
+# ---- docs ---------------------------------------------------------------------------------------
+
+
+def test_protocol_md_lists_every_command_with_its_role_and_args() -> None:
+    """docs/protocol.md §7.1.1 is normative: one row per command of the table, and no more."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    section = text.split("### 7.1.1 Commands", 1)[1].split("\n\n", 2)[1]
+    rows = {}
+    for line in section.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = (cells[1], set(re.findall(r"`(\w+)`", cells[2])))
+    assert rows == {
+        name: (command.role, set(command.accepted())) for name, command in COMMANDS.items()
+    }
