@@ -199,7 +199,9 @@ def test_a_failed_check_takes_the_same_time_whether_the_id_or_the_password_was_w
     medians = {name: statistics.median(values) for name, values in timings.items()}
     assert medians["right"] > 0.005, medians  # a real scrypt ran, not a shortcut
     slowest, fastest = max(medians.values()), min(medians.values())
-    assert slowest / fastest < 1.5, medians
+    # Without the dummy scrypt an unknown id would answer ~1000x faster; 2x leaves room for a
+    # busy shared machine without letting a real shortcut through.
+    assert slowest / fastest < 2.0, medians
 
 
 # ---- M2-M5: table, role, state, args -----------------------------------------------------------
