@@ -35,17 +35,30 @@ from pathlib import Path
 from typing import Any
 
 from scale0.config.loader import dumps
-from scale0.config.model import BrokerConfig, BrokerEntry, BrokerState, NetworkConfig
+from scale0.config.model import (
+    Admin,
+    BrokerConfig,
+    BrokerEntry,
+    BrokerState,
+    ManagementSettings,
+    NetworkConfig,
+)
 from scale0.crypto.keys import generate_keypair
+from scale0.crypto.passwords import hash_password
 
 __all__ = [
+    "FAMILY_ADMINS",
     "BrokerProcess",
+    "Family",
+    "FamilyMember",
     "PortTaken",
     "broker_command",
     "pick_free_ports",
     "running_broker",
     "running_brokers",
+    "running_family",
     "start_broker_process",
+    "start_family_member",
     "write_configs",
     "write_family_configs",
 ]
@@ -268,6 +281,13 @@ def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+#: Admins of every family these helpers write: auth_id -> (password, role).
+FAMILY_ADMINS: dict[str, tuple[str, str]] = {
+    "admin": ("admin-secret", "admin"),
+    "viewer": ("viewer-secret", "read"),
+}
+
+
 def write_family_configs(
     directory: Path,
     count: int,
@@ -276,6 +296,8 @@ def write_family_configs(
     extra_config_subs: Sequence[str] = (),
     states: Sequence[BrokerState] | None = None,
     broker_overrides: Sequence[Mapping[str, Any]] | None = None,
+    management: bool = False,
+    admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
     **network_overrides: Any,
 ) -> tuple[list[Path], Path, NetworkConfig]:
     """Write one network config naming ``count`` brokers on free ports, and each broker's file.
@@ -287,7 +309,9 @@ def write_family_configs(
     have no network config of their own: they join from the first source's peer endpoint and
     subscribe to ``extra_config_subs`` as well as to the sources (docs/operations.md).
     ``states[i]`` is broker i's initial state (default active); ``broker_overrides[i]`` changes
-    its file. Returns ``(broker_files, network_file, network)``.
+    its file. ``admins`` (auth_id -> (password, role)) are hashed into the network config;
+    ``management`` turns each broker's HTTP management server on (127.0.0.1, port 0: its URL
+    is in the endpoints file). Returns ``(broker_files, network_file, network)``.
     """
     if count < 1:
         raise ValueError("a family needs at least one broker")
@@ -295,6 +319,7 @@ def write_family_configs(
         raise ValueError(f"states names {len(states)} brokers, the family has {count}")
     if broker_overrides is not None and len(broker_overrides) != count:
         raise ValueError(f"broker_overrides names {len(broker_overrides)} brokers, not {count}")
+
     keys = directory / "keys"
     keys.mkdir(parents=True, exist_ok=True)
     if not (keys / "signing.key").exists():
@@ -316,8 +341,16 @@ def write_family_configs(
                 config_source=is_source[index],
             )
         )
+    admin_entries = tuple(
+        Admin(auth_id, hash_password(password), role)  # type: ignore[arg-type]
+        for auth_id, (password, role) in admins.items()
+    )
     network = NetworkConfig(
-        family="test", config_version=1, brokers=tuple(entries), **dict(network_overrides)
+        family="test",
+        config_version=1,
+        brokers=tuple(entries),
+        admins=admin_entries,
+        **dict(network_overrides),
     )
     network_file = directory / "network.yaml"
     network_file.write_bytes(dumps(network, "yaml"))
@@ -342,6 +375,9 @@ def write_family_configs(
             seeds=() if entry.config_source else (seed,),
             config_sub_ports=tuple(extra_config_subs),
             trusted_keys=("../keys/signing.pub",),
+            management=ManagementSettings(
+                enabled=management, http_address="127.0.0.1", http_port=0
+            ),
             data_dir="data",
             event_log_dir="events",
             log_level="info",
@@ -470,3 +506,101 @@ def running_brokers(
             for broker in brokers:
                 broker.stop()
         return
+
+
+# ---- the same family as FamilyMember objects (the management tests restart members) ----
+
+
+@dataclass
+class FamilyMember:
+    """One broker of a :class:`Family`: its process, directory and endpoints."""
+
+    identity: str
+    directory: Path
+    broker_file: Path
+    process: subprocess.Popen[bytes] | None = None
+    endpoints: dict[str, str] = field(default_factory=dict)
+    returncode: int | None = None
+
+    @property
+    def frontend(self) -> str:
+        return self.endpoints["frontend"]
+
+    @property
+    def management(self) -> str:
+        """The base URL of its HTTP management server."""
+        return self.endpoints["management"]
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.directory / "broker.stderr"
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM (then SIGKILL) this broker; returns its exit code."""
+        if self.process is not None and self.returncode is None:
+            self.returncode = _terminate(self.process, timeout_s)
+        return self.returncode if self.returncode is not None else 0
+
+
+@dataclass
+class Family:
+    """Brokers sharing one network config whose ``brokers`` list their real endpoints."""
+
+    members: list[FamilyMember]
+    network: NetworkConfig
+    admins: dict[str, tuple[str, str]]
+
+    def __getitem__(self, identity: str) -> FamilyMember:
+        return next(m for m in self.members if m.identity == identity)
+
+
+def start_family_member(member: FamilyMember, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Start (or restart) one member's ``scale0-broker`` and wait for its endpoints."""
+    endpoints_file = member.directory / "endpoints.json"
+    endpoints_file.unlink(missing_ok=True)
+    with member.stderr_path.open("ab") as stderr:
+        member.process = subprocess.Popen(  # noqa: S603 - our own installed script
+            [
+                broker_command(),
+                "--config",
+                str(member.broker_file),
+                "--endpoints-file",
+                str(endpoints_file),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    member.returncode = None
+    member.endpoints = wait_for_endpoints(
+        member.process, endpoints_file, member.stderr_path, timeout_s
+    )
+
+
+@contextlib.contextmanager
+def running_family(
+    tmp_path: Path,
+    size: int = 3,
+    *,
+    management: bool = True,
+    admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
+    **network_overrides: Any,
+) -> Iterator[Family]:
+    """Start ``size`` brokers ``b1``.. as real processes, each with its HTTP management server
+    unless ``management`` is False; stop every one (by PID) on exit. The files are those of
+    :func:`write_family_configs`; the members can be stopped and started again one by one."""
+    broker_files, _network_file, network = write_family_configs(
+        tmp_path, size, management=management, admins=admins, **network_overrides
+    )
+    family = Family(
+        [FamilyMember(path.parent.name, path.parent, path) for path in broker_files],
+        network,
+        dict(admins),
+    )
+    try:
+        for member in family.members:
+            start_family_member(member)
+        yield family
+    finally:
+        for member in family.members:
+            member.stop()

@@ -32,6 +32,7 @@ from scale0.config.loader import load, write_atomic
 from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.replica import Offer
 from scale0.crypto.keys import CryptoError, load_private_key, load_public_key, sign_config
+from scale0.mgmt.server import ManagementServer
 from scale0.net.logs import configure
 from scale0.net.node import BindError, BrokerNode
 from scale0.wire.frames import ConfigType
@@ -161,6 +162,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
         signature=prepared.signature,
         trusted_keys=prepared.trusted,
         data_dir=prepared.data_dir,
+        reload=(lambda: source_offer(prepared)) if prepared.broker.config_source else None,
     )
     try:
         node.start()
@@ -174,6 +176,22 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
         click.echo(f"{_PROG}: {exc}{hint}", err=True)
         node.stop()
         return 1
+    document: dict[str, str] = node.endpoint_names()
+    server: ManagementServer | None = None
+    settings = prepared.broker.management
+    if settings.enabled:  # off by default; loopback unless configured (docs/management.md)
+        server = ManagementServer(node, settings)
+        try:
+            document["management"] = server.start()
+        except OSError as exc:
+            click.echo(
+                f"{_PROG}: cannot serve management on "
+                f"{settings.http_address}:{settings.http_port}: {exc.strerror or exc}"
+                f" (change management.http_port in {config_path})",
+                err=True,
+            )
+            node.stop()
+            return 1
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, node.stop)
@@ -183,7 +201,6 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
         node.offer_config(prepared.last_good, "disk")
     try:
         if endpoints_file is not None:
-            document = node.endpoint_names()
             try:
                 write_atomic(endpoints_file, json.dumps(document).encode("utf-8") + b"\n")
             except OSError as exc:
@@ -194,6 +211,8 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(signum)
+        if server is not None:
+            server.stop()
         node.stop()
     return 0
 
@@ -210,7 +229,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
     "--endpoints-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help='Write {"frontend": ..., "backend": ...} here (atomically) once the sockets are bound.',
+    help='Write {"frontend": ..., "backend": ..., "management": URL} here (atomically) once bound.',
 )
 def main(config_path: Path, endpoints_file: Path | None) -> None:
     """Run one Scale0 broker until SIGINT or SIGTERM."""

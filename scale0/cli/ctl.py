@@ -1,4 +1,4 @@
-"""scale0ctl, the admin command line: config check/convert/hash/sign/verify, keys, passwd.
+"""scale0ctl, the admin command line: config files, keys, passwd, and running brokers.
 
 This module owns the commands, their options and exit codes; the work itself is done by
 scale0.config (loading, canonical hash, signature files) and scale0.crypto (keys, password
@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec
 
 import click
 
+from scale0.cli.admin import add_admin_commands
 from scale0.cli.output import Output, problem_dict
 from scale0.config.canonical import config_sha256
 from scale0.config.errors import ConfigError, Problem
@@ -79,6 +80,17 @@ _json_option = click.option(
     callback=_set_json,
     help="Print one JSON object on stdout (also on failure) instead of text.",
 )
+
+
+def _json_param() -> click.Option:
+    """The same ``--json`` as an option object, for commands built without decorators."""
+    return click.Option(
+        ["--json", "json_mode"],
+        is_flag=True,
+        expose_value=False,
+        callback=_set_json,
+        help="Print one JSON object on stdout (also on failure) instead of text.",
+    )
 
 
 def _output() -> Output:
@@ -502,3 +514,24 @@ def passwd(out: Output, from_stdin: bool) -> None:
     hashed = hash_password(password)
     out.line(hashed)
     out.result({"password_hash": hashed})
+
+
+# ---------------------------------------------------------------------------------------------
+# commands that talk to running brokers (scale0/cli/admin.py), and shell completion
+
+add_admin_commands(main, config, _json_param, _output)
+
+
+@main.command("completion", short_help="Print the shell completion script.")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the completion script for SHELL; e.g. in ~/.bashrc:
+
+    eval "$(scale0ctl completion bash)"
+    """
+    from click.shell_completion import get_completion_class  # noqa: PLC0415 - only here
+
+    cls = get_completion_class(shell)
+    if cls is None:  # pragma: no cover - the Choice above lists only known shells
+        raise click.UsageError(f"no completion for {shell}")
+    click.echo(cls(main, {}, "scale0ctl", "_SCALE0CTL_COMPLETE").source())

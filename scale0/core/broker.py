@@ -70,6 +70,10 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      503 while we are not active. A config source republishes every config_republish_s.
  F12 DISCONNECT from a peer marks it down at once.
  F13 A disabled broker keeps saying HELLO and HEARTBEAT (state disabled) and forwards nothing.
+
+Management (MANAGEMENTREQ and the HTTP server) has its own rules, M1-M6, in
+scale0/core/admin.py; the broker answers its queries (``status``, ``client_table``, ...) and
+changes state through ``set_state`` (disable/enable, §6.4).
 """
 
 from __future__ import annotations
@@ -85,15 +89,20 @@ from scale0.config.canonical import canonical_json, config_sha256, tree_sha256
 from scale0.config.formats import Format, render
 from scale0.config.model import NetworkConfig
 from scale0.config.schema import to_tree
+from scale0.core.admin import Management, Outcome
 from scale0.core.effects import (
     Channel,
     Close,
     ConfigOffered,
+    ConfigRead,
     Connect,
     Effect,
     Event,
+    FanOutDone,
     Log,
     Malformed,
+    ManagementCall,
+    ManagementSubmit,
     Persist,
     Publish,
     Received,
@@ -103,20 +112,21 @@ from scale0.core.effects import (
     Subscribe,
     Tick,
 )
+from scale0.core.metrics import LATENCY_BUCKETS_S, Histogram, Metrics
 from scale0.core.peers import LocalTable, Peer
 from scale0.core.replica import (
     Applied,
     Conflict,
     Offer,
-    Outcome,
     Refused,
     Replica,
     SignedConfig,
 )
+from scale0.core.replica import Outcome as ConfigOutcome
 from scale0.core.requests import Pending, ReplyCache, RequestKey
 from scale0.core.timers import TimerHeap
 from scale0.core.workers import Worker, WorkerPool
-from scale0.wire.admin import ManagementReply, ManagementRequest
+from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import (
     CheckConfig,
     ClientPartial,
@@ -135,6 +145,7 @@ from scale0.wire.frames import (
     SIG_CLIENT,
     SIG_WORKER,
     ConfigType,
+    JsonValue,
     Message,
     is_reserved_service,
 )
@@ -282,6 +293,12 @@ class Broker:
             network = NetworkConfig(family=family or "unknown", config_version=0, brokers=())
         self._apply_network(network, signature)
         self._timers.push(now + SWEEP_INTERVAL_S, ("sweep",))
+        self._clock = now  # the ``now`` of the event being handled (for latency metrics)
+        self._started_wall: float | None = None
+        self.metrics = Metrics()
+        self.management = Management(self)
+        #: The net layer's own counters (received, sent, dropped...), shared for ``status``.
+        self.io_counters: dict[str, int] = {}
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -361,10 +378,152 @@ class Broker:
             for s in sorted(names)
         }
 
+    # ---- management: queries and state (rules M1-M6 in scale0/core/admin.py) ---------------
+
+    def service_table(self) -> list[JsonValue]:
+        """Per service: workers, ready and busy workers, queue depth, answers and latency."""
+        names = set(self._pool.services()) | {s for s, n in self._queued.items() if n}
+        names |= set(self.metrics.services)
+        rows: list[JsonValue] = []
+        for name in sorted(names):
+            offering = [w for w in self._pool.workers.values() if name in w.services]
+            stats = self.metrics.services.get(name)
+            latency = stats.latency if stats is not None else None
+            rows.append(
+                {
+                    "service": name,
+                    "workers": len(offering),
+                    "ready": self._pool.ready_count(name),
+                    "busy": sum(1 for w in offering if w.in_flight),
+                    "queued": self._queued.get(name, 0),
+                    "replies": {str(k): v for k, v in sorted(stats.replies.items())}
+                    if stats is not None
+                    else {},
+                    "latency_count": latency.count if latency is not None else 0,
+                    "latency_sum_s": latency.sum_s if latency is not None else 0.0,
+                    "latency_p50_s": latency.quantile(0.5) if latency is not None else None,
+                    "latency_p95_s": latency.quantile(0.95) if latency is not None else None,
+                    # cumulative counts per bound of status' latency_buckets_s, +Inf last
+                    "latency_buckets": list(
+                        latency.cumulative() if latency is not None else Histogram().cumulative()
+                    ),
+                }
+            )
+        return rows
+
+    def client_table(self, now: float) -> list[JsonValue]:
+        """The client sessions: id, connection, how long silent, requests waiting or running."""
+        open_requests: dict[bytes, int] = {}
+        for pending in self._requests.values():
+            if not pending.done:
+                open_requests[pending.client] = open_requests.get(pending.client, 0) + 1
+        rows: list[JsonValue] = [
+            {
+                "client_id": s.client_id,
+                "routing_id": s.routing_id.hex(),
+                "config_version": s.config_version,
+                "idle_s": round(now - s.last_seen, 3),
+                "requests": open_requests.get(s.routing_id, 0),
+            }
+            for s in sorted(self._sessions[Channel.FRONTEND].values(), key=lambda s: s.client_id)
+        ]
+        return rows
+
+    def worker_table(self, now: float) -> list[JsonValue]:
+        """The READY workers: id, services, capacity, requests running, heartbeat, silence."""
+        sessions = self._sessions[Channel.BACKEND]
+        rows: list[dict[str, JsonValue]] = []
+        for rid, worker in self._pool.workers.items():
+            session = sessions.get(rid)
+            rows.append(
+                {
+                    "worker_id": session.client_id if session is not None else None,
+                    "routing_id": rid.hex(),
+                    "services": list(worker.services),
+                    "capacity": worker.capacity,
+                    "in_flight": len(worker.in_flight),
+                    "heartbeat": worker.heartbeat,
+                    "interval_ms": round(worker.interval_s * 1000),
+                    "idle_s": round(now - session.last_seen, 3) if session is not None else None,
+                }
+            )
+        rows.sort(key=lambda row: str(row["worker_id"]))
+        return list(rows)
+
+    def status(self, now: float, wall: float) -> dict[str, JsonValue]:
+        """The ``status`` command: state, config, the /metrics counters, services, history."""
+        stats = self.stats()
+        totals = self.metrics.totals()
+        counters: dict[str, JsonValue] = dict(self.counters)
+        counters.update({f"net_{k}": v for k, v in self.io_counters.items()})
+        return {
+            "broker": self.identity,
+            "family": self.network.family,
+            "state": self.state,
+            "config_version": self.network.config_version,
+            "sha256": self.sha256,
+            "uptime_s": round(now - self._started, 3),
+            "time": wall,
+            "clients": stats["clients"],
+            "workers": stats["workers"],
+            "in_flight": stats["in_flight"],
+            "queued": stats["queued"],
+            "banned_senders": stats["banned_senders"],
+            "requests": self.counters["requests"],
+            "replies": int(totals["replies"]),
+            "replies_by_status": {str(k): v for k, v in sorted(self.metrics.replies.items())},
+            "latency_count": int(totals["latency_count"]),
+            "latency_sum_s": totals["latency_sum_s"],
+            "latency_buckets_s": list(LATENCY_BUCKETS_S),
+            "dropped": self.counters["dropped"]
+            + self.io_counters.get("banned_dropped", 0)
+            + self.io_counters.get("send_dropped", 0),
+            "counters": counters,
+            "services": self.service_table(),
+            "history": [dict(sample) for sample in self.metrics.history],
+        }
+
+    def set_state(self, target: State, now: float, by: str, out: list[Effect]) -> Outcome:
+        """``disable`` / ``enable`` (§6.4): active <-> disabled; a joining broker refuses (503).
+
+        Disabling answers every request still waiting for a worker with 503 (nothing is routed
+        any more); requests already at a worker finish and are answered.
+        """
+        before = self.state
+        if before == "joining":
+            return Outcome(503, None, f"broker {self.identity} is joining: it has no config yet")
+        if before == target:
+            return Outcome(200, {"broker": self.identity, "state": before, "changed": False})
+        self.state = target
+        if target == "disabled":
+            for service, queue in self._queues.items():
+                while queue:
+                    pending = queue.popleft()
+                    if pending.done:
+                        continue
+                    self._queued[service] -= 1
+                    self._fail(pending, 503, f"broker {self.identity} was disabled", out)
+        out.append(Log("warning", "broker_state", {"from": before, "to": target, "by": by}))
+        return Outcome(200, {"broker": self.identity, "state": target, "changed": True})
+
+    def _sample(self, now: float, wall: float) -> None:
+        self.metrics.maybe_sample(
+            now,
+            wall,
+            {
+                "requests": self.counters["requests"],
+                "clients": len(self._sessions[Channel.FRONTEND]),
+                "workers": len(self._pool.workers),
+                "queued": sum(self._queued.values()),
+                "in_flight": len(self._inflight),
+            },
+        )
+
     # ---- the one entry point ---------------------------------------------------------------
 
     def handle(self, event: Event, now: float, wall: float) -> list[Effect]:
         out: list[Effect] = []
+        self._clock = now
         if isinstance(event, Received):
             self._received(event.channel, event.routing_id, event.message, now, wall, out)
         elif isinstance(event, Tick):
@@ -377,6 +536,14 @@ class Broker:
             self._start(now, wall, out)
         elif isinstance(event, Shutdown):
             self._shutdown(out)
+        elif isinstance(event, ManagementCall):
+            self.management.checked(event, now, wall, out)
+        elif isinstance(event, ManagementSubmit):
+            self.management.submitted(event, now, wall, out)
+        elif isinstance(event, ConfigRead):
+            self.management.config_read(event, now, wall, out)
+        elif isinstance(event, FanOutDone):
+            self.management.fanned_out(event, out)
         return out
 
     def _received(
@@ -406,17 +573,9 @@ class Broker:
         elif isinstance(message, Disconnect):
             self._forget(channel, rid, now, out, reason="disconnect")
         elif isinstance(message, ManagementRequest):
-            # Management commands arrive with the management work (README, "Missing").
-            out.append(
-                Send(
-                    channel,
-                    rid,
-                    ManagementReply(
-                        request_id=message.request_id,
-                        code=501,
-                        message="management commands are not built yet",
-                    ),
-                )
+            # Credentials first (scale0/core/admin.py, M1): the sender is its own routing id.
+            self.management.submit(
+                channel, rid, rid, message, session_ok=False, now=now, wall=wall, out=out
             )
         else:
             # Majordomo and peer traffic are decoded by the wire layer but not routed yet.
@@ -684,6 +843,7 @@ class Broker:
         cached = self._cache.get(key, now)
         if cached is not None:
             self.counters["cache_hits"] += 1
+            self.metrics.reply(cached.status)
             out.append(Send(Channel.FRONTEND, rid, cached))
             return
         live = self._live.get(key)
@@ -696,6 +856,7 @@ class Broker:
             return
         if not self._known(service, now):
             self.counters["errors_404"] += 1
+            self.metrics.reply(404)
             out.append(
                 Send(
                     Channel.FRONTEND,
@@ -708,6 +869,7 @@ class Broker:
         pending = Pending(
             self._seq, rid, key, service, msg.request_id, msg.body, now + self._timeout_s
         )
+        pending.started = now
         self._requests[pending.seq] = pending
         self._live[key] = pending
         self._timers.push(pending.deadline, ("request", pending.seq))
@@ -827,6 +989,7 @@ class Broker:
 
     def _finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
         self._retire(pending)
+        self.metrics.observe(pending.service, reply.status, now - pending.started)
         self.counters["replies"] += 1
         if pending.origin is not None:  # F7: the origin broker caches; we only answer it
             answer = ForwardReply(pending.origin, reply.status, reply.body)
@@ -838,6 +1001,7 @@ class Broker:
     def _fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None:
         self.counters[f"errors_{status}"] = self.counters.get(f"errors_{status}", 0) + 1
         self._retire(pending)
+        self.metrics.observe(pending.service, status, self._clock - pending.started)
         if pending.origin is not None:
             failure = ClientReply.failure(pending.service, pending.request_id, status, message)
             answer = ForwardReply(pending.origin, status, failure.body)
@@ -863,6 +1027,7 @@ class Broker:
             reply = ClientReply.failure(msg.service, msg.request_id, 501, "MMI service unknown")
         else:
             reply = ClientReply.failure(msg.service, msg.request_id, 404, "no broker service")
+        self.metrics.reply(reply.status)
         out.append(Send(Channel.FRONTEND, rid, reply))
 
     # ---- time (R8, R6, R9) and errors (R13) ------------------------------------------------
@@ -878,6 +1043,7 @@ class Broker:
                 self._beat_due(key, now, wall, out)
             elif kind == "sweep":
                 self._sweep(now)
+                self._sample(now, wall)
                 self._timers.push(now + SWEEP_INTERVAL_S, ("sweep",))
             elif kind == "peers":
                 self._peers_due(now, wall, out)
@@ -972,31 +1138,7 @@ class Broker:
         if self.is_banned(rid, now):
             return
         protocol = _PROTOCOL.get(event.channel, SIG_BROKER)
-        window = self._errors.setdefault(rid, deque())
-        window.append(now)
-        while window and window[0] <= now - self.network.error_window_s:
-            window.popleft()
-        if len(window) > self.network.error_threshold:
-            self.counters["banned"] += 1
-            self._banned[rid] = now + self.network.error_ban_s
-            del self._errors[rid]
-            self._forget(event.channel, rid, now, out, reason="banned")
-            out.append(
-                Log(
-                    "warning",
-                    "sender_banned",
-                    {"sender": rid.hex(), "ban_s": self.network.error_ban_s},
-                )
-            )
-            out.append(
-                Send(
-                    event.channel,
-                    rid,
-                    DisconnectError(
-                        code=429, message="too many errors: ignored for a while", protocol=protocol
-                    ),
-                )
-            )
+        if self.count_error(event.channel, rid, rid, now, out):
             return
         out.append(
             Send(
@@ -1006,6 +1148,46 @@ class Broker:
             )
         )
         self._forget(event.channel, rid, now, out, reason="malformed")  # §2.4: session ends
+
+    def count_error(
+        self, channel: Channel, sender: bytes, reply_to: bytes, now: float, out: list[Effect]
+    ) -> bool:
+        """One error towards ``sender``'s score (R13, §8); True if it banned the sender.
+
+        The ban is answered once, DISCONNECTERROR 429 to ``reply_to`` (the sender's routing id,
+        or the waiting HTTP request), and ends the sender's session.
+        """
+        window = self._errors.setdefault(sender, deque())
+        window.append(now)
+        while window and window[0] <= now - self.network.error_window_s:
+            window.popleft()
+        if len(window) <= self.network.error_threshold:
+            return False
+        self.counters["banned"] += 1
+        self._banned[sender] = now + self.network.error_ban_s
+        del self._errors[sender]
+        self._forget(channel, sender, now, out, reason="banned")
+        out.append(
+            Log(
+                "warning",
+                "sender_banned",
+                {"sender": sender.hex(), "ban_s": self.network.error_ban_s},
+            )
+        )
+        out.append(
+            Send(
+                channel,
+                reply_to,
+                DisconnectError(
+                    code=429,
+                    message="too many errors: ignored for a while",
+                    protocol=_PROTOCOL.get(
+                        channel, SIG_BROKER if channel is Channel.PEER else SIG_CLIENT
+                    ),
+                ),
+            )
+        )
+        return True
 
     def _sweep(self, now: float) -> None:
         """Bound memory: forget old error scores, ended bans and old cached replies."""
@@ -1499,6 +1681,7 @@ class Broker:
             msg.body,
             now + self._timeout_s,
             origin=msg.ticket,
+            started=now,
         )
         self._requests[pending.seq] = pending
         self._timers.push(pending.deadline, ("request", pending.seq))
@@ -1593,7 +1776,7 @@ class Broker:
 
     def offer_config(
         self, offer: Offer, source: str, now: float, wall: float
-    ) -> tuple[Outcome, list[Effect]]:
+    ) -> tuple[ConfigOutcome, list[Effect]]:
         """Judge a config and say how it went: for management (set_config, reload_config),
         which must answer with what was applied, refused, or needs a restart (F10)."""
         out: list[Effect] = []
@@ -1602,7 +1785,7 @@ class Broker:
 
     def _config_offered(
         self, event: ConfigOffered, now: float, wall: float, out: list[Effect]
-    ) -> Outcome:
+    ) -> ConfigOutcome:
         outcome = self.replica.offer(event.offer)
         where = {"source": event.source, "origin": event.offer.origin}
         if isinstance(outcome, Applied):
@@ -1673,7 +1856,9 @@ class Broker:
                 out.append(Close(link))
             self._seeds.clear()
             self._seed_linked.clear()
-            out.append(Log("info", "broker_state", {"state": self.state, "was": "joining"}))
+            out.append(
+                Log("info", "broker_state", {"from": "joining", "to": self.state, "by": "config"})
+            )
         self._resubscribe(out)
         if self.config_source:
             self._publish(out)
@@ -1723,12 +1908,24 @@ class Broker:
             )
         )
 
+    def fetch_config(self, wall: float, out: list[Effect]) -> list[str]:
+        """CHECKCONFIG on every linked peer (or seed, while joining) now; returns whom."""
+        asked: list[str] = []
+        for broker_id, peer in self._peers.items():
+            if peer.linked:
+                out.append(Send(Channel.LINK, broker_id.encode(), self._check_config_message()))
+                asked.append(broker_id)
+        for seed in self._seed_linked:
+            out.append(Send(Channel.LINK, seed.encode(), self._check_config_message()))
+            asked.append(self._seed_names.get(seed, self._seeds.get(seed, seed)))
+        return sorted(asked)
+
     # ---- views for management and tests ----------------------------------------------------
 
-    def peers_view(self) -> list[dict[str, object]]:
+    def peers_view(self) -> list[JsonValue]:
         return [self._peers[b].view() for b in sorted(self._peers)]
 
-    def config_view(self) -> dict[str, object]:
+    def config_view(self) -> dict[str, JsonValue]:
         current = self.replica.current
         return {
             "state": self.state,

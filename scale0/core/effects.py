@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any
 
 from scale0.core.replica import Offer
+from scale0.wire.admin import ManagementReply, ManagementRequest
 from scale0.wire.configsync import PublishedConfig
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import Message
@@ -24,6 +25,8 @@ class Channel(Enum):
     PEER = "peer"  # our peer ROUTER: what other brokers' links send us, and our answers
     LINK = "link"  # our DEALER to one peer (routing_id = its link id), §5
     CONFIG = "config"  # the config SUB socket (§6): undecodable publications arrive here
+    #: The HTTP management server (not a socket): one routing id per waiting HTTP request.
+    HTTP = "http"
 
 
 # ---- events -----------------------------------------------------------------------------------
@@ -70,7 +73,72 @@ class ConfigOffered:
     source: str  # "pub", "disk", "file", "admin": for logs and management
 
 
-Event = Received | Malformed | Tick | Shutdown | Start | ConfigOffered
+@dataclass(frozen=True, slots=True)
+class ManagementSubmit:
+    """A management request from a route other than a socket (the HTTP server, §7.1).
+
+    ``sender`` is what the error score and ban count against (the HTTP client's address);
+    ``routing_id`` names the waiting request the answer goes to. ``session_ok`` means the
+    credentials were checked at login and the session is live: the core skips Authenticate.
+    """
+
+    channel: Channel
+    routing_id: bytes
+    sender: bytes
+    request: ManagementRequest
+    session_ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ManagementCall:
+    """The answer to an ``Authenticate`` effect: were the request's credentials right?"""
+
+    channel: Channel
+    routing_id: bytes
+    sender: bytes
+    request: ManagementRequest
+    authenticated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyAnswer:
+    """What one other broker answered a fanned-out request; ``reply`` None = no answer in time."""
+
+    identity: str
+    reply: ManagementReply | None
+
+
+@dataclass(frozen=True, slots=True)
+class FanOutDone:
+    """Every broker of a ``FanOut`` answered, or its time ran out."""
+
+    token: int
+    answers: tuple[FamilyAnswer, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRead:
+    """The answer to ``ReadConfig``: the config source's file, read and signed, or why not."""
+
+    channel: Channel
+    routing_id: bytes
+    request_id: str
+    offer: Offer | None
+    error: str | None = None
+
+
+Event = (
+    Received
+    | Malformed
+    | Tick
+    | Shutdown
+    | Start
+    | ConfigOffered
+    | ManagementSubmit
+    | ManagementCall
+    | FanOutDone
+    | ConfigRead
+)
 
 
 # ---- effects ----------------------------------------------------------------------------------
@@ -133,4 +201,47 @@ class Persist:
     origin: str
 
 
-Effect = Send | Log | Connect | Close | Subscribe | Publish | Persist
+@dataclass(frozen=True, slots=True)
+class Authenticate:
+    """Check ``request``'s credentials off the loop thread (scrypt is slow), then feed the core
+    ``ManagementCall`` with the same channel, routing id, sender and request (§7.1)."""
+
+    channel: Channel
+    routing_id: bytes
+    sender: bytes
+    request: ManagementRequest
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """Send ``request`` to each ``(identity, frontend endpoint)`` of ``targets``, wait at most
+    ``timeout_s`` for their MANAGEMENTREPs, then feed the core ``FanOutDone(token, ...)``."""
+
+    token: int
+    request: ManagementRequest
+    targets: tuple[tuple[str, str], ...]
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReadConfig:
+    """reload_config on a config source: read its network config file and sign it (I/O), then
+    feed the core ``ConfigRead`` with the same channel, routing id and request id (§7.1)."""
+
+    channel: Channel
+    routing_id: bytes
+    request_id: str
+
+
+Effect = (
+    Send
+    | Log
+    | Connect
+    | Close
+    | Subscribe
+    | Publish
+    | Persist
+    | Authenticate
+    | FanOut
+    | ReadConfig
+)

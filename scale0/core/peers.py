@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from scale0.wire.frames import JsonValue
 from scale0.wire.peer import BrokerState, TableMode, TableService, TableWorker
 
 __all__ = ["LocalTable", "Peer", "PeerStatus"]
@@ -71,7 +72,7 @@ class Peer:
         """It may be sent work: alive, answered our HELLO, and active."""
         return self.status == "up" and self.linked and self.state is BrokerState.ACTIVE
 
-    def view(self) -> dict[str, object]:
+    def view(self) -> dict[str, JsonValue]:
         """What management shows of this peer."""
         return {
             "broker_id": self.broker_id,

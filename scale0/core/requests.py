@@ -34,6 +34,7 @@ class Pending:
     peer: str | None = None  # the peer broker this request was forwarded to (§5.4)
     origin: bytes | None = None  # forwarded to us: the origin's FORWARD ticket; ``client`` is
     # then the origin link's routing id on our peer ROUTER, and the answer is a FORWARDREPLY
+    started: float = 0.0  # when the client asked (monotonic): the latency histogram's origin
 
 
 class ReplyCache:

@@ -21,7 +21,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -34,16 +34,20 @@ from scale0.config.lastgood import LastGood, write_last_good
 from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.broker import Broker
 from scale0.core.effects import (
+    Authenticate,
     Channel,
     Close,
     ConfigOffered,
+    ConfigRead,
     Connect,
     Effect,
     Event,
+    FanOut,
     Log,
     Malformed,
     Persist,
     Publish,
+    ReadConfig,
     Received,
     Send,
     Shutdown,
@@ -52,12 +56,13 @@ from scale0.core.effects import (
     Tick,
 )
 from scale0.core.replica import Offer
+from scale0.net.admin import ManagementBridge
 from scale0.net.frames_io import POLLIN, recv_frames, send_frames
 from scale0.net.frames_io import events as socket_events
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
-from scale0.wire.frames import SIG_BROKER
+from scale0.wire.frames import SIG_BROKER, Message
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -141,10 +146,12 @@ class BrokerNode:
         flush_ms: int = DEFAULT_FLUSH_MS,
         trusted_keys: Sequence[Ed25519PublicKey] = (),
         data_dir: Path | None = None,
+        reload: Callable[[], Offer] | None = None,
     ) -> None:
         self.identity = broker_config.identity
         self._broker_config = broker_config
         self._data_dir = data_dir
+        self._reload = reload  # reads and signs a config source's file (SIGHUP, reload_config)
         self._loop = loop
         self._batch_size = max(1, batch_size)
         self._hwm = hwm
@@ -186,6 +193,11 @@ class BrokerNode:
             "published": 0,
             "persist_failed": 0,
         }
+        # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
+        # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
+        self.broker.io_counters = self._counters
+        self.management = ManagementBridge(self.feed, lambda: self.broker.network.admins, _logger)
+        self._sinks: dict[Channel, Callable[[bytes, Message], None]] = {}
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -215,6 +227,17 @@ class BrokerNode:
         merged = dict(self.broker.stats())
         merged.update({f"net_{key}": value for key, value in self._counters.items()})
         return merged
+
+    def add_sink(self, channel: Channel, sink: Callable[[bytes, Message], None]) -> None:
+        """Deliver the core's sends on ``channel`` (not a socket) to ``sink(routing_id, msg)``."""
+        self._sinks[channel] = sink
+
+    def feed(self, event: Event) -> None:
+        """Hand the core an event from outside the sockets (management); on the loop thread."""
+        if self._stopped:
+            return
+        self._feed(event)
+        self._after_work()
 
     def start(self) -> None:
         """Bind the sockets, register them with the loop and arm the timer."""
@@ -279,6 +302,7 @@ class BrokerNode:
                 self._feed(Shutdown())
                 self._log(logging.INFO, "broker_stopped", {"stats": self.stats()})
         finally:
+            self.management.close()
             self._close_sockets(linger_ms=self._flush_ms)
             self._closed.set()
 
@@ -402,6 +426,19 @@ class BrokerNode:
                 )
         self._subscribed = wanted
         self._log(logging.INFO, "config_subscriptions", {"endpoints": sorted(wanted)})
+
+    def _read_config(self, effect: ReadConfig) -> None:
+        """reload_config: the config source's file, read and signed by ``reload`` (the CLI's)."""
+        offer: Offer | None = None
+        error: str | None = None
+        if self._reload is None:
+            error = "this broker has no network config file to read"
+        else:
+            try:
+                offer = self._reload()
+            except Exception as exc:  # a bad file or key: the admin gets the reason
+                error = str(exc)
+        self.feed(ConfigRead(effect.channel, effect.routing_id, effect.request_id, offer, error))
 
     def _persist(self, effect: Persist) -> None:
         if self._data_dir is None:
@@ -622,6 +659,10 @@ class BrokerNode:
                     self._subscribe(effect.endpoints)
                 elif isinstance(effect, Persist):
                     self._persist(effect)
+                elif isinstance(effect, Authenticate | FanOut):
+                    self.management.perform(effect)
+                elif isinstance(effect, ReadConfig):
+                    self._read_config(effect)
             except Exception:
                 self._counters["internal_errors"] += 1
                 self._log(
@@ -637,6 +678,9 @@ class BrokerNode:
             port = self._ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
         else:
             port = self._ports.get(channel.value)
+        if port is None and (sink := self._sinks.get(channel)) is not None:
+            sink(effect.routing_id, effect.message)
+            return
         if port is None or self._context is None:
             self._counters["send_dropped"] += 1
             self._log(logging.DEBUG, "send_dropped", {"channel": channel.value})

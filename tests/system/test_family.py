@@ -146,7 +146,7 @@ def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_
         ) as brokers:
             b1, b2, b3 = brokers
             family_ready(brokers)
-            assert events(b3, "broker_state", state="active")  # it joined from its seed
+            assert events(b3, "broker_state", to="active")  # it joined from its seed
             with (
                 worker_thread(b2.endpoints["backend"], {"echo": echo_handler}) as worker,
                 Client(b3.endpoints["frontend"], timeout=10.0) as client,

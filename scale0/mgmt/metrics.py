@@ -1,0 +1,162 @@
+"""Prometheus text exposition (format 0.0.4) of a broker's ``status`` result: ``/metrics``.
+
+Rendering from ``status`` keeps one source for both: the management command and the scrape
+show the same counters. Names follow Prometheus conventions (``_total`` counters, seconds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["render_metrics"]
+
+_STATES = ("joining", "active", "disabled")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{key}="{_escape(value)}"' for key, value in labels.items())
+    return "{" + inner + "}"
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "+Inf" if value > 0 else "-Inf"
+        return repr(value)
+    return "0"
+
+
+class _Writer:
+    def __init__(self, broker: str) -> None:
+        self.lines: list[str] = []
+        self.broker = broker
+
+    def family(
+        self, name: str, kind: str, text: str, samples: Iterable[tuple[dict[str, str], Any]]
+    ) -> None:
+        self.lines.append(f"# HELP {name} {text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            self.sample(name, labels, value)
+
+    def sample(self, name: str, labels: dict[str, str], value: Any) -> None:
+        self.lines.append(f"{name}{_labels({'broker': self.broker, **labels})} {_number(value)}")
+
+
+def render_metrics(status: Mapping[str, Any]) -> str:
+    """The exposition text for one broker's ``status`` result (see docs/management.md)."""
+    w = _Writer(str(status.get("broker", "")))
+    counters: Mapping[str, Any] = status.get("counters", {})
+    services: list[Mapping[str, Any]] = list(status.get("services", []))
+    state = status.get("state")
+    w.family(
+        "scale0_broker_state",
+        "gauge",
+        "1 for the broker's current state (joining, active, disabled).",
+        (({"state": s}, int(s == state)) for s in _STATES),
+    )
+    w.family(
+        "scale0_config_version",
+        "gauge",
+        "Version of the network config the broker runs.",
+        [({}, status.get("config_version", 0))],
+    )
+    w.family(
+        "scale0_uptime_seconds",
+        "gauge",
+        "Seconds since the broker started.",
+        [({}, status.get("uptime_s", 0.0))],
+    )
+    w.family(
+        "scale0_requests_total",
+        "counter",
+        "Client requests accepted.",
+        [({}, status.get("requests", 0))],
+    )
+    w.family(
+        "scale0_replies_total",
+        "counter",
+        "Final answers to clients, by status (worker replies and the broker's own errors).",
+        (({"status": code}, n) for code, n in status.get("replies_by_status", {}).items()),
+    )
+    w.family(
+        "scale0_service_replies_total",
+        "counter",
+        "Final answers to requests of a service, by status.",
+        (
+            ({"service": str(s["service"]), "status": code}, n)
+            for s in services
+            for code, n in s.get("replies", {}).items()
+        ),
+    )
+    bounds = [float(b) for b in status.get("latency_buckets_s", [])]
+    name = "scale0_request_latency_seconds"
+    w.lines.append(f"# HELP {name} Time from a request's arrival to its final answer, per service.")
+    w.lines.append(f"# TYPE {name} histogram")
+    for s in services:
+        service = str(s["service"])
+        cumulative = list(s.get("latency_buckets", []))
+        if len(cumulative) != len(bounds) + 1:
+            continue
+        for bound, count in zip(bounds, cumulative, strict=False):
+            w.sample(f"{name}_bucket", {"service": service, "le": _number(bound)}, count)
+        w.sample(f"{name}_bucket", {"service": service, "le": "+Inf"}, cumulative[-1])
+        w.sample(f"{name}_sum", {"service": service}, float(s.get("latency_sum_s", 0.0)))
+        w.sample(f"{name}_count", {"service": service}, s.get("latency_count", 0))
+    for metric, key, text in (
+        ("scale0_service_workers", "workers", "Workers offering the service."),
+        ("scale0_service_workers_ready", "ready", "Workers with spare capacity for it."),
+        ("scale0_service_workers_busy", "busy", "Workers running at least one request."),
+        ("scale0_queue_depth", "queued", "Requests waiting for a worker of the service."),
+    ):
+        w.family(
+            metric, "gauge", text, (({"service": str(s["service"])}, s[key]) for s in services)
+        )
+    for metric, key, text in (
+        ("scale0_clients", "clients", "Client sessions."),
+        ("scale0_workers", "workers", "Connected workers."),
+        ("scale0_in_flight", "in_flight", "Requests at a worker now."),
+        ("scale0_banned_senders", "banned_senders", "Senders on error_clients now."),
+    ):
+        w.family(metric, "gauge", text, [({}, status.get(key, 0))])
+    w.family(
+        "scale0_dropped_messages_total",
+        "counter",
+        "Messages dropped: unroutable (unknown ticket, unsupported), from banned senders, "
+        "or not sent (peer gone, high-water mark).",
+        [
+            ({"reason": "unroutable"}, counters.get("dropped", 0)),
+            ({"reason": "banned"}, counters.get("net_banned_dropped", 0)),
+            ({"reason": "send_failed"}, counters.get("net_send_dropped", 0)),
+        ],
+    )
+    w.family(
+        "scale0_malformed_messages_total",
+        "counter",
+        "Messages that failed to decode (400/501).",
+        [({}, counters.get("malformed", 0))],
+    )
+    w.family(
+        "scale0_bans_total", "counter", "Senders banned so far.", [({}, counters.get("banned", 0))]
+    )
+    w.family(
+        "scale0_worker_losses_total",
+        "counter",
+        "Workers lost (silent or disconnected).",
+        [({}, counters.get("workers_lost", 0))],
+    )
+    return "\n".join(w.lines) + "\n"

@@ -1,0 +1,333 @@
+// The Scale0 management page: log in, then poll the family-wide status and draw it.
+// Everything goes through the JSON API (docs/management.md); data is put into the page with
+// textContent only, never as HTML.
+"use strict";
+
+const REFRESH_MS = 2000;
+const CLIENTS_REFRESH_MS = 5000;
+const FAMILY_TIMEOUT_MS = 1500;
+const CHART_WINDOW_S = 300;
+const MIN_CHART_WINDOW_S = 30;
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563"];
+
+let session = null;
+let timers = [];
+let lastStatus = null;
+
+function $(id) { return document.getElementById(id); }
+
+async function api(method, path, body) {
+  const headers = {};
+  const init = { method, headers, credentials: "same-origin" };
+  if (method !== "GET") {
+    headers["Content-Type"] = "application/json";
+    if (session) headers["X-CSRF-Token"] = session.csrf_token;
+    init.body = JSON.stringify(body || {});
+  }
+  const response = await fetch(path, init);
+  let data = null;
+  try { data = await response.json(); } catch (e) { data = null; }
+  return { status: response.status, data };
+}
+
+function cell(row, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text === null || text === undefined ? "" : String(text);
+  if (cls) td.className = cls;
+  row.appendChild(td);
+  return td;
+}
+
+function clear(tbody) { while (tbody.firstChild) tbody.removeChild(tbody.firstChild); }
+
+function duration(seconds) {
+  if (typeof seconds !== "number") return "";
+  if (seconds < 60) return seconds.toFixed(0) + " s";
+  if (seconds < 3600) return (seconds / 60).toFixed(0) + " min";
+  return (seconds / 3600).toFixed(1) + " h";
+}
+
+// Quantiles come from histogram buckets: the value is the bucket's upper bound.
+function ms(seconds) {
+  return typeof seconds === "number" ? "≤ " + (seconds * 1000).toFixed(1) + " ms" : "–";
+}
+
+function showMessage(text) { $("message").textContent = text || ""; }
+
+// ---- login ---------------------------------------------------------------------------------
+
+function showLogin() {
+  session = null;
+  timers.forEach(clearInterval);
+  timers = [];
+  $("dashboard").hidden = true;
+  $("who").hidden = true;
+  $("login").hidden = false;
+}
+
+function showDashboard(s) {
+  session = s;
+  $("login").hidden = true;
+  $("dashboard").hidden = false;
+  $("who").hidden = false;
+  $("who-text").textContent = s.auth_id + " (" + s.role + ") on " + s.broker;
+  $("family-name").textContent = s.family;
+  document.body.classList.toggle("read-only", s.role !== "admin");
+  document.querySelectorAll(".admin-only").forEach((el) => { el.hidden = s.role !== "admin"; });
+  refresh();
+  refreshClients();
+  timers.push(setInterval(refresh, REFRESH_MS));
+  timers.push(setInterval(refreshClients, CLIENTS_REFRESH_MS));
+}
+
+async function login(event) {
+  event.preventDefault();
+  $("login-error").textContent = "";
+  const r = await api("POST", "/api/login", {
+    auth_id: $("auth-id").value,
+    password: $("password").value,
+  });
+  $("password").value = "";
+  if (r.status === 200) {
+    showDashboard(r.data);
+  } else {
+    $("login-error").textContent = (r.data && r.data.message) || ("login failed (" + r.status + ")");
+  }
+}
+
+async function logout() {
+  await api("POST", "/api/logout", {});
+  showLogin();
+}
+
+// ---- the family at a glance ----------------------------------------------------------------
+
+function stateOf(entry) {
+  if (entry.code === null) return "not answering";
+  if (entry.result && entry.result.state) return entry.result.state;
+  return "error " + entry.code;
+}
+
+function renderConfig(entries) {
+  const versions = new Map();
+  entries.forEach((e) => {
+    if (e.code === 200 && e.result) {
+      const key = e.result.config_version + " " + e.result.sha256;
+      if (!versions.has(key)) versions.set(key, []);
+      versions.get(key).push(e.broker);
+    }
+  });
+  const summary = $("config-summary");
+  summary.className = versions.size > 1 ? "conflict" : "";
+  if (versions.size === 0) { summary.textContent = "no broker answered"; return; }
+  const parts = [];
+  versions.forEach((brokers, key) => {
+    const [version, sha] = key.split(" ");
+    parts.push("config v" + version + " (" + sha.slice(0, 12) + ") on " + brokers.join(", "));
+  });
+  summary.textContent = (versions.size > 1 ? "CONFLICT: " : "") + parts.join("; ");
+}
+
+function renderBrokers(entries) {
+  const tbody = $("brokers").querySelector("tbody");
+  clear(tbody);
+  entries.forEach((e) => {
+    const row = document.createElement("tr");
+    row.dataset.broker = e.broker;
+    const s = e.result || {};
+    cell(row, e.broker);
+    const state = stateOf(e);
+    const stateCell = cell(row, "");
+    const badge = document.createElement("span");
+    badge.className = "state state-" + state.replace(/ /g, "-");
+    badge.textContent = state;
+    stateCell.appendChild(badge);
+    cell(row, s.config_version !== undefined ? "v" + s.config_version : "");
+    cell(row, duration(s.uptime_s), "num");
+    cell(row, s.clients, "num");
+    cell(row, s.workers, "num");
+    cell(row, s.requests, "num");
+    cell(row, s.replies, "num");
+    cell(row, s.banned_senders, "num");
+    const actions = cell(row, "", "admin-only");
+    if (session && session.role === "admin" && e.code !== null) {
+      const button = document.createElement("button");
+      const disabled = state === "disabled";
+      button.type = "button";
+      button.className = disabled ? "enable" : "disable";
+      button.textContent = disabled ? "Enable" : "Disable";
+      button.dataset.broker = e.broker;
+      button.addEventListener("click", () => changeState(disabled ? "enable" : "disable", e.broker));
+      actions.appendChild(button);
+    } else {
+      actions.hidden = !(session && session.role === "admin");
+    }
+    tbody.appendChild(row);
+  });
+}
+
+function renderServices(entries) {
+  const tbody = $("services").querySelector("tbody");
+  clear(tbody);
+  const rows = [];
+  entries.forEach((e) => {
+    ((e.result && e.result.services) || []).forEach((s) => rows.push([s, e.broker]));
+  });
+  rows.sort((a, b) => (a[0].service + a[1]).localeCompare(b[0].service + b[1]));
+  rows.forEach(([s, broker]) => {
+    const row = document.createElement("tr");
+    row.dataset.service = s.service;
+    cell(row, s.service);
+    cell(row, broker);
+    cell(row, s.workers, "num");
+    cell(row, s.ready, "num");
+    cell(row, s.busy, "num");
+    cell(row, s.queued, "num");
+    cell(row, s.latency_count, "num");
+    cell(row, ms(s.latency_p50_s), "num");
+    cell(row, ms(s.latency_p95_s), "num");
+    tbody.appendChild(row);
+  });
+}
+
+function series(history, pick) {
+  const points = [];
+  for (let i = 1; i < history.length; i++) {
+    const a = history[i - 1], b = history[i];
+    const dt = b.time - a.time;
+    if (dt <= 0) continue;
+    const value = pick(a, b, dt);
+    if (value !== null) points.push([b.time, value]);
+  }
+  return points;
+}
+
+function drawChart(canvas, lines, unit) {
+  const ctx = canvas.getContext("2d");
+  const w = canvas.width, h = canvas.height, left = 48, bottom = 22, top = 8, right = 8;
+  ctx.clearRect(0, 0, w, h);
+  const now = Date.now() / 1000;
+  // Up to CHART_WINDOW_S back, but no further than the oldest point (a young family shows
+  // its first minute across the whole width rather than as a sliver at the right edge).
+  let oldest = now;
+  lines.forEach((l) => l.points.forEach(([t]) => { oldest = Math.min(oldest, t); }));
+  const span = Math.min(CHART_WINDOW_S, Math.max(MIN_CHART_WINDOW_S, now - oldest));
+  const t0 = now - span;
+  let max = 0;
+  lines.forEach((l) => l.points.forEach(([t, v]) => { if (t >= t0) max = Math.max(max, v); }));
+  max = max > 0 ? max * 1.15 : 1;
+  ctx.strokeStyle = "#9ca3af";
+  ctx.fillStyle = "#4b5563";
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.beginPath();
+  ctx.moveTo(left, top); ctx.lineTo(left, h - bottom); ctx.lineTo(w - right, h - bottom);
+  ctx.stroke();
+  ctx.fillText(max.toFixed(max < 10 ? 1 : 0) + unit, 2, top + 10);
+  ctx.fillText("0", left - 12, h - bottom);
+  ctx.fillText(span >= 120 ? "-" + Math.round(span / 60) + " min" : "-" + Math.round(span) + " s",
+               left, h - 6);
+  ctx.fillText("now", w - right - 22, h - 6);
+  const x = (t) => left + ((t - t0) / span) * (w - left - right);
+  const y = (v) => h - bottom - (v / max) * (h - bottom - top);
+  lines.forEach((l) => {
+    ctx.strokeStyle = l.color;
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    let started = false;
+    l.points.forEach(([t, v]) => {
+      if (t < t0) return;
+      if (started) ctx.lineTo(x(t), y(v)); else { ctx.moveTo(x(t), y(v)); started = true; }
+    });
+    ctx.stroke();
+    ctx.fillStyle = l.color;
+    l.points.forEach(([t, v]) => {  // dots too: one point is no line but still a reading
+      if (t < t0) return;
+      ctx.beginPath();
+      ctx.arc(x(t), y(v), 2.5, 0, 2 * Math.PI);
+      ctx.fill();
+    });
+  });
+}
+
+function renderCharts(entries) {
+  const rate = [], latency = [];
+  const legend = $("legend");
+  clear(legend);
+  entries.forEach((e, i) => {
+    const color = COLORS[i % COLORS.length];
+    const s = e.result || {};
+    // The broker samples every 5 s; its counters now make the last point, so lines move live.
+    const history = (s.history || []).concat(
+      s.time ? [{ time: s.time, requests: s.requests, latency_sum_s: s.latency_sum_s,
+                  latency_count: s.latency_count }] : []);
+    rate.push({ color, points: series(history, (a, b, dt) => (b.requests - a.requests) / dt) });
+    latency.push({
+      color,
+      points: series(history, (a, b) => {
+        const n = b.latency_count - a.latency_count;
+        return n > 0 ? ((b.latency_sum_s - a.latency_sum_s) / n) * 1000 : null;
+      }),
+    });
+    const swatch = document.createElement("span");
+    swatch.className = "swatch";
+    swatch.style.background = color;
+    legend.appendChild(swatch);
+    legend.appendChild(document.createTextNode(e.broker));
+  });
+  drawChart($("rate-chart"), rate, "/s");
+  drawChart($("latency-chart"), latency, " ms");
+}
+
+async function refresh() {
+  const r = await api("GET", "/api/status?family=true&timeout_ms=" + FAMILY_TIMEOUT_MS);
+  if (r.status === 401) { showLogin(); return; }
+  if (r.status !== 200 || !r.data || !r.data.result) {
+    showMessage("status failed: " + ((r.data && r.data.message) || r.status));
+    return;
+  }
+  lastStatus = r.data.result;
+  const entries = lastStatus.brokers;
+  renderBrokers(entries);
+  renderConfig(entries);
+  renderServices(entries);
+  renderCharts(entries);
+  $("updated").textContent = new Date().toLocaleTimeString();
+  $("asked-by").textContent = lastStatus.asked_by;
+}
+
+async function refreshClients() {
+  const r = await api("GET", "/api/list_clients?family=true&timeout_ms=" + FAMILY_TIMEOUT_MS);
+  if (r.status !== 200 || !r.data || !r.data.result) return;
+  const tbody = $("clients").querySelector("tbody");
+  clear(tbody);
+  r.data.result.brokers.forEach((e) => {
+    ((e.result && e.result.clients) || []).forEach((c) => {
+      const row = document.createElement("tr");
+      cell(row, e.broker);
+      cell(row, c.client_id);
+      cell(row, duration(c.idle_s), "num");
+      cell(row, c.requests, "num");
+      tbody.appendChild(row);
+    });
+  });
+}
+
+async function changeState(command, broker) {
+  showMessage(command + " " + broker + "…");
+  const r = await api("POST", "/api/" + command, { broker });
+  if (r.status === 200) {
+    showMessage(broker + " is now " + r.data.result.state);
+  } else {
+    showMessage(command + " " + broker + " failed: " + ((r.data && r.data.message) || r.status));
+  }
+  refresh();
+}
+
+async function start() {
+  $("login-form").addEventListener("submit", login);
+  $("logout").addEventListener("click", logout);
+  const r = await api("GET", "/api/session");
+  if (r.status === 200) showDashboard(r.data); else showLogin();
+}
+
+document.addEventListener("DOMContentLoaded", start);
