@@ -427,6 +427,7 @@ COMMANDS: Final[dict[str, Command]] = {
             "A config source reads its network config file again, signs and applies it; "
             "any other broker asks its peers for a newer config.",
             _reload_config,
+            targeted=True,
         ),
         Command(
             "disable",

@@ -479,6 +479,10 @@ class Broker:
             + self.io_counters.get("banned_dropped", 0)
             + self.io_counters.get("send_dropped", 0),
             "counters": counters,
+            "config_source": self.config_source,
+            "peers": len(self._peers),
+            "peers_up": sum(1 for p in self._peers.values() if p.status == "up"),
+            "config_conflicts": self.config_view()["conflicts"],
             "services": self.service_table(),
             "history": [dict(sample) for sample in self.metrics.history],
         }

@@ -131,6 +131,8 @@ def render_metrics(status: Mapping[str, Any]) -> str:
         ("scale0_workers", "workers", "Connected workers."),
         ("scale0_in_flight", "in_flight", "Requests at a worker now."),
         ("scale0_banned_senders", "banned_senders", "Senders on error_clients now."),
+        ("scale0_peers", "peers", "Other brokers of the family (from the network config)."),
+        ("scale0_peers_up", "peers_up", "Other brokers heard from within liveness intervals."),
     ):
         w.family(metric, "gauge", text, [({}, status.get(key, 0))])
     w.family(

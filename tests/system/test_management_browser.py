@@ -215,6 +215,14 @@ def _check_page(browser: WebDriver, family: Family) -> None:
     browser.find_element(By.CSS_SELECTOR, "button.enable[data-broker='b2']").click()
     wait(browser, lambda d: states(d).get("b2") == "active" or None, "b2 shown active again")
 
+    # Reload config on b3 (a config source): its file did not change, and the page says so.
+    browser.find_element(By.CSS_SELECTOR, "button.reload[data-broker='b3']").click()
+    wait(
+        browser,
+        lambda d: "nothing to apply" in d.find_element(By.ID, "message").text or None,
+        "the reload's answer on the page",
+    )
+
     browser.find_element(By.ID, "logout").click()
     wait(browser, lambda d: d.find_element(By.ID, "login").is_displayed(), "the login form")
     log_in(browser, family, "viewer")

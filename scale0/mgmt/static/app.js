@@ -125,7 +125,15 @@ function renderConfig(entries) {
     const [version, sha] = key.split(" ");
     parts.push("config v" + version + " (" + sha.slice(0, 12) + ") on " + brokers.join(", "));
   });
-  summary.textContent = (versions.size > 1 ? "CONFLICT: " : "") + parts.join("; ");
+  const conflicts = [];
+  entries.forEach((e) => {
+    ((e.result && e.result.config_conflicts) || []).forEach((c) => {
+      conflicts.push(e.broker + " kept " + c.kept.slice(0, 12) + " over " + c.dropped.slice(0, 12) +
+                     " (v" + c.version + " from " + c.origin + ")");
+    });
+  });
+  summary.textContent = (versions.size > 1 ? "CONFLICT: " : "") + parts.join("; ") +
+    (conflicts.length ? ". Settled conflicts: " + conflicts.join("; ") : "");
 }
 
 function renderBrokers(entries) {
@@ -159,6 +167,15 @@ function renderBrokers(entries) {
       button.dataset.broker = e.broker;
       button.addEventListener("click", () => changeState(disabled ? "enable" : "disable", e.broker));
       actions.appendChild(button);
+      if (s.config_source) {
+        const reload = document.createElement("button");
+        reload.type = "button";
+        reload.className = "reload";
+        reload.textContent = "Reload config";
+        reload.dataset.broker = e.broker;
+        reload.addEventListener("click", () => reloadConfig(e.broker));
+        actions.appendChild(reload);
+      }
     } else {
       actions.hidden = !(session && session.role === "admin");
     }
@@ -319,6 +336,23 @@ async function changeState(command, broker) {
     showMessage(broker + " is now " + r.data.result.state);
   } else {
     showMessage(command + " " + broker + " failed: " + ((r.data && r.data.message) || r.status));
+  }
+  refresh();
+}
+
+async function reloadConfig(broker) {
+  showMessage("reload config on " + broker + "…");
+  const r = await api("POST", "/api/reload_config", { broker });
+  const result = (r.data && r.data.result) || {};
+  if (r.status === 200 && result.applied) {
+    const restart = (result.restart_needed || []).length
+      ? "; needs a restart: " + result.restart_needed.join(", ") : "";
+    showMessage(broker + " applied config v" + result.config_version + " (changed: " +
+                (result.changed || []).join(", ") + restart + ")");
+  } else if (r.status === 200) {
+    showMessage(broker + ": nothing to apply (" + (result.reason || result.note || "") + ")");
+  } else {
+    showMessage("reload on " + broker + " refused: " + ((r.data && r.data.message) || r.status));
   }
   refresh();
 }
