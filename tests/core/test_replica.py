@@ -163,3 +163,14 @@ def test_the_document_of_a_signed_config_is_its_canonical_json() -> None:
     network = family_config()
     sha, signature = signed(network)
     assert SignedConfig(network, sha, signature, "a").document() == canonical_json(network)
+
+
+def test_k1_a_config_that_leaves_the_family_without_a_config_source_is_refused() -> None:
+    r = replica()
+    old = family_config(version=2)
+    orphaned = dataclasses.replace(
+        old, brokers=tuple(dataclasses.replace(b, config_source=False) for b in old.brokers)
+    )
+    outcome = r.offer(offer_of(orphaned))
+    assert isinstance(outcome, Refused) and "no config source" in outcome.reason
+    assert r.version == 1
