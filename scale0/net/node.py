@@ -5,12 +5,16 @@
 ``Shutdown`` on stop, and performs the effects the core returns (``Send`` -> socket, ``Log`` ->
 the JSON logger) in order. Every decision lives in :class:`scale0.core.broker.Broker`.
 
-Hot path (docs/protocol.md §2): each socket's ZMQ FD is registered with the Tornado IOLoop and
-drained in batches of up to ``batch_size`` messages per wakeup. ZMQ FDs are edge-triggered, so a
-socket is re-checked (``zmq.EVENTS``) after every batch and every send; a socket with more to
-read, or one whose batch ran full, gets a drain callback on the next loop iteration so the other
-socket and the timer still get their turn. All broker timers live in the core's heap; the node
-keeps exactly one IOLoop timeout, for ``broker.next_deadline()``.
+Hot path (docs/performance.md): every socket is a :class:`_Port` in one registry, and every
+port's ZMQ FD is registered with the Tornado IOLoop under the *same* handler. A wake-up, from
+whichever FD, runs rounds over all ports: each round reads what every port has waiting (up to
+the wake-up's budget), and rounds repeat until one finds every port empty. So a worker's REPLY
+and the client REQUEST it lets through are handled in one wake-up, not two. ZMQ FDs are
+edge-triggered and a send may swallow a socket's edge, so the empty round (a ``zmq.EVENTS``
+check per port, after the last send) is what lets the loop sleep safely; a wake-up whose budget
+ran out schedules its own continuation so the timer and other loop work still get their turn.
+All broker timers live in the core's heap; the node keeps exactly one IOLoop timeout, for
+``broker.next_deadline()``.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from scale0.wire.registry import (
 
 __all__ = ["BindError", "BrokerNode", "inbound_size_limit"]
 
-#: Messages read from one socket per wakeup before the loop lets others run.
+#: Messages read per wake-up (all sockets together) before the loop lets other work run.
 DEFAULT_BATCH_SIZE: Final = 512
 #: Send/receive high-water mark per peer pipe: bounds what one slow or flooding peer can queue.
 DEFAULT_HWM: Final = 1_000
@@ -86,14 +90,13 @@ class BindError(Exception):
 
 @dataclass(slots=True)
 class _Port:
-    """One bound ROUTER and its loop bookkeeping."""
+    """One bound socket of the registry: where it reads from and what it accepts."""
 
     channel: Channel
     socket: zmq.Socket[bytes]
     fd: int
     signatures: Collection[bytes]
     endpoint: str
-    drain_scheduled: bool = False
 
 
 class BrokerNode:
@@ -135,6 +138,7 @@ class BrokerNode:
         )
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
         self._ports: dict[Channel, _Port] = {}
+        self._continue_scheduled = False
         self._endpoints: dict[Channel, str] = {}
         self._timer: object | None = None
         self._timer_deadline: float | None = None
@@ -148,7 +152,8 @@ class BrokerNode:
             "sent": 0,
             "send_dropped": 0,
             "internal_errors": 0,
-            "batches": 0,
+            "wakeups": 0,
+            "rounds": 0,
             "ticks": 0,
         }
 
@@ -194,8 +199,9 @@ class BrokerNode:
         self._started = True
         self._endpoints = {channel: port.endpoint for channel, port in self._ports.items()}
         loop = self._loop
+        handler = _FdHandler(self)
         for port in self._ports.values():
-            loop.add_handler(port.fd, self._handler_for(port), IOLoop.READ)
+            loop.add_handler(port.fd, handler, IOLoop.READ)
         self._log(
             logging.INFO,
             "broker_ready",
@@ -208,8 +214,7 @@ class BrokerNode:
             },
         )
         # Messages may have queued between bind and add_handler: the FD edge is gone by now.
-        for port in self._ports.values():
-            self._schedule_drain(port)
+        self._schedule_continue()
         self._reschedule_timer()
 
     def stop(self) -> None:
@@ -273,47 +278,63 @@ class BrokerNode:
 
     # ---- the loop: reading ----------------------------------------------------------------
 
-    def _handler_for(self, port: _Port) -> _FdHandler:
-        return _FdHandler(self, port)
+    def _on_readable(self) -> None:
+        """Any port's FD fired: one wake-up for all ports."""
+        self._counters["wakeups"] += 1
+        self._pump()
 
-    def _schedule_drain(self, port: _Port) -> None:
-        if not port.drain_scheduled and not self._stopped:
-            port.drain_scheduled = True
+    def _schedule_continue(self) -> None:
+        if not self._continue_scheduled and not self._stopped:
+            self._continue_scheduled = True
             assert self._loop is not None
-            self._loop.add_callback(self._scheduled_drain, port)
+            self._loop.add_callback(self._continue)
 
-    def _scheduled_drain(self, port: _Port) -> None:
-        port.drain_scheduled = False
-        self._drain(port)
+    def _continue(self) -> None:
+        self._continue_scheduled = False
+        self._counters["wakeups"] += 1
+        self._pump()
 
-    def _drain(self, port: _Port) -> None:
-        """Read up to one batch from ``port``, then re-arm what needs re-arming."""
+    def _pump(self) -> None:
+        """Rounds over all ports until one round finds them all empty, or the budget is spent."""
         if self._stopped:
             return
+        budget = self._batch_size
+        ports = list(self._ports.values())
+        while True:
+            self._counters["rounds"] += 1
+            handled = 0
+            for port in ports:
+                handled += self._drain(port, budget - handled)
+            if not handled:
+                break  # every port said "nothing waiting" after the last send: safe to sleep
+            budget -= handled
+            if budget <= 0:
+                self._schedule_continue()
+                break
+        self._reschedule_timer()
+
+    def _drain(self, port: _Port, limit: int) -> int:
+        """Read and dispatch up to ``limit`` messages from ``port``; returns how many."""
         sock = port.socket
-        channel = port.channel
-        full = True
+        count = 0
         try:
-            for _ in range(self._batch_size):
-                # Ask ZMQ_EVENTS first: the FD also wakes us after our own sends, and ending
-                # every drain in a zmq.Again exception cost more than the check.
+            while count < limit:
+                # Ask ZMQ_EVENTS first: it also processes the socket's pending commands, which
+                # a send may have left unread, and costs less than ending in zmq.Again.
                 if not socket_events(sock) & POLLIN:
-                    full = False
                     break
                 try:
                     frames = recv_frames(sock)
                 except zmq.Again:
-                    full = False
                     break
-                self._dispatch(port, channel, frames)
+                count += 1
+                self._dispatch(port, port.channel, frames)
         except zmq.ZMQError as exc:  # a socket-level failure: say so, keep the loop alive
             self._counters["internal_errors"] += 1
-            self._log(logging.ERROR, "socket_error", {"channel": channel.value, "error": str(exc)})
-            full = False
-        self._counters["batches"] += 1
-        if full:
-            self._schedule_drain(port)
-        self._after_work()
+            self._log(
+                logging.ERROR, "socket_error", {"channel": port.channel.value, "error": str(exc)}
+            )
+        return count
 
     def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes]) -> None:
         """One message: ban check, decode, core, effects. Never raises."""
@@ -347,21 +368,6 @@ class BrokerNode:
                 exc_info=True,
             )
 
-    def _after_work(self) -> None:
-        """Re-check sockets whose FD edge a send may have eaten; re-arm the one timer."""
-        if self._stopped:
-            return
-        for port in self._ports.values():
-            if port.drain_scheduled:
-                continue
-            try:
-                pending = socket_events(port.socket) & POLLIN
-            except zmq.ZMQError:
-                continue
-            if pending:
-                self._schedule_drain(port)
-        self._reschedule_timer()
-
     # ---- the loop: the one timer ----------------------------------------------------------
 
     def _reschedule_timer(self) -> None:
@@ -387,7 +393,8 @@ class BrokerNode:
             return
         self._counters["ticks"] += 1
         self._feed(Tick())
-        self._after_work()
+        # The tick's sends may have swallowed a socket's FD edge: one pump re-checks them all.
+        self._pump()
 
     def _feed(self, event: Event) -> None:
         try:
@@ -445,13 +452,12 @@ class BrokerNode:
 
 
 class _FdHandler:
-    """The IOLoop handler of one socket's FD (a class, not a lambda, so it types and reads)."""
+    """The IOLoop handler of every port's FD (a class, not a lambda, so it types and reads)."""
 
-    __slots__ = ("node", "port")
+    __slots__ = ("node",)
 
-    def __init__(self, node: BrokerNode, port: _Port) -> None:
+    def __init__(self, node: BrokerNode) -> None:
         self.node = node
-        self.port = port
 
     def __call__(self, fd: int, events: int) -> None:
-        self.node._drain(self.port)
+        self.node._on_readable()
