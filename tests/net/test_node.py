@@ -316,8 +316,16 @@ def test_one_pump_drains_every_socket(node: NodeThread, ctx: zmq.Context[Any]) -
         client.send(ClientRequest("echo", b"first", (b"a",)))
         first = worker.recv(WorkerRequest)  # the worker (capacity 1) is busy now
         wakeups_before = node.call(broker_node.stats)["net_wakeups"]
-        go = threading.Event()
-        loop.add_callback(go.wait, WAIT_S)  # hold the loop while both sockets fill up
+        held, go = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            held.set()
+            go.wait(WAIT_S)
+
+        # Hold the loop while both sockets fill up; send only once it is held, so the FDs'
+        # readiness cannot be handled before the probe below.
+        loop.add_callback(hold)
+        assert held.wait(WAIT_S)
         worker.send(WorkerReply(first.ticket, 200, (b"a",)))
         client.send(ClientRequest("echo", b"second", (b"b",)))
         done = threading.Event()
