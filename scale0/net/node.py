@@ -24,7 +24,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -48,6 +48,7 @@ from scale0.net.frames_io import POLLIN, recv_frames, send_frames
 from scale0.net.frames_io import events as socket_events
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.wire.errors import ProtocolError
+from scale0.wire.hot import client_request_fields, worker_reply_fields
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -88,15 +89,24 @@ class BindError(Exception):
         super().__init__(f"cannot bind the {channel.value} socket to {endpoint}: {reason}")
 
 
+#: A port's fast path: effects for a message it recognises, None to take the typed path.
+FastPath = Callable[[list[bytes], float], "list[Effect] | None"]
+
+
 @dataclass(slots=True)
 class _Port:
-    """One bound socket of the registry: where it reads from and what it accepts."""
+    """One bound socket of the registry: where it reads from and what it accepts.
+
+    ``fast`` (optional) handles the port's hot message from raw frames; everything it declines,
+    and everything on a port without one, goes decode -> ``Broker.handle``.
+    """
 
     channel: Channel
     socket: zmq.Socket[bytes]
     fd: int
     signatures: Collection[bytes]
     endpoint: str
+    fast: FastPath | None = None
 
 
 class BrokerNode:
@@ -188,13 +198,13 @@ class BrokerNode:
         self._context = zmq.Context()
         config = self._broker_config
         try:
-            for channel, port_number, signatures in (
-                (Channel.FRONTEND, config.frontend_port, FRONTEND_SIGNATURES),
-                (Channel.BACKEND, config.backend_port, BACKEND_SIGNATURES),
+            for channel, port_number, signatures, fast in (
+                (Channel.FRONTEND, config.frontend_port, FRONTEND_SIGNATURES, self._fast_request),
+                (Channel.BACKEND, config.backend_port, BACKEND_SIGNATURES, self._fast_reply),
             ):
-                self._ports[channel] = self._bind(
-                    channel, f"tcp://{config.bind_address}:{port_number}", signatures
-                )
+                port = self._bind(channel, f"tcp://{config.bind_address}:{port_number}", signatures)
+                port.fast = fast
+                self._ports[channel] = port
         except BaseException:
             self._close_sockets(linger_ms=0)
             raise
@@ -340,7 +350,7 @@ class BrokerNode:
         return count
 
     def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes]) -> None:
-        """One message: ban check, decode, core, effects. Never raises."""
+        """One message: ban check, fast path or decode + core, effects. Never raises."""
         try:
             now = time.monotonic()
             broker = self.broker
@@ -348,6 +358,12 @@ class BrokerNode:
             if broker.is_banned(routing_id, now):
                 self._counters["banned_dropped"] += 1  # dropped unread (§8)
                 return
+            fast = port.fast
+            if fast is not None:
+                effects = fast(frames, now)
+                if effects is not None:
+                    self._perform(effects)
+                    return
             event: Event
             try:
                 message = decode_to_broker(
@@ -370,6 +386,26 @@ class BrokerNode:
                 {"channel": channel.value, "frames": len(frames)},
                 exc_info=True,
             )
+
+    # ---- the fast paths of the frontend and backend ports ----------------------------------
+
+    def _fast_request(self, frames: list[bytes], now: float) -> list[Effect] | None:
+        """A plain client REQUEST, read by scale0.wire.hot, to the core's lean entry point."""
+        fields = client_request_fields(frames, self.broker.max_frame_bytes)
+        if fields is None:
+            return None
+        self._counters["received"] += 1
+        service, request_id, body = fields
+        return self.broker.handle_request(frames[0], service, request_id, body, now)
+
+    def _fast_reply(self, frames: list[bytes], now: float) -> list[Effect] | None:
+        """A plain worker REPLY, read by scale0.wire.hot, to the core's lean entry point."""
+        fields = worker_reply_fields(frames, self.broker.max_frame_bytes)
+        if fields is None:
+            return None
+        self._counters["received"] += 1
+        ticket, status, body = fields
+        return self.broker.handle_reply(frames[0], ticket, status, body, now)
 
     # ---- the loop: the one timer ----------------------------------------------------------
 
@@ -412,10 +448,18 @@ class BrokerNode:
     # ---- effects --------------------------------------------------------------------------
 
     def _perform(self, effects: Iterable[Effect]) -> None:
+        ports = self._ports
+        outbox = self._outbox
         for effect in effects:
             try:
                 if isinstance(effect, Send):
-                    self._send(effect)
+                    port = ports.get(effect.channel)
+                    if port is None or self._context is None:
+                        self._counters["send_dropped"] += 1
+                        self._log(logging.DEBUG, "send_dropped", {"channel": effect.channel.value})
+                        continue
+                    # Encode now (a bug shows up as this effect's failure); sent by _flush().
+                    outbox.append((port.socket, effect.routing_id, encode(effect.message)))
                 elif isinstance(effect, Log):
                     self._log(level_number(effect.level), effect.event, effect.fields)
             except Exception:
@@ -426,15 +470,6 @@ class BrokerNode:
                     {"effect": type(effect).__name__},
                     exc_info=True,
                 )
-
-    def _send(self, effect: Send) -> None:
-        """Encode now (a bug shows up as this effect's failure), send at the next flush."""
-        port = self._ports.get(effect.channel)
-        if port is None or self._context is None:
-            self._counters["send_dropped"] += 1
-            self._log(logging.DEBUG, "send_dropped", {"channel": effect.channel.value})
-            return
-        self._outbox.append((port.socket, effect.routing_id, encode(effect.message)))
 
     def _flush(self) -> None:
         """Send what the round produced, back to back, in the order the core asked for.
