@@ -11,7 +11,8 @@ three setups, each with the client, the workers and the middle process in separa
   against its own "before" in the same invocation.
 
 It prints throughput, round-trip p50/p99, the middle process's CPU time per request (read
-from /proc), the broker's loop wake-ups per request (its ``net_wakeups`` / ``requests``
+from /proc; "main+other" splits it into the main thread and the rest, i.e. libzmq's I/O
+thread), the broker's loop wake-ups per request (its ``net_wakeups`` / ``requests``
 counters, from the stats it logs when it stops) and the ratios against ``proxy``. Only ratios
 within one invocation are meaningful: absolute numbers drift on shared machines. Workers and
 client speak raw frames so the numbers measure the broker, not Scale0's client library.
