@@ -214,9 +214,14 @@ def running_broker(
     *,
     broker_overrides: Mapping[str, Any] | None = None,
     start_timeout_s: float = START_TIMEOUT_S,
+    command: Sequence[str] | None = None,
     **network_overrides: Any,
 ) -> Iterator[BrokerProcess]:
-    """Start ``scale0-broker`` on ports 0 in ``tmp_path``; stop it (by PID) on exit."""
+    """Start ``scale0-broker`` on ports 0 in ``tmp_path``; stop it (by PID) on exit.
+
+    ``command`` replaces the installed script (e.g. a broker run from another source tree, so
+    tools/bench can time two versions in one invocation); ``--config`` etc. are appended.
+    """
     broker_file, network_file, network = write_configs(
         tmp_path, broker_overrides=broker_overrides, **network_overrides
     )
@@ -227,7 +232,7 @@ def running_broker(
     with stderr_path.open("wb") as stderr:
         process = subprocess.Popen(  # noqa: S603 - our own installed script, fixed arguments
             [
-                broker_command(),
+                *(command if command is not None else [broker_command()]),
                 "--config",
                 str(broker_file),
                 "--endpoints-file",

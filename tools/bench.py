@@ -5,12 +5,17 @@ three setups, each with the client, the workers and the middle process in separa
 
 - ``direct``: the client's DEALER connects straight to the workers' ROUTERs (no middle at all);
 - ``proxy``: ``zmq.proxy`` (ROUTER/DEALER, in C) between them;
-- ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1.
+- ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
+- ``base`` (with ``--base-tree DIR``): the same broker run from another source tree, e.g. the
+  commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
+  against its own "before" in the same invocation.
 
-It prints throughput, round-trip p50/p99 and the middle process's CPU time per request (read
-from /proc), and the ratios against ``proxy``. Only ratios within one invocation are meaningful:
-absolute numbers drift on shared machines. Workers and client speak raw frames so the numbers
-measure the broker, not Scale0's client library.
+It prints throughput, round-trip p50/p99, the middle process's CPU time per request (read
+from /proc; "main+other" splits it into the main thread and the rest, i.e. libzmq's I/O
+thread), the broker's loop wake-ups per request (its ``net_wakeups`` / ``requests``
+counters, from the stats it logs when it stops) and the ratios against ``proxy``. Only ratios
+within one invocation are meaningful: absolute numbers drift on shared machines. Workers and
+client speak raw frames so the numbers measure the broker, not Scale0's client library.
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 SERVICE = b"echo"
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, task: int | None = None) -> float:
+    """User + system CPU time so far of a process, or of one of its threads (``task``)."""
+    path = f"/proc/{pid}/task/{task}/stat" if task is not None else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -120,10 +126,13 @@ def run_client(
         _drive(sock, warmup, window, payload, [])
         rtts: list[float] = []
         cpu_before = cpu_seconds(middle_pid) if middle_pid else 0.0
+        # The middle's main thread (tid = pid) apart from the rest (libzmq's I/O thread).
+        main_before = cpu_seconds(middle_pid, middle_pid) if middle_pid else 0.0
         started = time.perf_counter()
         _drive(sock, requests, window, payload, rtts)
         elapsed = time.perf_counter() - started
         cpu = (cpu_seconds(middle_pid) - cpu_before) if middle_pid else 0.0
+        main = (cpu_seconds(middle_pid, middle_pid) - main_before) if middle_pid else 0.0
     finally:
         sock.close()
         ctx.term()
@@ -133,6 +142,7 @@ def run_client(
         "p50_us": rtts[len(rtts) // 2] * 1e6,
         "p99_us": rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1e6,
         "cpu_us_per_request": cpu / requests * 1e6,
+        "main_thread_us_per_request": main / requests * 1e6,
     }
 
 
@@ -209,22 +219,46 @@ def case_proxy(workers: int, **client: Any) -> dict[str, float]:
             p.kill()
 
 
-def case_scale0(workers: int, **client: Any) -> dict[str, float]:
+def case_scale0(
+    workers: int, *, command: list[str] | None = None, **client: Any
+) -> dict[str, float]:
     with (
         tempfile.TemporaryDirectory() as tmp,
+        # "info" only adds start/stop lines: broker_stopped carries the stats read below.
         running_broker(
-            Path(tmp), broker_overrides={"log_level": "warning"}, max_queued_requests=100_000
+            Path(tmp),
+            broker_overrides={"log_level": "info"},
+            max_queued_requests=100_000,
+            command=command,
         ) as broker,
     ):
         procs = [start(s0p_worker, broker.endpoints["backend"]) for _ in range(workers)]
         try:
             time.sleep(0.2)
-            return run_client(
+            result = run_client(
                 [broker.endpoints["frontend"]], negotiate=True, middle_pid=broker.pid, **client
             )
         finally:
             for p in procs:
                 p.kill()
+        broker.stop()
+        for line in broker.logs():
+            stats = line.get("stats") if line.get("event") == "broker_stopped" else None
+            if isinstance(stats, dict) and stats.get("requests") and "net_wakeups" in stats:
+                result["wakeups_per_request"] = stats["net_wakeups"] / stats["requests"]
+        return result
+
+
+def base_case(tree: Path) -> Callable[..., dict[str, float]]:
+    """The scale0 case with the broker imported from ``tree`` (a checkout's top directory)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(tree)!r})\nfrom scale0.cli.broker import main\nmain()"
+    )
+
+    def case_base(workers: int, **client: Any) -> dict[str, float]:
+        return case_scale0(workers, command=[sys.executable, "-c", code], **client)
+
+    return case_base
 
 
 CASES = {"direct": case_direct, "proxy": case_proxy, "scale0": case_scale0}
@@ -237,16 +271,24 @@ def main() -> int:
     parser.add_argument("--payload", type=int, nargs="+", default=[1, 100, 1024])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    parser.add_argument(
+        "--base-tree",
+        type=Path,
+        help="also run case 'base': the broker from this source tree (it holds scale0/)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    cases: dict[str, Callable[..., dict[str, float]]] = {n: CASES[n] for n in args.cases}
+    if args.base_tree is not None:
+        if not (args.base_tree / "scale0" / "net" / "node.py").is_file():
+            parser.error(f"--base-tree {args.base_tree}: no scale0/net/node.py there")
+        cases["base"] = base_case(args.base_tree.resolve())
     rows = []
     for workers in args.workers:
         for size in args.payload:
             results = {
-                name: CASES[name](
-                    workers, requests=args.requests, window=args.window, payload=b"x" * size
-                )
-                for name in args.cases
+                name: case(workers, requests=args.requests, window=args.window, payload=b"x" * size)
+                for name, case in cases.items()
             }
             base = results.get("proxy")
             for name, r in results.items():
@@ -262,14 +304,19 @@ def main() -> int:
         f"(ratios only compare within this run)"
     )
     head = f"{'case':8} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} {'p99 µs':>8}"
-    print(f"{head} {'µs CPU/req':>10} {'x proxy':>8}")
+    print(f"{head} {'µs CPU/req':>10} {'main+other':>11} {'x proxy':>8} {'wakeups/req':>11}")
     for row in rows:
         ratio = f"{row['throughput_vs_proxy']:.2f}" if "throughput_vs_proxy" in row else "-"
         cpu = f"{row['cpu_us_per_request']:.1f}" if row["case"] != "direct" else "-"
+        split = "-"
+        if row["case"] != "direct":
+            main = row["main_thread_us_per_request"]
+            split = f"{main:.0f}+{row['cpu_us_per_request'] - main:.0f}"
+        wakeups = f"{row['wakeups_per_request']:.2f}" if "wakeups_per_request" in row else "-"
         print(
             f"{row['case']:8} {row['workers']:>7} {row['payload']:>7} "
             f"{row['throughput']:>9.0f} {row['p50_us']:>8.0f} {row['p99_us']:>8.0f} "
-            f"{cpu:>10} {ratio:>8}"
+            f"{cpu:>10} {split:>11} {ratio:>8} {wakeups:>11}"
         )
     return 0
 

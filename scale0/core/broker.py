@@ -550,6 +550,28 @@ class Broker:
             self.management.fanned_out(event, out)
         return out
 
+    # ---- the hot path's entry points (docs/performance.md) ---------------------------------
+    # The same rules as handle(Received(...)) for the two messages of every request, fed the
+    # fields scale0.wire.hot reads from raw frames, so no message or event object is built.
+
+    def handle_request(
+        self, rid: bytes, service: str, request_id: bytes, body: tuple[bytes, ...], now: float
+    ) -> list[Effect]:
+        """Exactly ``handle(Received(FRONTEND, rid, ClientRequest(service, request_id, body)))``."""
+        self._clock = now
+        out: list[Effect] = []
+        self._client_request(rid, service, request_id, body, now, out)
+        return out
+
+    def handle_reply(
+        self, rid: bytes, ticket: bytes, status: int, body: tuple[bytes, ...], now: float
+    ) -> list[Effect]:
+        """Exactly ``handle(Received(BACKEND, rid, WorkerReply(ticket, status, body)))``."""
+        self._clock = now
+        out: list[Effect] = []
+        self._worker_reply(rid, ticket, status, body, now, out)
+        return out
+
     def _received(
         self,
         channel: Channel,
@@ -561,9 +583,9 @@ class Broker:
     ) -> None:
         # Hot path first: isinstance checks in order of frequency.
         if isinstance(message, ClientRequest):
-            self._client_request(rid, message, now, out)
+            self._client_request(rid, message.service, message.request_id, message.body, now, out)
         elif isinstance(message, WorkerReply):
-            self._worker_reply(rid, message, now, out)
+            self._worker_reply(rid, message.ticket, message.status, message.body, now, out)
         elif isinstance(message, WorkerPartial):
             self._worker_partial(rid, message, now, out)
         elif channel is Channel.PEER or channel is Channel.LINK:
@@ -833,7 +855,13 @@ class Broker:
     # ---- requests (R5, R6, R7, R9, R10) ----------------------------------------------------
 
     def _client_request(
-        self, rid: bytes, msg: ClientRequest, now: float, out: list[Effect]
+        self,
+        rid: bytes,
+        service: str,
+        request_id: bytes,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
     ) -> None:
         session = self._session(Channel.FRONTEND, rid, now, out)
         if session is None:
@@ -842,8 +870,7 @@ class Broker:
             out.append(Send(Channel.FRONTEND, rid, self._not_accepting(SIG_CLIENT)))
             return
         self.counters["requests"] += 1
-        service = msg.service
-        key = (session.client_id.encode(), msg.request_id)
+        key = (session.client_id.encode(), request_id)
         cached = self._cache.get(key, now)
         if cached is not None:
             self.counters["cache_hits"] += 1
@@ -856,7 +883,7 @@ class Broker:
             live.client = rid  # answer wherever the client asks from now
             return
         if is_reserved_service(service):
-            self._reserved(rid, msg, out)
+            self._reserved(rid, ClientRequest(service, request_id, body), out)
             return
         if not self._known(service, now):
             self.counters["errors_404"] += 1
@@ -865,14 +892,12 @@ class Broker:
                 Send(
                     Channel.FRONTEND,
                     rid,
-                    ClientReply.failure(service, msg.request_id, 404, f"no service {service!r}"),
+                    ClientReply.failure(service, request_id, 404, f"no service {service!r}"),
                 )
             )
             return
         self._seq += 1
-        pending = Pending(
-            self._seq, rid, key, service, msg.request_id, msg.body, now + self._timeout_s
-        )
+        pending = Pending(self._seq, rid, key, service, request_id, body, now + self._timeout_s)
         pending.started = now
         self._requests[pending.seq] = pending
         self._live[key] = pending
@@ -938,26 +963,34 @@ class Broker:
             )
         )
 
-    def _worker_reply(self, rid: bytes, msg: WorkerReply, now: float, out: list[Effect]) -> None:
+    def _worker_reply(
+        self,
+        rid: bytes,
+        ticket: bytes,
+        status: int,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
+    ) -> None:
         session = self._sessions[Channel.BACKEND].get(rid)
         if session is not None:
             session.last_seen = now
         worker = self._pool.workers.get(rid)
-        pending = self._inflight.get(msg.ticket)
+        pending = self._inflight.get(ticket)
         if pending is None or pending.worker != rid:
             self.counters["dropped"] += 1  # R14: unknown ticket, silently
-            if worker is not None and msg.ticket in worker.in_flight:
+            if worker is not None and ticket in worker.in_flight:
                 # A late answer to a request already given 504 (R9): the slot is free again.
-                worker.in_flight.discard(msg.ticket)
+                worker.in_flight.discard(ticket)
                 self._worker_free(worker, now, out)
             return
-        del self._inflight[msg.ticket]
+        del self._inflight[ticket]
         reply = ClientReply(
-            service=pending.service, request_id=pending.request_id, status=msg.status, body=msg.body
+            service=pending.service, request_id=pending.request_id, status=status, body=body
         )
         self._finish(pending, reply, out, now)
         if worker is not None:
-            worker.in_flight.discard(msg.ticket)
+            worker.in_flight.discard(ticket)
             self._worker_free(worker, now, out)
 
     def _worker_partial(

@@ -28,6 +28,10 @@ class Channel(Enum):
     #: The HTTP management server (not a socket): one routing id per waiting HTTP request.
     HTTP = "http"
 
+    # Channels are dict keys several times per request; members are singletons, so identity
+    # hashing (in C) is as sound as Enum's default (a Python-level hash of the name) and cheaper.
+    __hash__ = object.__hash__
+
 
 # ---- events -----------------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ class ReplyCache:
         return entry[2]
 
     def put(self, key: RequestKey, reply: ClientReply, now: float) -> None:
-        size = sum(len(frame) for frame in reply.body)
+        size = sum(map(len, reply.body))
         if size > self.max_bytes:
             return  # larger than the whole cache: not worth evicting everything for
         if key in self._entries:

@@ -5,12 +5,16 @@
 ``Shutdown`` on stop, and performs the effects the core returns (``Send`` -> socket, ``Log`` ->
 the JSON logger) in order. Every decision lives in :class:`scale0.core.broker.Broker`.
 
-Hot path (docs/protocol.md §2): each socket's ZMQ FD is registered with the Tornado IOLoop and
-drained in batches of up to ``batch_size`` messages per wakeup. ZMQ FDs are edge-triggered, so a
-socket is re-checked (``zmq.EVENTS``) after every batch and every send; a socket with more to
-read, or one whose batch ran full, gets a drain callback on the next loop iteration so the other
-socket and the timer still get their turn. All broker timers live in the core's heap; the node
-keeps exactly one IOLoop timeout, for ``broker.next_deadline()``.
+Hot path (docs/performance.md): every socket is a :class:`_Port` in one registry, and every
+port's ZMQ FD is registered with the Tornado IOLoop under the *same* handler. A wake-up, from
+whichever FD, runs rounds over all ports: each round reads what every port has waiting (up to
+the wake-up's budget), and rounds repeat until one finds every port empty. So a worker's REPLY
+and the client REQUEST it lets through are handled in one wake-up, not two. ZMQ FDs are
+edge-triggered and a send may swallow a socket's edge, so the empty round (a ``zmq.EVENTS``
+check per port, after the last send) is what lets the loop sleep safely; a wake-up whose budget
+ran out schedules its own continuation so the timer and other loop work still get their turn.
+All broker timers live in the core's heap; the node keeps exactly one IOLoop timeout, for
+``broker.next_deadline()``.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import SIG_BROKER, Message
+from scale0.wire.hot import client_request_fields, worker_reply_fields
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -74,7 +79,7 @@ from scale0.wire.registry import (
 
 __all__ = ["BindError", "BrokerNode", "inbound_size_limit"]
 
-#: Messages read from one socket per wakeup before the loop lets others run.
+#: Messages read per wake-up (all sockets together) before the loop lets other work run.
 DEFAULT_BATCH_SIZE: Final = 512
 #: Send/receive high-water mark per peer pipe: bounds what one slow or flooding peer can queue.
 DEFAULT_HWM: Final = 1_000
@@ -107,20 +112,27 @@ class BindError(Exception):
 
 PortKind = Literal["router", "dealer", "sub"]
 
+#: A port's fast path: effects for a message it recognises, None to take the typed path.
+FastPath = Callable[[list[bytes], float], "list[Effect] | None"]
+
 
 @dataclass(slots=True)
 class _Port:
-    """One socket the loop reads: a bound ROUTER, a peer link (DEALER) or the config SUB."""
+    """One socket the loop reads: a bound ROUTER, a peer link (DEALER) or the config SUB.
+
+    ``fast`` (optional) handles the port's hot message from raw frames; everything it declines,
+    and everything on a port without one, goes decode -> ``Broker.handle``.
+    """
 
     channel: Channel
     socket: zmq.Socket[bytes]
     fd: int
     signatures: Collection[bytes]
     endpoint: str
-    drain_scheduled: bool = False
     kind: PortKind = "router"
     link: bytes = b""  # a DEALER's link id: the routing id its messages reach the core with
     closed: bool = False  # closed by an effect while the loop may still hold it
+    fast: FastPath | None = None
 
 
 class BrokerNode:
@@ -175,6 +187,9 @@ class BrokerNode:
         self._ports: dict[str, _Port] = {}
         self._pub: zmq.Socket[bytes] | None = None
         self._subscribed: set[str] = set()
+        self._continue_scheduled = False
+        # Encoded messages of the current round: (socket, routing_id, frames), see _flush().
+        self._outbox: list[tuple[zmq.Socket[bytes], bytes, list[bytes]]] = []
         self._endpoints: dict[Channel, str] = {}
         self._timer: object | None = None
         self._timer_deadline: float | None = None
@@ -188,7 +203,8 @@ class BrokerNode:
             "sent": 0,
             "send_dropped": 0,
             "internal_errors": 0,
-            "batches": 0,
+            "wakeups": 0,
+            "rounds": 0,
             "ticks": 0,
             "published": 0,
             "persist_failed": 0,
@@ -205,7 +221,7 @@ class BrokerNode:
         """Judge a network config (from the disk, the file on SIGHUP, an admin); F10."""
         self._feed(ConfigOffered(offer, source))
         if self._started:
-            self._after_work()
+            self._pump()  # its sends may have swallowed a socket's FD edge
 
     def log_problem(self, event: str, reason: str) -> None:
         self._log(logging.ERROR, event, {"reason": reason})
@@ -237,7 +253,7 @@ class BrokerNode:
         if self._stopped:
             return
         self._feed(event)
-        self._after_work()
+        self._pump()  # its sends may have swallowed a socket's FD edge
 
     def start(self) -> None:
         """Bind the sockets, register them with the loop and arm the timer."""
@@ -248,14 +264,14 @@ class BrokerNode:
         self._context = zmq.Context()
         config = self._broker_config
         try:
-            for channel, port_number, signatures in (
-                (Channel.FRONTEND, config.frontend_port, FRONTEND_SIGNATURES),
-                (Channel.BACKEND, config.backend_port, BACKEND_SIGNATURES),
-                (Channel.PEER, config.peer_port, PEER_SIGNATURES),
+            for channel, port_number, signatures, fast in (
+                (Channel.FRONTEND, config.frontend_port, FRONTEND_SIGNATURES, self._fast_request),
+                (Channel.BACKEND, config.backend_port, BACKEND_SIGNATURES, self._fast_reply),
+                (Channel.PEER, config.peer_port, PEER_SIGNATURES, None),
             ):
-                self._ports[channel.value] = self._bind(
-                    channel, f"tcp://{config.bind_address}:{port_number}", signatures
-                )
+                port = self._bind(channel, f"tcp://{config.bind_address}:{port_number}", signatures)
+                port.fast = fast
+                self._ports[channel.value] = port
             self._pub = self._bind_pub(f"tcp://{config.bind_address}:{config.config_pub_port}")
             self._ports["config"] = self._sub_port()
         except BaseException:
@@ -266,8 +282,9 @@ class BrokerNode:
         self._endpoints.pop(Channel.CONFIG, None)
         self._config_pub_endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         loop = self._loop
+        handler = _FdHandler(self)
         for port in self._ports.values():
-            loop.add_handler(port.fd, self._handler_for(port), IOLoop.READ)
+            loop.add_handler(port.fd, handler, IOLoop.READ)
         self._log(
             logging.INFO,
             "broker_ready",
@@ -281,8 +298,7 @@ class BrokerNode:
         )
         self._feed(Start())
         # Messages may have queued between bind and add_handler: the FD edge is gone by now.
-        for port in self._ports.values():
-            self._schedule_drain(port)
+        self._schedule_continue()
         self._reschedule_timer()
 
     def stop(self) -> None:
@@ -395,13 +411,14 @@ class BrokerNode:
             link=link.encode(),
         )
         self._ports[f"link:{link}"] = port
-        self._loop.add_handler(port.fd, self._handler_for(port), IOLoop.READ)
+        self._loop.add_handler(port.fd, _FdHandler(self), IOLoop.READ)
         self._log(logging.DEBUG, "link_connect", {"link": link, "endpoint": endpoint})
 
     def _close_link(self, link: str) -> None:
         port = self._ports.pop(f"link:{link}", None)
         if port is None:
             return
+        self._flush()  # what the core said on this link before closing it (DISCONNECT) goes out
         port.closed = True
         if self._loop is not None:
             self._loop.remove_handler(port.fd)
@@ -466,53 +483,69 @@ class BrokerNode:
 
     # ---- the loop: reading ----------------------------------------------------------------
 
-    def _handler_for(self, port: _Port) -> _FdHandler:
-        return _FdHandler(self, port)
+    def _on_readable(self) -> None:
+        """Any port's FD fired: one wake-up for all ports."""
+        self._counters["wakeups"] += 1
+        self._pump()
 
-    def _schedule_drain(self, port: _Port) -> None:
-        if not port.drain_scheduled and not self._stopped:
-            port.drain_scheduled = True
+    def _schedule_continue(self) -> None:
+        if not self._continue_scheduled and not self._stopped:
+            self._continue_scheduled = True
             assert self._loop is not None
-            self._loop.add_callback(self._scheduled_drain, port)
+            self._loop.add_callback(self._continue)
 
-    def _scheduled_drain(self, port: _Port) -> None:
-        port.drain_scheduled = False
-        self._drain(port)
+    def _continue(self) -> None:
+        self._continue_scheduled = False
+        self._counters["wakeups"] += 1
+        self._pump()
 
-    def _drain(self, port: _Port) -> None:
-        """Read up to one batch from ``port``, then re-arm what needs re-arming."""
-        if self._stopped or port.closed:
+    def _pump(self) -> None:
+        """Rounds over all ports until one round finds them all empty, or the budget is spent."""
+        if self._stopped:
             return
+        budget = self._batch_size
+        ports = list(self._ports.values())
+        while True:
+            self._counters["rounds"] += 1
+            handled = 0
+            for port in ports:
+                handled += self._drain(port, budget - handled)
+            self._flush()
+            if not handled:
+                break  # every port said "nothing waiting" after the last send: safe to sleep
+            budget -= handled
+            if budget <= 0:
+                self._schedule_continue()
+                break
+        self._reschedule_timer()
+
+    def _drain(self, port: _Port, limit: int) -> int:
+        """Read and dispatch up to ``limit`` messages from ``port``; returns how many."""
         sock = port.socket
-        channel = port.channel
-        full = True
+        count = 0
         try:
-            for _ in range(self._batch_size):
-                if _is_closed(port):  # an effect of the last message closed it (a seed link)
-                    full = False
+            while count < limit:
+                if _is_closed(port):  # closed by an effect (a seed link): nothing more to read
                     break
-                # Ask ZMQ_EVENTS first: the FD also wakes us after our own sends, and ending
-                # every drain in a zmq.Again exception cost more than the check.
+                # Ask ZMQ_EVENTS first: it also processes the socket's pending commands, which
+                # a send may have left unread, and costs less than ending in zmq.Again.
                 if not socket_events(sock) & POLLIN:
-                    full = False
                     break
                 try:
                     frames = recv_frames(sock)
                 except zmq.Again:
-                    full = False
                     break
-                self._dispatch(port, channel, frames)
+                count += 1
+                self._dispatch(port, port.channel, frames)
         except zmq.ZMQError as exc:  # a socket-level failure: say so, keep the loop alive
             self._counters["internal_errors"] += 1
-            self._log(logging.ERROR, "socket_error", {"channel": channel.value, "error": str(exc)})
-            full = False
-        self._counters["batches"] += 1
-        if full:
-            self._schedule_drain(port)
-        self._after_work()
+            self._log(
+                logging.ERROR, "socket_error", {"channel": port.channel.value, "error": str(exc)}
+            )
+        return count
 
     def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes]) -> None:
-        """One message: ban check, decode, core, effects. Never raises."""
+        """One message: ban check, fast path or decode + core, effects. Never raises."""
         if port.kind != "router":
             self._dispatch_other(port, frames)
             return
@@ -523,6 +556,12 @@ class BrokerNode:
             if broker.is_banned(routing_id, now):
                 self._counters["banned_dropped"] += 1  # dropped unread (§8)
                 return
+            fast = port.fast
+            if fast is not None:
+                effects = fast(frames, now)
+                if effects is not None:
+                    self._perform(effects)
+                    return
             event: Event
             try:
                 message = decode_to_broker(
@@ -586,20 +625,25 @@ class BrokerNode:
                 exc_info=True,
             )
 
-    def _after_work(self) -> None:
-        """Re-check sockets whose FD edge a send may have eaten; re-arm the one timer."""
-        if self._stopped:
-            return
-        for port in self._ports.values():
-            if port.drain_scheduled:
-                continue
-            try:
-                pending = socket_events(port.socket) & POLLIN
-            except zmq.ZMQError:
-                continue
-            if pending:
-                self._schedule_drain(port)
-        self._reschedule_timer()
+    # ---- the fast paths of the frontend and backend ports ----------------------------------
+
+    def _fast_request(self, frames: list[bytes], now: float) -> list[Effect] | None:
+        """A plain client REQUEST, read by scale0.wire.hot, to the core's lean entry point."""
+        fields = client_request_fields(frames, self.broker.max_frame_bytes)
+        if fields is None:
+            return None
+        self._counters["received"] += 1
+        service, request_id, body = fields
+        return self.broker.handle_request(frames[0], service, request_id, body, now)
+
+    def _fast_reply(self, frames: list[bytes], now: float) -> list[Effect] | None:
+        """A plain worker REPLY, read by scale0.wire.hot, to the core's lean entry point."""
+        fields = worker_reply_fields(frames, self.broker.max_frame_bytes)
+        if fields is None:
+            return None
+        self._counters["received"] += 1
+        ticket, status, body = fields
+        return self.broker.handle_reply(frames[0], ticket, status, body, now)
 
     # ---- the loop: the one timer ----------------------------------------------------------
 
@@ -626,7 +670,8 @@ class BrokerNode:
             return
         self._counters["ticks"] += 1
         self._feed(Tick())
-        self._after_work()
+        # The tick's sends may have swallowed a socket's FD edge: one pump re-checks them all.
+        self._pump()
 
     def _feed(self, event: Event) -> None:
         try:
@@ -636,14 +681,36 @@ class BrokerNode:
             self._log(
                 logging.ERROR, "internal_error", {"event": type(event).__name__}, exc_info=True
             )
+        self._flush()
 
     # ---- effects --------------------------------------------------------------------------
 
     def _perform(self, effects: Iterable[Effect]) -> None:
+        ports = self._ports
+        outbox = self._outbox
         for effect in effects:
             try:
                 if isinstance(effect, Send):
-                    self._send(effect)
+                    channel = effect.channel
+                    if channel is Channel.LINK:
+                        port = ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
+                    else:
+                        port = ports.get(channel.value)
+                    if port is None:
+                        sink = self._sinks.get(channel)
+                        if sink is not None:  # the HTTP server's waiting requests
+                            sink(effect.routing_id, effect.message)
+                            continue
+                    if port is None or self._context is None:
+                        self._counters["send_dropped"] += 1
+                        self._log(logging.DEBUG, "send_dropped", {"channel": channel.value})
+                        continue
+                    # Encode now (a bug shows up as this effect's failure); sent by _flush().
+                    frames = encode(effect.message)
+                    if port.kind == "dealer":  # a peer link: no routing id to prepend
+                        outbox.append((port.socket, frames[0], frames[1:]))
+                    else:
+                        outbox.append((port.socket, effect.routing_id, frames))
                 elif isinstance(effect, Log):
                     self._log(level_number(effect.level), effect.event, effect.fields)
                 elif isinstance(effect, Connect):
@@ -672,33 +739,31 @@ class BrokerNode:
                     exc_info=True,
                 )
 
-    def _send(self, effect: Send) -> None:
-        channel = effect.channel
-        if channel is Channel.LINK:
-            port = self._ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
-        else:
-            port = self._ports.get(channel.value)
-        if port is None and (sink := self._sinks.get(channel)) is not None:
-            sink(effect.routing_id, effect.message)
+    def _flush(self) -> None:
+        """Send what the round produced, back to back, in the order the core asked for.
+
+        Each message whose pipe was idle wakes libzmq's I/O thread; sent together, the later
+        ones usually find it still awake, and messages to one peer leave in one TCP write.
+        """
+        outbox = self._outbox
+        if not outbox:
             return
-        if port is None or self._context is None:
-            self._counters["send_dropped"] += 1
-            self._log(logging.DEBUG, "send_dropped", {"channel": channel.value})
-            return
-        try:
-            if port.kind == "dealer":
-                frames = encode(effect.message)
-                send_frames(port.socket, frames[0], frames[1:])
+        self._outbox = []
+        sent = dropped = 0
+        for sock, routing_id, frames in outbox:
+            try:
+                send_frames(sock, routing_id, frames)
+            except zmq.Again:  # high-water mark reached on that peer
+                dropped += 1
+            except zmq.ZMQError as exc:
+                dropped += 1
+                if exc.errno != errno.EHOSTUNREACH:
+                    self._counters["internal_errors"] += 1
+                    self._log(logging.ERROR, "send_failed", {"error": str(exc)})
             else:
-                send_frames(port.socket, effect.routing_id, encode(effect.message))
-        except zmq.Again:  # high-water mark reached on that peer
-            self._counters["send_dropped"] += 1
-        except zmq.ZMQError as exc:
-            if exc.errno != errno.EHOSTUNREACH:
-                raise
-            self._counters["send_dropped"] += 1
-        else:
-            self._counters["sent"] += 1
+                sent += 1
+        self._counters["sent"] += sent
+        self._counters["send_dropped"] += dropped
 
     def _log(
         self,
@@ -724,13 +789,12 @@ def _fd_of(sock: zmq.Socket[bytes]) -> int:
 
 
 class _FdHandler:
-    """The IOLoop handler of one socket's FD (a class, not a lambda, so it types and reads)."""
+    """The IOLoop handler of every port's FD (a class, not a lambda, so it types and reads)."""
 
-    __slots__ = ("node", "port")
+    __slots__ = ("node",)
 
-    def __init__(self, node: BrokerNode, port: _Port) -> None:
+    def __init__(self, node: BrokerNode) -> None:
         self.node = node
-        self.port = port
 
     def __call__(self, fd: int, events: int) -> None:
-        self.node._drain(self.port)
+        self.node._on_readable()

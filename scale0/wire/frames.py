@@ -161,6 +161,11 @@ def name_frame(frame: bytes, index: int, what: str) -> str:
     return name
 
 
+def cached_name(frame: bytes) -> str | None:
+    """The name :func:`name_frame` already validated for this exact frame, else None."""
+    return _NAME_CACHE.get(frame)
+
+
 _STATUS_CACHE: dict[int, bytes] = {code: b"%d" % code for code in range(100, 600)}
 
 

@@ -305,6 +305,64 @@ def test_many_requests_in_one_burst_are_all_answered(
         assert len(answered) == count
 
 
+def test_one_pump_drains_every_socket(node: NodeThread, ctx: zmq.Context[Any]) -> None:
+    # docs/performance.md step 1: a worker's REPLY and the client REQUEST waiting for that worker
+    # are handled in one pass of the loop, not one wake-up per socket.
+    assert node.node is not None and node.loop is not None
+    broker_node, loop = node.node, node.loop
+    with (
+        s0p.worker(ctx, node.endpoint(Channel.BACKEND), ("echo",)) as worker,
+        s0p.client(ctx, node.endpoint(Channel.FRONTEND)) as client,
+    ):
+        client.send(ClientRequest("echo", b"first", (b"a",)))
+        first = worker.recv(WorkerRequest)  # the worker (capacity 1) is busy now
+        wakeups_before = node.call(broker_node.stats)["net_wakeups"]
+        held, go = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            held.set()
+            go.wait(WAIT_S)
+
+        # Hold the loop while both sockets fill up; send only once it is held, so the FDs'
+        # readiness cannot be handled before the probe below.
+        loop.add_callback(hold)
+        assert held.wait(WAIT_S)
+        worker.send(WorkerReply(first.ticket, 200, (b"a",)))
+        client.send(ClientRequest("echo", b"second", (b"b",)))
+        done = threading.Event()
+        box: list[tuple[dict[str, int], dict[str, int], int]] = []
+
+        def probe() -> None:
+            # Runs before the loop looks at the FDs again: wait (on the loop's thread, the
+            # sockets' owner) until both sockets hold their message, then pump once.
+            poller = zmq.Poller()
+            for port in broker_node._ports.values():
+                poller.register(port.socket, zmq.POLLIN)
+            deadline = time.monotonic() + WAIT_S
+            ready = 0
+            while ready < 2 and time.monotonic() < deadline:
+                ready = len(poller.poll(100))
+            before = broker_node.stats()
+            broker_node._pump()
+            box.append((before, broker_node.stats(), ready))
+            done.set()
+
+        loop.add_callback(probe)
+        go.set()
+        assert done.wait(WAIT_S)
+        before, after, ready = box[0]
+        assert ready == 2
+        assert after["net_received"] - before["net_received"] == 2
+        assert after["replies"] - before["replies"] == 1
+        assert after["net_sent"] - before["net_sent"] == 2  # REPLY to the client, REQUEST out
+        assert client.recv(ClientReply).request_id == b"first"
+        second = worker.recv(WorkerRequest)
+        assert second.body == (b"b",)
+        worker.send(WorkerReply(second.ticket, 200, (b"b",)))
+        assert client.recv(ClientReply).request_id == b"second"
+        assert node.call(broker_node.stats)["net_wakeups"] > wakeups_before
+
+
 def test_timer_drives_broker_heartbeats(signing: tuple[Path, Path], ctx: zmq.Context[Any]) -> None:
     thread = _node(signing, default_heartbeat_interval_ms=100)
     thread.start()
