@@ -6,6 +6,8 @@ three setups, each with the client, the workers and the middle process in separa
 - ``direct``: the client's DEALER connects straight to the workers' ROUTERs (no middle at all);
 - ``proxy``: ``zmq.proxy`` (ROUTER/DEALER, in C) between them;
 - ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
+- ``family``: two brokers of one family, the client at the first and every worker at the
+  second, so every request is forwarded (FORWARD/FORWARDREPLY); CPU is both brokers';
 - ``base`` (with ``--base-tree DIR``): the same broker run from another source tree, e.g. the
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
   against its own "before" in the same invocation.
@@ -33,7 +35,7 @@ from typing import Any
 
 import zmq
 
-from scale0.testing import running_broker
+from scale0.testing import running_broker, running_brokers
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SERVICE = b"echo"
@@ -110,7 +112,10 @@ def run_client(
     window: int,
     payload: bytes,
     middle_pid: int | None,
+    also: tuple[int, ...] = (),
 ) -> dict[str, float]:
+    """``middle_pid``: the process whose CPU is measured (main thread apart); ``also``: more
+    processes whose CPU counts towards the total (the second broker of the family case)."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
@@ -126,12 +131,14 @@ def run_client(
         _drive(sock, warmup, window, payload, [])
         rtts: list[float] = []
         cpu_before = cpu_seconds(middle_pid) if middle_pid else 0.0
+        cpu_before += sum(cpu_seconds(pid) for pid in also)
         # The middle's main thread (tid = pid) apart from the rest (libzmq's I/O thread).
         main_before = cpu_seconds(middle_pid, middle_pid) if middle_pid else 0.0
         started = time.perf_counter()
         _drive(sock, requests, window, payload, rtts)
         elapsed = time.perf_counter() - started
-        cpu = (cpu_seconds(middle_pid) - cpu_before) if middle_pid else 0.0
+        cpu = (cpu_seconds(middle_pid) if middle_pid else 0.0) - cpu_before
+        cpu += sum(cpu_seconds(pid) for pid in also)
         main = (cpu_seconds(middle_pid, middle_pid) - main_before) if middle_pid else 0.0
     finally:
         sock.close()
@@ -249,6 +256,35 @@ def case_scale0(
         return result
 
 
+def case_family(workers: int, **client: Any) -> dict[str, float]:
+    """Two brokers of one family: the client at b1, every worker at b2 (docs/protocol.md §5.4).
+
+    CPU is both brokers' together; "main" is b1's main thread.
+    """
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_brokers(
+            Path(tmp),
+            2,
+            broker_overrides=[{"log_level": "info"}, {"log_level": "info"}],
+            max_queued_requests=100_000,
+        ) as (b1, b2),
+    ):
+        procs = [start(s0p_worker, b2.endpoints["backend"]) for _ in range(workers)]
+        try:
+            time.sleep(1.5)  # b1 learns b2's table from b2's next HEARTBEAT (pull)
+            return run_client(
+                [b1.endpoints["frontend"]],
+                negotiate=True,
+                middle_pid=b1.pid,
+                also=(b2.pid,),
+                **client,
+            )
+        finally:
+            for p in procs:
+                p.kill()
+
+
 def base_case(tree: Path) -> Callable[..., dict[str, float]]:
     """The scale0 case with the broker imported from ``tree`` (a checkout's top directory)."""
     code = (
@@ -261,7 +297,12 @@ def base_case(tree: Path) -> Callable[..., dict[str, float]]:
     return case_base
 
 
-CASES = {"direct": case_direct, "proxy": case_proxy, "scale0": case_scale0}
+CASES = {
+    "direct": case_direct,
+    "proxy": case_proxy,
+    "scale0": case_scale0,
+    "family": case_family,
+}
 
 
 def main() -> int:
