@@ -395,13 +395,18 @@ def write_family_configs(
     return broker_files, network_file, network
 
 
-def _spawn_broker(broker_file: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
-    """Start ``scale0-broker`` on ``broker_file``; its endpoints file and stderr sit beside it."""
+def _spawn_broker(
+    broker_file: Path, *, append: bool = False
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """Start ``scale0-broker`` on ``broker_file``; its endpoints file and stderr sit beside it.
+
+    ``append`` keeps what an earlier run of the same broker wrote to its stderr (a restart).
+    """
     endpoints_file = broker_file.parent / "endpoints.json"
     endpoints_file.unlink(missing_ok=True)
     stderr_path = broker_file.parent / "broker.stderr"
     # stderr to a file, not a pipe: a chatty broker must never block on a full pipe.
-    with stderr_path.open("wb") as stderr:
+    with stderr_path.open("ab" if append else "wb") as stderr:
         process = subprocess.Popen(  # noqa: S603 - our own installed script, fixed arguments
             [
                 broker_command(),
@@ -428,7 +433,7 @@ def start_broker_process(
     The caller stops it (``broker.stop()``, by PID). For a restart after a SIGKILL: the broker
     begins from the last good config saved in its ``data_dir``.
     """
-    process, endpoints_file, stderr_path = _spawn_broker(broker_file)
+    process, endpoints_file, stderr_path = _spawn_broker(broker_file, append=True)
     try:
         endpoints = wait_for_endpoints(process, endpoints_file, stderr_path, timeout_s)
     except BaseException:
@@ -561,25 +566,10 @@ class Family:
 
 def start_family_member(member: FamilyMember, timeout_s: float = START_TIMEOUT_S) -> None:
     """Start (or restart) one member's ``scale0-broker`` and wait for its endpoints."""
-    endpoints_file = member.directory / "endpoints.json"
-    endpoints_file.unlink(missing_ok=True)
-    with member.stderr_path.open("ab") as stderr:
-        member.process = subprocess.Popen(  # noqa: S603 - our own installed script
-            [
-                broker_command(),
-                "--config",
-                str(member.broker_file),
-                "--endpoints-file",
-                str(endpoints_file),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
+    process, endpoints_file, stderr_path = _spawn_broker(member.broker_file, append=True)
+    member.process = process
     member.returncode = None
-    member.endpoints = wait_for_endpoints(
-        member.process, endpoints_file, member.stderr_path, timeout_s
-    )
+    member.endpoints = wait_for_endpoints(process, endpoints_file, stderr_path, timeout_s)
 
 
 @contextlib.contextmanager

@@ -713,18 +713,7 @@ class Management:
             )
         else:
             outcome = config_outcome(self._broker, event.offer, "file", now, wall, out)
-        out.append(
-            Send(
-                event.channel,
-                event.routing_id,
-                ManagementReply(
-                    request_id=event.request_id,
-                    code=outcome.code,
-                    result=outcome.result,
-                    message=outcome.message,
-                ),
-            )
-        )
+        out.append(_answer(event.channel, event.routing_id, event.request_id, outcome))
 
     def fanned_out(self, event: FanOutDone, out: list[Effect]) -> None:
         """The other brokers answered (or did not in time): answer the waiting request."""
@@ -742,18 +731,7 @@ class Management:
             )
         else:
             outcome = _family_outcome(self._broker, waiting, answers)
-        out.append(
-            Send(
-                waiting.channel,
-                waiting.routing_id,
-                ManagementReply(
-                    request_id=waiting.request_id,
-                    code=outcome.code,
-                    result=outcome.result,
-                    message=outcome.message,
-                ),
-            )
-        )
+        out.append(_answer(waiting.channel, waiting.routing_id, waiting.request_id, outcome))
 
 
 def _family_outcome(
@@ -799,11 +777,16 @@ def _entry(identity: str, code: int | None, result: JsonValue, message: str | No
 def _reply(
     channel: Channel, routing_id: bytes, request: ManagementRequest, outcome: Outcome
 ) -> Send:
+    return _answer(channel, routing_id, request.request_id, outcome)
+
+
+def _answer(channel: Channel, routing_id: bytes, request_id: str, outcome: Outcome) -> Send:
+    """MANAGEMENTREP for ``request_id``: the outcome's code, result and message."""
     return Send(
         channel,
         routing_id,
         ManagementReply(
-            request_id=request.request_id,
+            request_id=request_id,
             code=outcome.code,
             result=outcome.result,
             message=outcome.message,

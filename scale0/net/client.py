@@ -73,7 +73,14 @@ from scale0.net.errors import (
     Scale0Error,
     error_for_reply,
 )
-from scale0.net.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover, Move, backoff_delay
+from scale0.net.failover import (
+    BACKOFF_INITIAL_S,
+    BACKOFF_MAX_S,
+    Failover,
+    FailoverView,
+    Move,
+    backoff_delay,
+)
 from scale0.wire.client import (
     CheckConfig,
     ClientPartial,
@@ -610,7 +617,7 @@ def _take(request: _Request) -> tuple[bool, list[bytes]]:
 _S = TypeVar("_S", zmq.Socket[bytes], zmq.asyncio.Socket)
 
 
-class _LinkedClient(Generic[_S]):
+class _LinkedClient(FailoverView, Generic[_S]):
     """What Client and AsyncClient share: the BrokerLink, the session, and opening the DEALER."""
 
     def __init__(
@@ -638,21 +645,6 @@ class _LinkedClient(Generic[_S]):
         self._session = _Session(self._link, retries, self._failover)
         self._socket: _S | None = None
         self._closed = False
-
-    @property
-    def endpoint(self) -> str:
-        """The frontend of the broker in use, or the one the client is moving to (C7)."""
-        return self._failover.current
-
-    @property
-    def brokers(self) -> list[str]:
-        """The frontends the client knows: the seed, then what each CONFIG listed (V1)."""
-        return list(self._failover.endpoints)
-
-    @property
-    def failovers(self) -> int:
-        """How many times the client left a broker for another (or the same one again)."""
-        return self._failover.failovers
 
     @property
     def config(self) -> ClientConfig | None:

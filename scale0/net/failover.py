@@ -48,6 +48,7 @@ __all__ = [
     "BACKOFF_MAX_S",
     "Channel",
     "Failover",
+    "FailoverView",
     "Move",
     "backoff_delay",
     "broker_endpoints",
@@ -216,3 +217,25 @@ class Failover:
             order = list(known)
         others = [endpoint for endpoint in order if endpoint != self.current]
         return others[0] if others else self.current
+
+
+class FailoverView:
+    """Where a client or worker stands in the family, read from its :class:`Failover` (V6)."""
+
+    _failover: Failover
+
+    @property
+    def endpoint(self) -> str:
+        """The broker in use (its frontend for a client, backend for a worker), or the one it
+        is moving to."""
+        return self._failover.current
+
+    @property
+    def brokers(self) -> list[str]:
+        """The endpoints it knows: the seed, then what each CONFIG listed (V1)."""
+        return list(self._failover.endpoints)
+
+    @property
+    def failovers(self) -> int:
+        """How many times it left a broker for another (or the same one again)."""
+        return self._failover.failovers

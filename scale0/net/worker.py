@@ -70,7 +70,7 @@ from scale0.net.client import (
     ClientConfig,
     LinkEvent,
 )
-from scale0.net.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover
+from scale0.net.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover, FailoverView
 from scale0.wire.client import Disconnect
 from scale0.wire.frames import SIG_WORKER, ConfigType, encode_json
 from scale0.wire.worker import MAX_CAPACITY, Ready, WorkerPartial, WorkerReply, WorkerRequest
@@ -122,7 +122,7 @@ class _Ended(Enum):
     LOST = "lost"
 
 
-class Worker:
+class Worker(FailoverView):
     """Serves ``handlers`` (service name -> callable) behind the broker at ``endpoint``."""
 
     def __init__(
@@ -161,21 +161,6 @@ class Worker:
         self._generation = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
-
-    @property
-    def endpoint(self) -> str:
-        """The backend of the broker in use, or the one the worker is moving to (W6)."""
-        return self._failover.current
-
-    @property
-    def brokers(self) -> list[str]:
-        """The backends the worker knows: the seed, then what each CONFIG listed (V1)."""
-        return list(self._failover.endpoints)
-
-    @property
-    def failovers(self) -> int:
-        """How many times the worker left a broker for another (or the same one again)."""
-        return self._failover.failovers
 
     @property
     def services(self) -> tuple[str, ...]:
