@@ -147,3 +147,36 @@ def test_peers_config_set_and_reload_config(family: Family, tmp_path: Path) -> N
     # Reloading the same file again changes nothing, and says so.
     code, document = ctl_json(family, "reload-config", broker="b3")
     assert code == 0 and document["result"]["applied"] is False
+
+
+def test_disable_moves_a_client_to_another_broker_and_enable_takes_it_back(
+    family: Family,
+) -> None:
+    from scale0.net.client import Client
+    from scale0.net.worker import Worker, echo_handler
+
+    worker = Worker(family["b2"].endpoints["backend"], {"echo": echo_handler}).start_in_thread()
+    try:
+        assert worker.wait_registered(WAIT_S)
+        with Client(family["b1"].frontend, timeout=10.0) as client:
+            wait_until(lambda: _echoes(client), "b1 routes echo to b2's worker")
+            assert client.endpoint == family["b1"].frontend
+            code, document = ctl_json(family, "disable", "--target", "b1", broker="b2")
+            assert code == 0 and document["result"]["state"] == "disabled", document
+            # b1 answers 503 now: the client moves to another broker and is answered there.
+            assert client.request("echo", b"after disable") == [b"after disable"]
+            assert client.endpoint != family["b1"].frontend
+            assert client.failovers >= 1
+            code, document = ctl_json(family, "enable", "--target", "b1", broker="b2")
+            assert code == 0 and document["result"]["state"] == "active", document
+            code, document = ctl_json(family, "status")
+            assert code == 0 and document["result"]["state"] == "active"
+    finally:
+        worker.stop()
+
+
+def _echoes(client: Any) -> bool:
+    try:
+        return bool(client.request("echo", b"x", timeout=2.0) == [b"x"])
+    except Exception:
+        return False
