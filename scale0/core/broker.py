@@ -118,9 +118,11 @@ from scale0.core.replica import (
     Applied,
     Conflict,
     Offer,
+    Plan,
     Refused,
     Replica,
     SignedConfig,
+    plan_change,
 )
 from scale0.core.replica import Outcome as ConfigOutcome
 from scale0.core.requests import Pending, ReplyCache, RequestKey
@@ -1249,7 +1251,7 @@ class Broker:
 
     def _start(self, now: float, wall: float, out: list[Effect]) -> None:
         if self.replica.current is not None:
-            self._plan_links(self.network, out)
+            self._plan_links(self.network, plan_change(None, self.network, self.identity), out)
         for link, endpoint in self._seeds.items():
             if self.state == "joining":
                 out.append(Connect(link, endpoint))
@@ -1260,30 +1262,28 @@ class Broker:
             self._publish(out)
             self._timers.push(now + self.network.config_republish_s, ("republish",))
 
-    def _plan_links(self, network: NetworkConfig, out: list[Effect]) -> None:
-        """Make ``self._peers`` match ``network``: one link per other member (F1, K5)."""
+    def _plan_links(self, network: NetworkConfig, plan: Plan, out: list[Effect]) -> None:
+        """Perform ``plan``'s links (K5): one per other member of ``network`` (F1); refresh how
+        each peer's table reaches us from the config's links."""
         wants: dict[str, tuple[bool, TableMode]] = {}
         if network.peers:
             for link in network.peers:
                 if link.target == self.identity:
                     wants[link.source] = (True, TableMode(link.table_mode))
-        members = {b.identity: b for b in network.brokers if b.identity != self.identity}
-        for broker_id in [b for b in self._peers if b not in members]:
-            peer = self._peers.pop(broker_id)
-            if peer.routing_id is not None:
+        for broker_id in plan.close:
+            peer = self._peers.pop(broker_id, None)
+            if peer is not None and peer.routing_id is not None:
                 self._peer_rids.pop(peer.routing_id, None)
             out.append(Close(broker_id))
             out.append(Log("info", "peer_removed", {"peer": broker_id}))
-        for broker_id, entry in members.items():
-            pull, mode = wants.get(broker_id, (not network.peers, TableMode.PULL))
+        for broker_id, endpoint in plan.connect.items():
             known = self._peers.get(broker_id)
-            if known is None or known.endpoint != entry.peer:
-                if known is not None and known.routing_id is not None:
-                    self._peer_rids.pop(known.routing_id, None)
-                self._peers[broker_id] = Peer(broker_id, entry.peer, mode, pull)
-                out.append(Connect(broker_id, entry.peer))
-            else:
-                known.wants, known.pull = mode, pull
+            if known is not None and known.routing_id is not None:
+                self._peer_rids.pop(known.routing_id, None)
+            self._peers[broker_id] = Peer(broker_id, endpoint, TableMode.PULL, False)
+            out.append(Connect(broker_id, endpoint))
+        for broker_id, peer in self._peers.items():
+            peer.pull, peer.wants = wants.get(broker_id, (not network.peers, TableMode.PULL))
 
     def _endpoints(self) -> dict[str, str]:
         entry = next((b for b in self.network.brokers if b.identity == self.identity), None)
@@ -1455,7 +1455,6 @@ class Broker:
         self._peer_rids[rid] = peer.broker_id
         peer.state = msg.state
         peer.config_version = msg.config_version
-        peer.endpoints = dict(msg.endpoints)
         peer.push_to = msg.table_mode is TableMode.PUSH
         self._peer_up(peer, now, out)
         mode = peer.wants if peer.pull else TableMode.PULL
@@ -1491,8 +1490,6 @@ class Broker:
             self._peer_up(peer, now, out)
             peer.state = message.state
             peer.config_version = message.config_version
-            peer.endpoints = dict(message.endpoints)
-            peer.hello_refused = None
             if not peer.linked:
                 peer.linked = True
                 out.append(Log("info", "peer_linked", {"peer": peer.broker_id}))
@@ -1501,7 +1498,6 @@ class Broker:
             self._newer_config(peer, message.config_version, out)
             return
         if isinstance(message, DisconnectError):
-            peer.hello_refused = f"{message.code} {message.message}"
             out.append(
                 Log(
                     "warning",
@@ -1565,10 +1561,8 @@ class Broker:
             return
         peer.state = msg.state
         peer.config_version = msg.config_version
-        peer.advertised_seq = max(peer.advertised_seq, msg.table_seq)
         if msg.table_seq < peer.table_seq:
             peer.forget_table()  # its table started again (it restarted): pull all of it
-            peer.advertised_seq = msg.table_seq
         # Pull mode: its HEARTBEAT says our copy is stale. (Push mode repairs gaps in _table_in.)
         pulling = peer.pull and peer.linked and peer.wants is TableMode.PULL
         if pulling and msg.table_seq > peer.table_seq:
@@ -1883,7 +1877,7 @@ class Broker:
             out.append(Log("error", "not_a_member", {"version": config.version}))
         if source != "disk" and config.signature:
             out.append(Persist(config.document(), config.sha256, config.signature, config.origin))
-        self._plan_links(config.network, out)
+        self._plan_links(config.network, applied.plan, out)
         if was_joining:
             self.state = self._wanted
             self._started = now  # give workers a request timeout to show up (R7)

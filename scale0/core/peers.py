@@ -38,14 +38,11 @@ class Peer:
     push_to: bool = False  # it asked (HELLO table_mode push) for our table on every change
     state: BrokerState = BrokerState.JOINING
     config_version: int = 0
-    endpoints: dict[str, str] = field(default_factory=dict)
     last_seen: float = float("-inf")
     table_seq: int = 0  # the version of its table we hold
-    advertised_seq: int = 0  # the newest version it told us of (HEARTBEAT)
     table: dict[str, list[TableWorker]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)  # service -> free slots, our estimate
     forwarded: set[bytes] = field(default_factory=set)  # our tickets it holds
-    hello_refused: str | None = None  # why its last answer to our HELLO was a refusal
 
     def apply_table(self, seq: int, full: bool, rows: Iterable[TableService]) -> None:
         if full:
@@ -56,14 +53,12 @@ class Peer:
             else:
                 self.table.pop(row.service, None)
         self.table_seq = seq
-        self.advertised_seq = max(self.advertised_seq, seq)
         self.free = {s: sum(w.capacity for w in ws) for s, ws in self.table.items()}
 
     def forget_table(self) -> None:
         self.table = {}
         self.free = {}
         self.table_seq = 0
-        self.advertised_seq = 0
 
     def offers(self, service: str) -> bool:
         return service in self.table

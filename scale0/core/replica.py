@@ -21,7 +21,7 @@ Rules (tests/core/test_replica.py names a test after each):
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -267,6 +267,3 @@ class Replica:
         self.family = candidate.network.family
         plan = plan_change(previous.network if previous else None, candidate.network, self.identity)
         return Applied(candidate, previous.version if previous else 0, plan, conflict)
-
-    def trust(self, keys: Iterable[Ed25519PublicKey]) -> None:
-        self._trusted = tuple(keys)
