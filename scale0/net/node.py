@@ -338,35 +338,39 @@ class BrokerNode:
     # ---- sockets --------------------------------------------------------------------------
 
     def _bind(self, channel: Channel, endpoint: str, signatures: Collection[bytes]) -> _Port:
+        sock = self._bound_socket(
+            zmq.ROUTER,
+            channel,
+            endpoint,
+            # Off: a reply to a client that vanished is dropped, not an EHOSTUNREACH (§2).
+            (zmq.ROUTER_MANDATORY, 0),
+            (zmq.RCVHWM, self._hwm),
+            (zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes)),
+        )
+        bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        return _Port(channel, sock, _fd_of(sock), signatures, bound)
+
+    def _bind_pub(self, endpoint: str) -> zmq.Socket[bytes]:
+        return self._bound_socket(zmq.PUB, Channel.CONFIG, endpoint)
+
+    def _bound_socket(
+        self, kind: int, channel: Channel, endpoint: str, *options: tuple[int, int]
+    ) -> zmq.Socket[bytes]:
+        """A socket of ``kind`` with linger 0, the send HWM and ``options``, bound to
+        ``endpoint``; BindError (closing the socket) when it cannot bind."""
         assert self._context is not None
-        sock: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
+        sock: zmq.Socket[bytes] = self._context.socket(kind)
         try:
             sock.setsockopt(zmq.LINGER, 0)
-            # Off: a reply to a client that vanished is dropped, not an EHOSTUNREACH (§2).
-            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
             sock.setsockopt(zmq.SNDHWM, self._hwm)
-            sock.setsockopt(zmq.RCVHWM, self._hwm)
-            sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
+            for option, value in options:
+                sock.setsockopt(option, value)
             sock.bind(endpoint)
         except zmq.ZMQError as exc:
             sock.close(linger=0)
             # pyzmq's strerror repeats the address; the plain OS text reads better after ours.
             reason = os.strerror(exc.errno) if exc.errno else exc.strerror
             raise BindError(channel, endpoint, reason, exc.errno or 0) from None
-        bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        return _Port(channel, sock, _fd_of(sock), signatures, bound)
-
-    def _bind_pub(self, endpoint: str) -> zmq.Socket[bytes]:
-        assert self._context is not None
-        sock: zmq.Socket[bytes] = self._context.socket(zmq.PUB)
-        try:
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, self._hwm)
-            sock.bind(endpoint)
-        except zmq.ZMQError as exc:
-            sock.close(linger=0)
-            reason = os.strerror(exc.errno) if exc.errno else exc.strerror
-            raise BindError(Channel.CONFIG, endpoint, reason, exc.errno or 0) from None
         return sock
 
     def _sub_port(self) -> _Port:
