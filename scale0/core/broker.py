@@ -61,7 +61,9 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      PARTIALs and REPLY go back as FORWARDPARTIAL and FORWARDREPLY.
  F8  A FORWARDREPLY 404 or 503 routes the request again (within max_retries; the peer's slots
      for it count as none until its next table), else the client gets that status.
- F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots.
+ F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots,
+     or as soon as the last local worker of the service is lost; then requests forwarded to
+     us that wait for it get FORWARDREPLY 404 at once (their origin routes them again).
  F10 A config offered (config SUB, a peer's CONFIG, the disk, the file, an admin) is judged by
      the replica (scale0/core/replica.py, K1-K5). An applied config is persisted, published by a
      config source, its plan performed (links, subscriptions), every client and worker is told
@@ -832,14 +834,16 @@ class Broker:
         self.counters["workers_lost"] += 1
         if self._peers:
             self._table_changed(worker.services, now)
-        for service in worker.services:
-            if not self._pool.offers(service):
-                self._service_left[service] = now
+        gone = [s for s in worker.services if not self._pool.offers(s)]
+        for service in gone:
+            self._service_left[service] = now
         out.append(Log("warning", "worker_lost", {"worker": rid.hex(), "reason": reason}))
         for ticket in sorted(worker.in_flight):
             pending = self._inflight.pop(ticket, None)
             if pending is not None:
                 self._route_again(pending, now, out, 504, "worker lost")
+        if gone and self._peers:
+            self._orphaned(gone, now, out)
 
     def _route_again(
         self, pending: Pending, now: float, out: list[Effect], status: int, why: str
@@ -1672,25 +1676,49 @@ class Broker:
         )
 
     def _drain_to_peers(self, now: float, out: list[Effect]) -> None:
-        """F9: requests waiting here go to peers whose tables now show free slots."""
+        """F9: requests waiting here go to peers whose tables now show free slots.
+
+        Requests forwarded to us stay (F6: never forwarded again) without holding up the
+        ones behind them; the first request no peer can take ends the pass, in order.
+        """
         if self.state != "active":
             return
         for service, queue in self._queues.items():
+            if not queue or not any(p.usable() and p.offers(service) for p in self._peers.values()):
+                continue
+            kept: deque[Pending] = deque()
             while queue:
-                head = queue[0]
-                if head.done:
-                    queue.popleft()
+                pending = queue.popleft()
+                if pending.done:
+                    continue  # its count went when its deadline passed
+                if pending.origin is not None:
+                    kept.append(pending)
                     continue
-                if head.origin is not None:
-                    break  # forwarded to us: never forwarded again (F6)
                 peer = self._pick_peer(service, free=True)
                 if peer is None and not self._pool.offers(service):
                     peer = self._pick_peer(service, free=False)
                 if peer is None:
+                    kept.append(pending)
                     break
-                queue.popleft()
                 self._queued[service] -= 1
-                self._forward_to(peer, head, out)
+                self._forward_to(peer, pending, out)
+            kept.extend(queue)
+            queue.clear()
+            queue.extend(kept)
+
+    def _orphaned(self, services: Sequence[str], now: float, out: list[Effect]) -> None:
+        """F7, F9: the last local worker of ``services`` is gone. What peers forwarded to us
+        and waits for one goes back to its origin (404, so it routes it again, F8); what our
+        own clients asked goes to a peer that offers the service."""
+        for service in services:
+            queue = self._queues.get(service)
+            if not queue:
+                continue
+            for pending in [p for p in queue if p.origin is not None and not p.done]:
+                queue.remove(pending)
+                self._queued[service] -= 1
+                self._fail(pending, 404, f"no worker for {service!r} on {self.identity}", out)
+        self._drain_to_peers(now, out)
 
     def _forward_in(
         self, peer: Peer, rid: bytes, msg: Forward, now: float, out: list[Effect]

@@ -406,3 +406,46 @@ def test_offer_config_says_what_happened_for_management() -> None:
     assert isinstance(refused, Refused) and "signature" in refused.reason
     assert a.replica.version == 2
     assert not any(isinstance(e, Persist) for e in effects)
+
+
+def test_f9_a_request_waiting_for_a_lost_local_worker_goes_to_a_peer_at_once() -> None:
+    fabric = started()
+    fabric.worker("a", W1)  # a's only worker, capacity 1
+    fabric.worker("c", b"worker-c")
+    fabric.advance(1.1)
+    fabric.client("c", b"client-c")
+    fabric.request("c", b"client-c", b"keeps-c-busy")  # c's worker: no free slot now
+    fabric.advance(1.1)  # and a's copy of c's table says so
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"r1")  # to a's own worker
+    fabric.request("a", C1, b"r2")  # a offers echo, busy: it waits at a (F6)
+    assert fabric.brokers["a"].stats()["queued"] == 1
+    fabric.feed("a", Received(Channel.BACKEND, W1, Disconnect(protocol=SIG_WORKER)))
+    fabric.settle()
+    assert fabric.brokers["a"].stats()["queued"] == 0  # both went to c, not left to time out
+    for _ in range(3):
+        fabric.serve("c")
+    assert sorted(r.request_id for _, r in fabric.replies("a")) == [b"r1", b"r2"]
+
+
+def test_f7_what_waits_for_a_lost_last_worker_goes_back_to_its_origin_with_404() -> None:
+    fabric = started()
+    fabric.worker("a", W1)
+    fabric.advance(1.1)
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"local")  # a's worker is busy with this one
+    a = fabric.brokers["a"]
+    b_rid = next(rid for rid, name in a._peer_rids.items() if name == "b")
+    a.handle(
+        Received(Channel.PEER, b_rid, Forward(b"T9", "echo", "b", (b"x",))),
+        0 + fabric.now,
+        fabric.wall,
+    )
+    assert a.stats()["queued"] == 1  # a offers echo: the FORWARD waits there (F7)
+    out = a.handle(
+        Received(Channel.BACKEND, W1, Disconnect(protocol=SIG_WORKER)), fabric.now, fabric.wall
+    )
+    answers = [e.message for e in out if isinstance(e, Send) and e.channel is Channel.PEER]
+    (answer,) = [m for m in answers if isinstance(m, ForwardReply)]
+    assert answer.ticket == b"T9" and answer.status == 404
+    assert a.stats()["queued"] == 1  # only a's own request waits: no peer offers echo
