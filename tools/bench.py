@@ -51,8 +51,11 @@ def cpu_seconds(pid: int, task: int | None = None) -> float:
 # ---- workers (each in its own process) ----------------------------------------------------------
 
 
-def s0p_worker(endpoint: str, ready: Any) -> None:
-    """A raw S0P/1 echo worker: CHECKCONFIG, READY, then REPLY to each REQUEST with its body."""
+def s0p_worker(endpoint: str, capacity: int, ready: Any) -> None:
+    """A raw S0P/1 echo worker: CHECKCONFIG, READY, then REPLY to each REQUEST with its body.
+
+    ``capacity`` is what it announces in READY (docs/protocol.md §4.2): how many requests the
+    broker may give it at once. It still answers them one by one, in order."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
@@ -65,6 +68,7 @@ def s0p_worker(endpoint: str, ready: Any) -> None:
         "hbeatinterval_ms": 1000,
         "time": time.time(),
         "config_version": opts["config_version"],
+        "capacity": capacity,
     }
     sock.send_multipart([b"", b"S0W1", b"READY", json.dumps(ready_opts).encode()])
     ready.set()
@@ -203,7 +207,7 @@ def free_endpoint() -> str:
     return f"tcp://127.0.0.1:{port}"
 
 
-def case_direct(workers: int, **client: Any) -> dict[str, float]:
+def case_direct(workers: int, capacity: int, **client: Any) -> dict[str, float]:
     endpoints = [free_endpoint() for _ in range(workers)]
     procs = [start(echo_worker, e, zmq.ROUTER, True) for e in endpoints]
     try:
@@ -214,7 +218,7 @@ def case_direct(workers: int, **client: Any) -> dict[str, float]:
             p.kill()
 
 
-def case_proxy(workers: int, **client: Any) -> dict[str, float]:
+def case_proxy(workers: int, capacity: int, **client: Any) -> dict[str, float]:
     front, back = free_endpoint(), free_endpoint()
     proxy = start(proxy_main, front, back)
     procs = [start(echo_worker, back, zmq.DEALER, False) for _ in range(workers)]
@@ -227,7 +231,7 @@ def case_proxy(workers: int, **client: Any) -> dict[str, float]:
 
 
 def case_scale0(
-    workers: int, *, command: list[str] | None = None, **client: Any
+    workers: int, capacity: int, *, command: list[str] | None = None, **client: Any
 ) -> dict[str, float]:
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -239,7 +243,7 @@ def case_scale0(
             command=command,
         ) as broker,
     ):
-        procs = [start(s0p_worker, broker.endpoints["backend"]) for _ in range(workers)]
+        procs = [start(s0p_worker, broker.endpoints["backend"], capacity) for _ in range(workers)]
         try:
             time.sleep(0.2)
             result = run_client(
@@ -256,7 +260,7 @@ def case_scale0(
         return result
 
 
-def case_family(workers: int, **client: Any) -> dict[str, float]:
+def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
     """Two brokers of one family: the client at b1, every worker at b2 (docs/protocol.md §5.4).
 
     CPU is both brokers' together; "main" is b1's main thread.
@@ -270,7 +274,7 @@ def case_family(workers: int, **client: Any) -> dict[str, float]:
             max_queued_requests=100_000,
         ) as (b1, b2),
     ):
-        procs = [start(s0p_worker, b2.endpoints["backend"]) for _ in range(workers)]
+        procs = [start(s0p_worker, b2.endpoints["backend"], capacity) for _ in range(workers)]
         try:
             time.sleep(1.5)  # b1 learns b2's table from b2's next HEARTBEAT (pull)
             return run_client(
@@ -291,8 +295,8 @@ def base_case(tree: Path) -> Callable[..., dict[str, float]]:
         f"import sys; sys.path.insert(0, {str(tree)!r})\nfrom scale0.cli.broker import main\nmain()"
     )
 
-    def case_base(workers: int, **client: Any) -> dict[str, float]:
-        return case_scale0(workers, command=[sys.executable, "-c", code], **client)
+    def case_base(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+        return case_scale0(workers, capacity, command=[sys.executable, "-c", code], **client)
 
     return case_base
 
@@ -311,6 +315,12 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=100, help="requests outstanding")
     parser.add_argument("--payload", type=int, nargs="+", default=[1, 100, 1024])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        default=1,
+        help="what each S0P/1 worker announces in READY (1: one request at a time, strict LRU)",
+    )
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     parser.add_argument(
         "--base-tree",
@@ -328,7 +338,13 @@ def main() -> int:
     for workers in args.workers:
         for size in args.payload:
             results = {
-                name: case(workers, requests=args.requests, window=args.window, payload=b"x" * size)
+                name: case(
+                    workers,
+                    args.capacity,
+                    requests=args.requests,
+                    window=args.window,
+                    payload=b"x" * size,
+                )
                 for name, case in cases.items()
             }
             base = results.get("proxy")

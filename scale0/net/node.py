@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
@@ -61,8 +61,7 @@ from scale0.core.effects import (
 )
 from scale0.core.replica import Offer
 from scale0.net.admin import ManagementBridge
-from scale0.net.frames_io import POLLIN, recv_frames, send_frames
-from scale0.net.frames_io import events as socket_events
+from scale0.net.frames_io import IoKey, io_key, recv_batch, send_batch, send_frames
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
@@ -133,6 +132,10 @@ class _Port:
     link: bytes = b""  # a DEALER's link id: the routing id its messages reach the core with
     closed: bool = False  # closed by an effect while the loop may still hold it
     fast: FastPath | None = None
+    io: IoKey = field(init=False)  # names the socket to recv_batch/send_batch (frames_io)
+
+    def __post_init__(self) -> None:
+        self.io = io_key(self.socket)
 
 
 class BrokerNode:
@@ -188,8 +191,8 @@ class BrokerNode:
         self._pub: zmq.Socket[bytes] | None = None
         self._subscribed: set[str] = set()
         self._continue_scheduled = False
-        # Encoded messages of the current round: (socket, routing_id, frames), see _flush().
-        self._outbox: list[tuple[zmq.Socket[bytes], bytes, list[bytes]]] = []
+        # Encoded messages of the current round: (port.io, first frame, the rest), see _flush().
+        self._outbox: list[tuple[IoKey, bytes, list[bytes]]] = []
         self._endpoints: dict[Channel, str] = {}
         self._timer: object | None = None
         self._timer_deadline: float | None = None
@@ -524,29 +527,25 @@ class BrokerNode:
         self._reschedule_timer()
 
     def _drain(self, port: _Port, limit: int) -> int:
-        """Read and dispatch up to ``limit`` messages from ``port``; returns how many."""
-        sock = port.socket
-        count = 0
+        """Read up to ``limit`` messages from ``port`` in one batch and dispatch them; returns
+        how many were read. Fewer than ``limit`` means the port had no more waiting, and its
+        pending commands were processed (frames_io), which the empty round relies on."""
+        if _is_closed(port):  # closed by an effect (a seed link): nothing more to read
+            return 0
         try:
-            while count < limit:
-                if _is_closed(port):  # closed by an effect (a seed link): nothing more to read
-                    break
-                # Ask ZMQ_EVENTS first: it also processes the socket's pending commands, which
-                # a send may have left unread, and costs less than ending in zmq.Again.
-                if not socket_events(sock) & POLLIN:
-                    break
-                try:
-                    frames = recv_frames(sock)
-                except zmq.Again:
-                    break
-                count += 1
-                self._dispatch(port, port.channel, frames)
+            batch = recv_batch(port.io, limit)
         except zmq.ZMQError as exc:  # a socket-level failure: say so, keep the loop alive
             self._counters["internal_errors"] += 1
             self._log(
                 logging.ERROR, "socket_error", {"channel": port.channel.value, "error": str(exc)}
             )
-        return count
+            return 0
+        channel = port.channel
+        for frames in batch:
+            if _is_closed(port):  # an earlier message of the batch closed it: drop the rest
+                break
+            self._dispatch(port, channel, frames)
+        return len(batch)
 
     def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes]) -> None:
         """One message: ban check, fast path or decode + core, effects. Never raises."""
@@ -712,9 +711,9 @@ class BrokerNode:
                     # Encode now (a bug shows up as this effect's failure); sent by _flush().
                     frames = encode(effect.message)
                     if port.kind == "dealer":  # a peer link: no routing id to prepend
-                        outbox.append((port.socket, frames[0], frames[1:]))
+                        outbox.append((port.io, frames[0], frames[1:]))
                     else:
-                        outbox.append((port.socket, effect.routing_id, frames))
+                        outbox.append((port.io, effect.routing_id, frames))
                 elif isinstance(effect, Log):
                     self._log(level_number(effect.level), effect.event, effect.fields)
                 elif isinstance(effect, Connect):
@@ -753,21 +752,19 @@ class BrokerNode:
         if not outbox:
             return
         self._outbox = []
-        sent = dropped = 0
-        for sock, routing_id, frames in outbox:
-            try:
-                send_frames(sock, routing_id, frames)
-            except zmq.Again:  # high-water mark reached on that peer
-                dropped += 1
-            except zmq.ZMQError as exc:
-                dropped += 1
-                if exc.errno != errno.EHOSTUNREACH:
-                    self._counters["internal_errors"] += 1
-                    self._log(logging.ERROR, "send_failed", {"error": str(exc)})
-            else:
-                sent += 1
+        try:
+            sent, failed = send_batch(outbox)
+        except Exception:  # a frame that is not bytes: a bug; the round's later sends are lost
+            self._counters["internal_errors"] += 1
+            self._log(logging.ERROR, "send_failed", {"messages": len(outbox)}, exc_info=True)
+            return
         self._counters["sent"] += sent
-        self._counters["send_dropped"] += dropped
+        self._counters["send_dropped"] += len(failed)
+        for code in failed:
+            # EAGAIN: high-water mark reached on that peer; EHOSTUNREACH: a ROUTER peer gone.
+            if code not in (errno.EAGAIN, errno.EHOSTUNREACH):
+                self._counters["internal_errors"] += 1
+                self._log(logging.ERROR, "send_failed", {"error": zmq.strerror(code)})
 
     def _log(
         self,

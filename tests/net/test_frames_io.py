@@ -1,0 +1,197 @@
+"""scale0.net.frames_io: the C batch calls and the pyzmq fallback behave the same, on real sockets.
+
+Each test runs against both implementations. The C one must be built here (``pip install -e .``
+builds it); a machine without a C compiler fails ``test_the_c_extension_is_what_the_broker_uses``
+and the ``c`` cases, by design: the broker would silently run the slow path there.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scale0.net import frames_io
+
+WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Impl:
+    name: str
+    io_key: Callable[[zmq.Socket[Any]], Any]
+    recv_batch: Callable[[Any, int], list[list[bytes]]]
+    send_batch: Callable[[list[tuple[Any, bytes, list[Any]]]], tuple[int, list[int]]]
+
+
+def _c_impl() -> Impl:
+    try:
+        from scale0.net import _zmqio
+    except ImportError as exc:
+        pytest.fail(f"the C extension scale0.net._zmqio is not built or does not load: {exc}")
+    _zmqio.setup(zmq.ZMQError)
+    return Impl("c", lambda s: int(s.underlying), _zmqio.recv_batch, _zmqio.send_batch)
+
+
+PY = Impl(
+    "pyzmq",
+    lambda s: s,
+    frames_io._py_recv_batch,
+    frames_io._py_send_batch,  # type: ignore[arg-type]
+)
+
+
+@pytest.fixture(params=["c", "pyzmq"])
+def impl(request: pytest.FixtureRequest) -> Impl:
+    return _c_impl() if request.param == "c" else PY
+
+
+@dataclass
+class Pair:
+    """A bound ROUTER (the broker's side) and a DEALER with a known routing id."""
+
+    router: zmq.Socket[bytes]
+    dealer: zmq.Socket[bytes]
+    dealer_id: bytes
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    router.bind("tcp://127.0.0.1:*")
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.setsockopt(zmq.IDENTITY, b"d1")
+    dealer.connect(router.getsockopt(zmq.LAST_ENDPOINT).decode())  # type: ignore[union-attr]
+    try:
+        # The ROUTER knows the DEALER's id only once it has heard from it.
+        dealer.send(b"hello")
+        assert router.poll(int(WAIT_S * 1000)), "the DEALER did not connect"
+        assert router.recv_multipart() == [b"d1", b"hello"]
+        yield Pair(router, dealer, b"d1")
+    finally:
+        router.close(0)
+        dealer.close(0)
+        ctx.term()
+
+
+def _collect(
+    impl: Impl, sock: zmq.Socket[bytes], count: int, limit: int = 1000
+) -> list[list[bytes]]:
+    """Batches until ``count`` messages arrived (bounded wait), using only recv_batch."""
+    got: list[list[bytes]] = []
+    deadline = time.monotonic() + WAIT_S
+    key = impl.io_key(sock)
+    while len(got) < count and time.monotonic() < deadline:
+        batch = impl.recv_batch(key, limit)
+        assert len(batch) <= limit
+        got.extend(batch)
+        if not batch:
+            sock.poll(50)
+    return got
+
+
+def test_the_c_extension_is_what_the_broker_uses() -> None:
+    assert frames_io.IMPLEMENTATION == "c", (
+        "scale0.net.frames_io fell back to pyzmq: build the extension (pip install -e .)"
+    )
+
+
+def test_nothing_waiting_is_an_empty_batch(impl: Impl, pair: Pair) -> None:
+    assert impl.recv_batch(impl.io_key(pair.router), 10) == []
+
+
+def test_whole_messages_in_order_and_at_most_limit_per_batch(impl: Impl, pair: Pair) -> None:
+    sent = [[b"", b"S0C1", b"REQUEST", b"echo", b"%d" % i, b"x" * i] for i in range(25)]
+    for message in sent:
+        pair.dealer.send_multipart(message)
+    assert pair.router.poll(int(WAIT_S * 1000))
+    time.sleep(0.1)  # let all 25 land, so the limit (not an empty socket) ends the first batch
+    key = impl.io_key(pair.router)
+    first = impl.recv_batch(key, 10)
+    assert len(first) == 10
+    rest = _collect(impl, pair.router, 15)
+    assert [m[1:] for m in first + rest] == sent
+    assert all(m[0] == pair.dealer_id for m in first + rest)
+    assert impl.recv_batch(key, 10) == []
+
+
+def test_large_and_empty_frames_arrive_intact(impl: Impl, pair: Pair) -> None:
+    big = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    pair.dealer.send_multipart([b"", big, b"", b"end"])
+    (message,) = _collect(impl, pair.router, 1)
+    assert message == [pair.dealer_id, b"", big, b"", b"end"]
+
+
+def test_send_batch_sends_in_order_and_reports_each_failure(impl: Impl, pair: Pair) -> None:
+    key = impl.io_key(pair.router)
+    sent, failed = impl.send_batch(
+        [
+            (key, pair.dealer_id, [b"", b"one"]),
+            (key, b"nobody", [b"", b"lost"]),  # ROUTER_MANDATORY: EHOSTUNREACH
+            (key, pair.dealer_id, [memoryview(b"two"), bytearray(b"2")]),
+            (key, pair.dealer_id, []),  # a message that is only the routing id: nothing arrives
+        ]
+    )
+    assert (sent, failed) == (3, [errno.EHOSTUNREACH])
+    got = [pair.dealer.recv_multipart() for _ in range(2) if pair.dealer.poll(int(WAIT_S * 1000))]
+    assert got == [[b"", b"one"], [b"two", b"2"]]
+
+
+def test_a_frame_that_is_not_bytes_raises_type_error(impl: Impl, pair: Pair) -> None:
+    key = impl.io_key(pair.router)
+    with pytest.raises(TypeError):
+        impl.send_batch([(key, pair.dealer_id, [b"", 7])])
+
+
+def test_full_pipe_is_eagain_not_a_block(impl: Impl, pair: Pair) -> None:
+    """A DEALER whose peer is not there yet: its send HWM fills and sends fail with EAGAIN."""
+    ctx = zmq.Context.instance()
+    lonely = ctx.socket(zmq.DEALER)
+    lonely.linger = 0
+    lonely.sndhwm = 5
+    lonely.connect("tcp://127.0.0.1:9")  # discard port: nobody accepts
+    try:
+        key = impl.io_key(lonely)
+        sent, failed = impl.send_batch([(key, b"frame", [b"%d" % i]) for i in range(20)])
+        assert sent + len(failed) == 20
+        assert failed and set(failed) == {errno.EAGAIN}
+    finally:
+        lonely.close(0)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    messages=st.lists(
+        st.lists(st.binary(max_size=300), min_size=1, max_size=8), min_size=1, max_size=20
+    ),
+    limit=st.integers(min_value=1, max_value=7),
+)
+def test_both_implementations_read_the_same_messages(
+    pair: Pair, messages: list[list[bytes]], limit: int
+) -> None:
+    for impl in (_c_impl(), PY):
+        for message in messages:
+            pair.dealer.send_multipart(message)
+        got = _collect(impl, pair.router, len(messages), limit)
+        assert [m[1:] for m in got] == messages, impl.name
+        key = impl.io_key(pair.router)
+        sent, failed = impl.send_batch([(key, m[0], m[1:]) for m in got])
+        assert (sent, failed) == (len(got), [])
+        echoed = []
+        for _ in messages:
+            assert pair.dealer.poll(int(WAIT_S * 1000))
+            echoed.append(pair.dealer.recv_multipart())
+        assert echoed == messages, impl.name
