@@ -347,7 +347,20 @@ class Broker:
     # ---- queries for the I/O layer ---------------------------------------------------------
 
     def next_deadline(self) -> float | None:
-        return self._timers.next_due()
+        """When :meth:`handle` next wants a ``Tick``.
+
+        A request that got its answer leaves its deadline entry in the heap (lazy deletion):
+        such entries are dropped here when they reach the head, so under steady load the
+        broker's timer waits for the next live deadline instead of firing for each answered
+        request, and the heap holds about one entry per request still running.
+        """
+        timers = self._timers
+        requests = self._requests
+        while True:
+            key = timers.head()
+            if key is None or key[0] != "request" or key[1] in requests:
+                return timers.next_due()
+            timers.drop_head()
 
     def is_banned(self, routing_id: bytes, now: float) -> bool:
         until = self._banned.get(routing_id)

@@ -30,6 +30,14 @@ class TimerHeap(Generic[K]):
     def next_due(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
+    def head(self) -> K | None:
+        """The key of the earliest entry (None when empty)."""
+        return self._heap[0][2] if self._heap else None
+
+    def drop_head(self) -> None:
+        """Remove the earliest entry without firing it (its owner knows it is stale)."""
+        heapq.heappop(self._heap)
+
     def pop_due(self, now: float) -> Iterator[K]:
         """Yield the keys due at ``now``, earliest first (new pushes for now are yielded too)."""
         heap = self._heap

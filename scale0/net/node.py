@@ -654,6 +654,11 @@ class BrokerNode:
         deadline = self.broker.next_deadline()
         if deadline == self._timer_deadline and (deadline is None or self._timer is not None):
             return
+        armed = self._timer_deadline if self._timer is not None else None
+        if armed is not None and (deadline is None or deadline >= armed):
+            # The next deadline moved later (a request got its answer): the armed timer fires
+            # early once, harmlessly, instead of being moved at every wake-up.
+            return
         loop = self._loop
         assert loop is not None
         if self._timer is not None:

@@ -354,6 +354,24 @@ def test_r9_request_past_its_deadline_in_flight_is_504_not_retried() -> None:
     assert h.broker.services()["echo"]["ready"] == 2
 
 
+def test_an_answered_request_no_longer_sets_the_next_deadline() -> None:
+    """The node arms its one timer at next_deadline(): answered requests must not keep it busy."""
+    h = Harness(request_timeout_ms=100)  # request deadlines come before every session timer
+    h.worker(W1, heartbeat=False)
+    h.client(C1)
+    idle = h.broker.next_deadline()
+    assert idle is not None and idle > h.now + 0.1
+    for n in range(50):
+        ticket = only(dispatched(h.request(C1, b"r%d" % n)))[1].ticket
+        assert h.broker.next_deadline() == pytest.approx(h.now + 0.1)  # this one's deadline
+        assert only(replies(h.reply(W1, ticket)))[1].status == 200
+        assert h.broker.next_deadline() == idle
+    # A request still running keeps its deadline, and still gets its 504 at it.
+    ticket = only(dispatched(h.request(C1, b"late")))[1].ticket
+    assert h.broker.next_deadline() == pytest.approx(h.now + 0.1)
+    assert only(replies(h.advance(0.1)))[1].status == 504
+
+
 def test_r9_partial_moves_the_deadline_and_streams_in_order() -> None:
     h = Harness()
     h.worker(W1, heartbeat=False)
