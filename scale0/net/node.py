@@ -6,15 +6,15 @@
 the JSON logger) in order. Every decision lives in :class:`scale0.core.broker.Broker`.
 
 Hot path (docs/performance.md): every socket is a :class:`_Port` in one registry, and every
-port's ZMQ FD is registered with the Tornado IOLoop under the *same* handler. A wake-up, from
-whichever FD, runs rounds over all ports: each round reads what every port has waiting (up to
-the wake-up's budget), and rounds repeat until one finds every port empty. So a worker's REPLY
-and the client REQUEST it lets through are handled in one wake-up, not two. ZMQ FDs are
-edge-triggered and a send may swallow a socket's edge, so the empty round (a ``zmq.EVENTS``
-check per port, after the last send) is what lets the loop sleep safely; a wake-up whose budget
-ran out schedules its own continuation so the timer and other loop work still get their turn.
-All broker timers live in the core's heap; the node keeps exactly one IOLoop timeout, for
-``broker.next_deadline()``.
+port's ZMQ FD is registered with the Tornado IOLoop. A wake-up, from whichever FD, runs rounds:
+each round reads, in one batch per port (scale0.net.frames_io), what every *dirty* port has
+waiting (up to the wake-up's budget), then sends what the round produced; rounds repeat until
+no port is dirty. So a worker's REPLY and the client REQUEST it lets through are handled in one
+wake-up, not two. A send may swallow a socket's FD edge, so a port sent on is dirty until a
+batch ends on its empty socket (see ``_pump``); that is what lets the loop sleep safely. A
+wake-up whose budget ran out schedules its own continuation so the timer and other loop work
+still get their turn. All broker timers live in the core's heap; the node keeps exactly one
+IOLoop timeout, for ``broker.next_deadline()``.
 """
 
 from __future__ import annotations
@@ -133,6 +133,10 @@ class _Port:
     closed: bool = False  # closed by an effect while the loop may still hold it
     fast: FastPath | None = None
     io: IoKey = field(init=False)  # names the socket to recv_batch/send_batch (frames_io)
+    # May have messages waiting that its FD will not announce (BrokerNode._pump): new, FD
+    # fired, sent on, or its last batch stopped at the budget. Cleared by a batch that ends
+    # on an empty socket.
+    dirty: bool = True
 
     def __post_init__(self) -> None:
         self.io = io_key(self.socket)
@@ -285,9 +289,8 @@ class BrokerNode:
         self._endpoints.pop(Channel.CONFIG, None)
         self._config_pub_endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         loop = self._loop
-        handler = _FdHandler(self)
         for port in self._ports.values():
-            loop.add_handler(port.fd, handler, IOLoop.READ)
+            loop.add_handler(port.fd, _FdHandler(self, port), IOLoop.READ)
         self._log(
             logging.INFO,
             "broker_ready",
@@ -418,7 +421,7 @@ class BrokerNode:
             link=link.encode(),
         )
         self._ports[f"link:{link}"] = port
-        self._loop.add_handler(port.fd, _FdHandler(self), IOLoop.READ)
+        self._loop.add_handler(port.fd, _FdHandler(self, port), IOLoop.READ)
         self._log(logging.DEBUG, "link_connect", {"link": link, "endpoint": endpoint})
 
     def _close_link(self, link: str) -> None:
@@ -449,6 +452,7 @@ class BrokerNode:
                     logging.ERROR, "subscribe_failed", {"endpoint": endpoint, "error": str(exc)}
                 )
         self._subscribed = wanted
+        port.dirty = True  # connect/disconnect process the socket's commands (see _pump)
         self._log(logging.INFO, "config_subscriptions", {"endpoints": sorted(wanted)})
 
     def _read_config(self, effect: ReadConfig) -> None:
@@ -507,19 +511,29 @@ class BrokerNode:
         self._pump()
 
     def _pump(self) -> None:
-        """Rounds over all ports until one round finds them all empty, or the budget is spent."""
+        """Rounds over the dirty ports until none is dirty, or the budget is spent.
+
+        The loop watches each port's ZMQ FD level-triggered, and libzmq keeps that FD readable
+        while the socket has commands it has not processed. Only an operation on the socket
+        itself (a send, a receive, an option) processes them, and may leave messages waiting
+        that the FD no longer announces. So a port is read when it is ``dirty``: new, its FD
+        fired, the node sent on it, or its last batch stopped at the budget; a batch that ends
+        on an empty socket (libzmq processed its commands) makes it clean, and the loop may
+        sleep once every port is. A port nobody touched is not probed at every wake-up.
+        """
         if self._stopped:
             return
         budget = self._batch_size
-        ports = list(self._ports.values())
         while True:
             self._counters["rounds"] += 1
             handled = 0
+            ports = list(self._ports.values())
             for port in ports:
-                handled += self._drain(port, budget - handled)
+                if port.dirty:
+                    handled += self._drain(port, budget - handled)
             self._flush()
-            if not handled:
-                break  # every port said "nothing waiting" after the last send: safe to sleep
+            if not any(port.dirty for port in self._ports.values()):
+                break  # every port ended on "nothing waiting" after its last send: sleep
             budget -= handled
             if budget <= 0:
                 self._schedule_continue()
@@ -530,30 +544,33 @@ class BrokerNode:
         """Read up to ``limit`` messages from ``port`` in one batch and dispatch them; returns
         how many were read. Fewer than ``limit`` means the port had no more waiting, and its
         pending commands were processed (frames_io), which the empty round relies on."""
-        if _is_closed(port):  # closed by an effect (a seed link): nothing more to read
+        if limit <= 0 or _is_closed(port):  # (closed by an effect: nothing more to read)
             return 0
         try:
             batch = recv_batch(port.io, limit)
         except zmq.ZMQError as exc:  # a socket-level failure: say so, keep the loop alive
+            port.dirty = False  # not retried until its FD fires again
             self._counters["internal_errors"] += 1
             self._log(
                 logging.ERROR, "socket_error", {"channel": port.channel.value, "error": str(exc)}
             )
             return 0
+        port.dirty = len(batch) >= limit  # fewer: it ended on an empty socket (before dispatch,
+        # which may send on this port and make it dirty again)
         channel = port.channel
+        now = time.monotonic()  # one reading per batch: a batch takes microseconds to handle
         for frames in batch:
             if _is_closed(port):  # an earlier message of the batch closed it: drop the rest
                 break
-            self._dispatch(port, channel, frames)
+            self._dispatch(port, channel, frames, now)
         return len(batch)
 
-    def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes]) -> None:
+    def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes], now: float) -> None:
         """One message: ban check, fast path or decode + core, effects. Never raises."""
         if port.kind != "router":
             self._dispatch_other(port, frames)
             return
         try:
-            now = time.monotonic()
             broker = self.broker
             routing_id = frames[0]
             if broker.is_banned(routing_id, now):
@@ -678,7 +695,7 @@ class BrokerNode:
             return
         self._counters["ticks"] += 1
         self._feed(Tick())
-        # The tick's sends may have swallowed a socket's FD edge: one pump re-checks them all.
+        # The tick's sends may have swallowed a socket's FD edge: a pump reads the ports sent on.
         self._pump()
 
     def _feed(self, event: Event) -> None:
@@ -703,7 +720,7 @@ class BrokerNode:
                     if channel is Channel.LINK:
                         port = ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
                     else:
-                        port = ports.get(channel.value)
+                        port = ports.get(_PORT_NAMES[channel])
                     if port is None:
                         sink = self._sinks.get(channel)
                         if sink is not None:  # the HTTP server's waiting requests
@@ -715,6 +732,7 @@ class BrokerNode:
                         continue
                     # Encode now (a bug shows up as this effect's failure); sent by _flush().
                     frames = encode(effect.message)
+                    port.dirty = True  # the send may swallow its FD's edge (see _pump)
                     if port.kind == "dealer":  # a peer link: no routing id to prepend
                         outbox.append((port.io, frames[0], frames[1:]))
                     else:
@@ -782,6 +800,10 @@ class BrokerNode:
         log_event(_logger, level, event, fields, broker=self.identity, exc_info=exc_info)
 
 
+_PORT_NAMES: Final[dict[Channel, str]] = {channel: channel.value for channel in Channel}
+"""A channel's port name, by identity hash (an enum's ``.value`` is a descriptor call)."""
+
+
 def _is_closed(port: _Port) -> bool:
     """Read the flag afresh (a call, so type narrowing from an earlier check does not stick)."""
     return port.closed
@@ -795,12 +817,14 @@ def _fd_of(sock: zmq.Socket[bytes]) -> int:
 
 
 class _FdHandler:
-    """The IOLoop handler of every port's FD (a class, not a lambda, so it types and reads)."""
+    """The IOLoop handler of a port's FD (a class, not a lambda, so it types and reads)."""
 
-    __slots__ = ("node",)
+    __slots__ = ("node", "port")
 
-    def __init__(self, node: BrokerNode) -> None:
+    def __init__(self, node: BrokerNode, port: _Port) -> None:
         self.node = node
+        self.port = port
 
     def __call__(self, fd: int, events: int) -> None:
+        self.port.dirty = True
         self.node._on_readable()

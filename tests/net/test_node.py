@@ -31,7 +31,7 @@ from scale0.crypto.keys import (
     sign_config,
     verify_config,
 )
-from scale0.net.node import BindError, BrokerNode, inbound_size_limit
+from scale0.net.node import BindError, BrokerNode, _FdHandler, inbound_size_limit
 from scale0.testing import running_broker
 from scale0.wire import (
     SIG_CLIENT,
@@ -334,7 +334,8 @@ def test_one_pump_drains_every_socket(node: NodeThread, ctx: zmq.Context[Any]) -
 
         def probe() -> None:
             # Runs before the loop looks at the FDs again: wait (on the loop's thread, the
-            # sockets' owner) until both sockets hold their message, then pump once.
+            # sockets' owner) until both sockets hold their message, then do what the loop
+            # does when the backend's FD fires (polling here processed both FDs' signals).
             poller = zmq.Poller()
             for port in broker_node._ports.values():
                 poller.register(port.socket, zmq.POLLIN)
@@ -343,7 +344,8 @@ def test_one_pump_drains_every_socket(node: NodeThread, ctx: zmq.Context[Any]) -
             while ready < 2 and time.monotonic() < deadline:
                 ready = len(poller.poll(100))
             before = broker_node.stats()
-            broker_node._pump()
+            backend = broker_node._ports[Channel.BACKEND.value]
+            _FdHandler(broker_node, backend)(backend.fd, IOLoop.READ)
             box.append((before, broker_node.stats(), ready))
             done.set()
 
