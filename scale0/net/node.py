@@ -61,7 +61,14 @@ from scale0.core.effects import (
 )
 from scale0.core.replica import Offer
 from scale0.net.admin import ManagementBridge
-from scale0.net.frames_io import IoKey, io_key, recv_batch, send_batch, send_frames
+from scale0.net.frames_io import (
+    IMPLEMENTATION,
+    IoKey,
+    io_key,
+    recv_batch,
+    send_batch,
+    send_frames,
+)
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
@@ -300,6 +307,7 @@ class BrokerNode:
                 "family": self.broker.network.family,
                 "config_version": self.broker.network.config_version,
                 "pid": os.getpid(),
+                "io": IMPLEMENTATION,  # "c" or "pyzmq" (scale0.net.frames_io)
             },
         )
         self._feed(Start())

@@ -39,9 +39,12 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.parametrize("io", ["c", "pyzmq"])
 def test_serves_a_request_then_sigterm_disconnects_and_exits_0(
-    tmp_path: Path, ctx: zmq.Context[Any]
+    tmp_path: Path, ctx: zmq.Context[Any], monkeypatch: pytest.MonkeyPatch, io: str
 ) -> None:
+    # "pyzmq": the broker without its C extension (scale0.net.frames_io's fallback).
+    monkeypatch.setenv("SCALE0_PURE", "1" if io == "pyzmq" else "0")
     with running_broker(tmp_path) as broker:
         with (
             s0p.worker(ctx, broker.endpoints["backend"], ("echo",)) as worker,
@@ -61,6 +64,7 @@ def test_serves_a_request_then_sigterm_disconnects_and_exits_0(
         assert "broker_stopped" in events
         ready = next(line for line in broker.logs() if line["event"] == "broker_ready")
         assert ready["broker"] == "solo"
+        assert ready["io"] == io
         assert ready["endpoints"] == broker.endpoints
         assert {"ts", "level"} <= set(ready)
 
