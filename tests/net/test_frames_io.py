@@ -37,12 +37,12 @@ def _c_impl() -> Impl:
     except ImportError as exc:
         pytest.fail(f"the C extension scale0.net._zmqio is not built or does not load: {exc}")
     _zmqio.setup(zmq.ZMQError)
-    return Impl("c", lambda s: int(s.underlying), _zmqio.recv_batch, _zmqio.send_batch)
+    return Impl("c", frames_io._c_io_key, _zmqio.recv_batch, _zmqio.send_batch)
 
 
 PY = Impl(
     "pyzmq",
-    lambda s: s,
+    frames_io._py_io_key,
     frames_io._py_recv_batch,
     frames_io._py_send_batch,  # type: ignore[arg-type]
 )
