@@ -426,8 +426,8 @@ class Book:
         self._outbox.pop(node, None)
         self._announced.pop(node, None)
         record = self.nodes.get(node)
-        if record is not None and record.connected:
-            self._put_node(replace(record, connected=False))
+        if record is not None and (record.connected or record.zerotask):
+            self._put_node(replace(record, connected=False, zerotask=False))
         self.schedule(now)
 
     def tick(self, now: float) -> None:
