@@ -5,7 +5,7 @@ and the placement of :mod:`scale0.tasks.placement`, and records what each operat
 (:meth:`Book.take_changes`) so the process writes it to the store in one transaction before it
 answers. Time (``now``) and new ids are passed in; nothing here reads a clock or a socket.
 
-Node traffic (docs/tasks.md §6): what the coordinator "publishes" to a node waits in that node's
+Node traffic (docs/tasks.md §8): what the coordinator "publishes" to a node waits in that node's
 outbox and leaves with the node's next ``zerotask.broker.node_poll``.
 
 Rules beyond model.py's T/F/S and placement.py's P:
@@ -91,7 +91,7 @@ def check_id(value: object, what: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The coordinator's tunables (docs/tasks.md §7)."""
+    """The coordinator's tunables (docs/tasks.md §9)."""
 
     node_timeout_s: float = 10.0
     resend_s: float = 5.0

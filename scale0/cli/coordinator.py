@@ -1,0 +1,145 @@
+"""scale0-coordinator: the task coordinator as a worker of the family (docs/tasks.md §9).
+
+``scale0-coordinator --config FILE``. It opens the SQLite store under ``data_dir``, restores
+every task, and serves the ``zerotask`` and ``vespid`` services through the broker backend
+named by ``endpoint`` (a seed: it fails over to the family's other brokers like any worker, so
+every broker of the family reaches it). Each request is decided by scale0.tasks (pure), the
+changes are committed in one transaction, and only then is the reply sent. A commit that fails
+ends the process at once (exit 70): its memory would be ahead of its store, and a restart
+recovers from the store. SIGINT/SIGTERM stop it cleanly (exit 0); a bad config exits 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from scale0.net.logs import configure, log_event
+from scale0.net.worker import Worker
+from scale0.tasks import vespid, zerotask
+from scale0.tasks.book import Book
+from scale0.tasks.settings import ConfigFileError, CoordinatorConfig, load_coordinator
+from scale0.tasks.store import SQLiteStore, StoreError
+
+__all__ = ["Coordinator", "main"]
+
+log = logging.getLogger("scale0.coordinator")
+
+EXIT_STORE_FAILED = 70
+
+
+class Coordinator:
+    """The Book, its store and the node wake-ups, behind two async request handlers."""
+
+    def __init__(self, config: CoordinatorConfig) -> None:
+        self.config = config
+        self.store = SQLiteStore(config.data_dir / "tasks.db")
+        snapshot = self.store.load()
+        self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
+        self._wake: dict[str, asyncio.Event] = {}
+        counts = self.book.counts()
+        log_event(log, logging.INFO, "coordinator_restored", counts)
+        self.worker = Worker(
+            config.endpoint,
+            {
+                config.zerotask_service: self.serve_zerotask,
+                config.vespid_service: self.serve_vespid,
+            },
+            capacity=config.capacity,
+            heartbeat_interval=config.heartbeat_interval_s,
+        )
+
+    def commit(self) -> None:
+        """Write what changed in one transaction (D1), then wake the nodes that have news."""
+        changes = self.book.take_changes()
+        try:
+            self.store.commit(changes)
+        except Exception:
+            log_event(log, logging.CRITICAL, "store_commit_failed", exc_info=True)
+            os._exit(EXIT_STORE_FAILED)
+        for node in self.book.woken():
+            event = self._wake.get(node)
+            if event is not None:
+                event.set()
+
+    async def serve_zerotask(self, body: list[bytes]) -> bytes:
+        outcome = zerotask.handle(self.book, b"".join(body), time.time())
+        self.commit()
+        if outcome.poll is None:
+            return outcome.reply or b""
+        wait = outcome.poll
+        event = self._wake.setdefault(wait.node, asyncio.Event())
+        event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), wait.wait_s)
+        reply = zerotask.finish_poll(self.book, wait, time.time())
+        self.commit()
+        return reply
+
+    async def serve_vespid(self, body: list[bytes]) -> bytes:
+        outcome = vespid.handle(self.book, b"".join(body), time.time())
+        self.commit()
+        return outcome.reply or b""
+
+    async def ticker(self) -> None:
+        """B3 and periodic node status, every ``tick_s``."""
+        while True:
+            await asyncio.sleep(self.config.tick_s)
+            self.book.tick(time.time())
+            self.commit()
+
+    async def run_async(self) -> None:
+        ticker = asyncio.get_running_loop().create_task(self.ticker())
+        log_event(
+            log,
+            logging.INFO,
+            "coordinator_ready",
+            {"endpoint": self.config.endpoint, "pid": os.getpid()},
+        )
+        try:
+            await self.worker.run_async()
+        finally:
+            ticker.cancel()
+            self.store.close()
+
+
+@click.command(name="scale0-coordinator")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The coordinator's YAML or JSON config (docs/tasks.md §9).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def main(config_path: Path, log_level: str) -> None:
+    """Serve the zerotask and vespid services of the task coordinator until SIGINT/SIGTERM."""
+    configure(log_level)
+    try:
+        config = load_coordinator(config_path)
+        coordinator = Coordinator(config)
+    except (ConfigFileError, StoreError) as exc:
+        click.echo(f"scale0-coordinator: {exc}", err=True)
+        sys.exit(2)
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        coordinator.worker.stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    asyncio.run(coordinator.run_async())
