@@ -1,4 +1,4 @@
-"""zerotask methods the demo nodes serve (conf/tasks/node*.yaml name them as module:function)."""
+"""zerotask methods the demo nodes serve (conf/tasks/node*.yml name them as module:function)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,9 +28,10 @@ import click
 from scale0.net.logs import configure, log_event
 from scale0.net.worker import Worker
 from scale0.tasks import vespid, zerotask
+from scale0.tasks.auth import Authorizer
 from scale0.tasks.book import Book
 from scale0.tasks.settings import ConfigFileError, CoordinatorConfig, load_coordinator
-from scale0.tasks.store import SQLiteStore, StoreError
+from scale0.tasks.store import SQLiteStore, Store, StoreError
 
 __all__ = ["Coordinator", "main"]
 
@@ -41,12 +43,16 @@ EXIT_STORE_FAILED = 70
 class Coordinator:
     """The Book, its store and the node wake-ups, behind two async request handlers."""
 
-    def __init__(self, config: CoordinatorConfig) -> None:
+    def __init__(self, config: CoordinatorConfig, store: Store) -> None:
         self.config = config
-        self.store = SQLiteStore(config.data_dir / "tasks.db")
+        self.store = store
         snapshot = self.store.load()
         self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
         self._wake: dict[str, asyncio.Event] = {}
+        if config.admins is not None:
+            self.book.authorizer = Authorizer(config.admins, config.submit_roles)
+        else:  # A4
+            log_event(log, logging.WARNING, "task_submissions_open", {"hint": "admins_from"})
         counts = self.book.counts()
         log_event(log, logging.INFO, "coordinator_restored", counts)
         self.worker = Worker(
@@ -130,16 +136,52 @@ class Coordinator:
 def main(config_path: Path, log_level: str) -> None:
     """Serve the zerotask and vespid services of the task coordinator until SIGINT/SIGTERM."""
     configure(log_level)
-    try:
-        config = load_coordinator(config_path)
-        coordinator = Coordinator(config)
-    except (ConfigFileError, StoreError) as exc:
-        click.echo(f"scale0-coordinator: {exc}", err=True)
-        sys.exit(2)
+    stopping = threading.Event()
+    coordinator: Coordinator | None = None
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        coordinator.worker.stop()
+        stopping.set()
+        if coordinator is not None:
+            coordinator.worker.stop()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    try:
+        config = load_coordinator(config_path)
+        store = open_store(config, stopping)
+        if store is None:
+            return
+        coordinator = Coordinator(config, store)
+    except (ConfigFileError, StoreError) as exc:
+        click.echo(f"scale0-coordinator: {exc}", err=True)
+        sys.exit(2)
+    if stopping.is_set():
+        store.close()
+        return
     asyncio.run(coordinator.run_async())
+
+
+def open_store(config: CoordinatorConfig, stopping: threading.Event) -> Store | None:
+    """SQLite under data_dir, or PostgreSQL once this coordinator holds the lease (G2).
+
+    None when a signal came while waiting for the lease.
+    """
+    if config.database is None:
+        return SQLiteStore(config.data_dir / "tasks.db")
+    try:  # psycopg is only needed here (the "postgresql" extra)
+        from scale0.tasks.pgstore import PostgresStore  # noqa: PLC0415
+    except ImportError as exc:
+        raise ConfigFileError(
+            "database: the PostgreSQL store needs psycopg 3 "
+            f"(pip install 'scale0[postgresql]'): {exc}"
+        ) from None
+
+    store = PostgresStore(config.database)
+    if not store.try_acquire():
+        log_event(log, logging.INFO, "coordinator_standby", {"pid": os.getpid()})
+        while not store.acquire(timeout_s=0.5):
+            if stopping.is_set():
+                store.close()
+                return None
+    log_event(log, logging.INFO, "coordinator_lease", {"pid": os.getpid()})
+    return store

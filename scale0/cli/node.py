@@ -47,11 +47,13 @@ RETRY_PAUSE_S: Final = 0.2
 
 @dataclass
 class Report:
-    """A result still to be acknowledged by the coordinator."""
+    """A result still to be acknowledged by the coordinator: a zerotask call (sent in one
+    batch with the others) or a vespid command."""
 
     task: str
     attempt: int
-    send: Callable[[], object]
+    call: tuple[str, dict[str, Any]] | None = None
+    send: Callable[[], object] | None = None
 
 
 class NodeAgent:
@@ -177,13 +179,17 @@ class NodeAgent:
             self.calls.pop(key, None)
 
     def request_offered(self) -> None:
-        while self.offered and len(self.calls) < self.config.slots:
-            task_id = self.offered.popleft()
-            try:
-                got = self.client.call("node_task_request", [task_id, self.name])
-            except TaskError as exc:
-                if exc.code == ErrorCode.UNKNOWN_NODE:
-                    raise
+        """Ask for as many offered tasks as there are free slots, in one batch."""
+        wanted: list[str] = []
+        while self.offered and len(self.calls) + len(wanted) < self.config.slots:
+            wanted.append(self.offered.popleft())
+        answers = self.client.call_batch(
+            [("node_task_request", [task_id, self.name]) for task_id in wanted]
+        )
+        for task_id, got in zip(wanted, answers, strict=True):
+            if isinstance(got, TaskError):
+                if got.code == ErrorCode.UNKNOWN_NODE:
+                    raise got
                 continue
             if not isinstance(got, dict) or not got:
                 continue
@@ -206,7 +212,7 @@ class NodeAgent:
             if run.cancelled:
                 continue
             name, attempt = key
-            self.reports[key] = Report(name, attempt, self._complete(name, attempt, success))
+            self.reports[key] = Report(name, attempt, send=self._complete(name, attempt, success))
         for key, future in list(self.calls.items()):
             if not future.done():
                 continue
@@ -224,7 +230,7 @@ class NodeAgent:
 
     def _finished(
         self, task: str, attempt: int, result: Any, error: dict[str, Any] | None
-    ) -> Callable[[], object]:
+    ) -> tuple[str, dict[str, Any]]:
         if error is not None:
             params: dict[str, Any] = {"task_id": task, "error": error}
             method = "node_task_failed"
@@ -232,23 +238,33 @@ class NodeAgent:
             params = {"task_id": task, "task_result": result}
             method = "node_task_finished"
         params.update(node_id=self.name, attempt=attempt)
-        return lambda: self.client.call(method, params)
+        return method, params
 
     def flush_reports(self) -> None:
+        """Send every unacknowledged report; transport errors keep them for the next round."""
+        batched = [(key, r) for key, r in self.reports.items() if r.call is not None]
+        answers = self.client.call_batch([r.call for _, r in batched if r.call is not None])
+        outcomes: list[tuple[tuple[str, int], Report, object]] = [
+            (key, report, answer) for (key, report), answer in zip(batched, answers, strict=True)
+        ]
         for key, report in list(self.reports.items()):
-            try:
-                report.send()
-            except TaskError as exc:
-                if exc.code == ErrorCode.UNKNOWN_NODE:
-                    raise
+            if report.send is not None:
+                try:
+                    outcomes.append((key, report, report.send()))
+                except TaskError as exc:
+                    outcomes.append((key, report, exc))
+        for key, report, answer in outcomes:
+            if isinstance(answer, TaskError):
+                if answer.code == ErrorCode.UNKNOWN_NODE:
+                    raise answer
                 self.counts["stale"] += 1
                 log_event(
                     log,
                     logging.WARNING,
                     "report_refused",
-                    {"task": report.task, "attempt": report.attempt, "error": exc.message},
+                    {"task": report.task, "attempt": report.attempt, "error": answer.message},
                 )
-            del self.reports[key]
+            self.reports.pop(key, None)
 
     def shutdown(self) -> None:
         for run in self.scripts.values():

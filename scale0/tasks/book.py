@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from scale0.tasks.auth import Authorizer
 from scale0.tasks.errors import ErrorCode, Refused
 from scale0.tasks.model import (
     TERMINAL_FAILURES,
@@ -132,6 +133,8 @@ class Book:
         now: float = 0.0,
     ) -> None:
         self.settings = settings or Settings()
+        #: Who may create tasks (scale0.tasks.auth, A1); None: anyone (A4).
+        self.authorizer: Authorizer | None = None
         self._new_id = new_id
         self.tasks: dict[str, TaskRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
@@ -229,6 +232,12 @@ class Book:
         return self._put(replace(task, state=target, **values))
 
     # ---- clients ----
+
+    def authorize(self, auth_id: object, password: object, what: str) -> str | None:
+        """A1: the auth_id allowed to create tasks (None when submissions are open, A4)."""
+        if self.authorizer is None:
+            return None
+        return self.authorizer.check(auth_id, password, what)
 
     def client_connect(self, client_id: object, now: float) -> str:
         if client_id is None:

@@ -53,18 +53,29 @@ class TaskClient:
         vespid_service: str = "vespid",
         timeout: float = 5.0,
         retry_s: float = 30.0,
+        heartbeat_interval: float = 0.1,
+        auth_id: str | None = None,
+        auth_password: str | None = None,
         client: Client | None = None,
     ) -> None:
+        self.auth_id = auth_id
+        self.auth_password = auth_password
         self.zerotask_service = zerotask_service
         self.vespid_service = vespid_service
         self.retry_s = retry_s
         self.client_id: str | None = None
-        self._client = client if client is not None else Client(endpoint, timeout=timeout)
+        # A short interval is raised to the family's default (C5): so we heartbeat as often as
+        # the broker expects, and a long-polling node is never taken for a silent one.
+        self._client = (
+            client
+            if client is not None
+            else Client(endpoint, timeout=timeout, heartbeat_interval=heartbeat_interval)
+        )
         self._ids = itertools.count(1)
 
     # ---- transport ----
 
-    def _request(self, service: str, payload: dict[str, Any]) -> Any:
+    def _request(self, service: str, payload: dict[str, Any] | list[Any]) -> Any:
         body = json.dumps(payload, separators=(",", ":")).encode()
         limit = time.monotonic() + self.retry_s
         while True:
@@ -90,6 +101,43 @@ class TaskClient:
             error = response["error"]
             raise TaskError(error.get("code", 0), error.get("message", ""), error.get("data"))
         return response.get("result")
+
+    def call_batch(
+        self, calls: list[tuple[str, list[Any] | dict[str, Any]]]
+    ) -> list[Any | TaskError]:
+        """K1 for several calls in one JSON-RPC batch (one round trip, one commit); each item
+        of the answer is the call's result or its TaskError, in the order of ``calls``."""
+        if not calls:
+            return []
+        first = next(self._ids)
+        batch = [
+            {
+                "jsonrpc": "2.0",
+                "method": method if "." in method else _BROKER + method,
+                "params": params,
+                "id": first + index,
+            }
+            for index, (method, params) in enumerate(calls)
+        ]
+        for _ in calls[1:]:
+            next(self._ids)
+        responses = self._request(self.zerotask_service, batch)
+        by_id: dict[Any, Any] = {}
+        if isinstance(responses, list):
+            by_id = {r.get("id"): r for r in responses if isinstance(r, dict)}
+        results: list[Any | TaskError] = []
+        for index in range(len(calls)):
+            response = by_id.get(first + index)
+            if response is None:
+                results.append(TaskError(int(ErrorCode.INTERNAL_ERROR), "no response in batch"))
+            elif "error" in response:
+                error = response["error"]
+                results.append(
+                    TaskError(error.get("code", 0), error.get("message", ""), error.get("data"))
+                )
+            else:
+                results.append(response.get("result"))
+        return results
 
     def command(self, command: str, **fields: Any) -> dict[str, Any]:
         """K2: one vespid command; the reply object."""
@@ -121,7 +169,15 @@ class TaskClient:
     def submit(self, method: str, params: Any = None, task_id: str | None = None) -> str:
         """client_new_task; the task id (a fresh uuid when None, so a resend is safe)."""
         task = task_id or uuid.uuid4().hex
-        return str(self.call("client_new_task", [self._me(), method, params, task]))
+        args: dict[str, Any] = {
+            "client_id": self._me(),
+            "method": method,
+            "params": params,
+            "task_id": task,
+        }
+        if self.auth_id is not None:
+            args.update(auth_id=self.auth_id, auth_password=self.auth_password)
+        return str(self.call("client_new_task", args))
 
     def status(self, task_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("client_task_status", [self._me(), task_id])
@@ -151,6 +207,8 @@ class TaskClient:
 
     def create(self, name: str, executable_pyscript: str, **fields: Any) -> dict[str, Any]:
         """task-create (``requirements``, ``repositories``, ``parent``... as keyword arguments)."""
+        if self.auth_id is not None:
+            fields = {"auth_id": self.auth_id, "auth_password": self.auth_password, **fields}
         return self.command(
             "task-create", name=name, executable_pyscript=executable_pyscript, **fields
         )

@@ -13,6 +13,9 @@ from typing import Any
 
 import yaml
 
+from scale0.config.errors import ConfigError
+from scale0.config.loader import load
+from scale0.config.model import Admin
 from scale0.tasks.book import ID_PATTERN, Settings
 from scale0.tasks.placement import SpecError, parse_capabilities, parse_node_repositories
 from scale0.tasks.zerotask import MAX_WAIT_MS
@@ -28,10 +31,13 @@ class ConfigFileError(ValueError):
 class CoordinatorConfig:
     endpoint: str
     data_dir: Path
+    database: str | None = None
+    admins: tuple[Admin, ...] | None = None
+    submit_roles: tuple[str, ...] = ("admin",)
     zerotask_service: str = "zerotask"
     vespid_service: str = "vespid"
     capacity: int = 512
-    heartbeat_interval_s: float = 1.0
+    heartbeat_interval_s: float = 0.1
     tick_s: float = 0.25
     settings: Settings = field(default_factory=Settings)
 
@@ -129,16 +135,39 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     )
 
 
+def _admins(fields: _Fields) -> tuple[Admin, ...] | None:
+    """``admins_from``: the network config whose admins may create tasks (A1)."""
+    if fields.data.get("admins_from") is None:
+        fields.used.add("admins_from")
+        return None
+    source = fields.relative_path("admins_from")
+    try:
+        network = load(source, kind="network")
+    except (ConfigError, OSError) as exc:
+        raise fields.fail("admins_from", f"cannot load {source}: {exc}") from None
+    return network.admins
+
+
+def _roles(fields: _Fields) -> tuple[str, ...]:
+    roles = fields.get("submit_roles", list, ["admin"])
+    if not roles or not all(role in {"admin", "read"} for role in roles):
+        raise fields.fail("submit_roles", f"must be a non-empty list of admin/read, not {roles!r}")
+    return tuple(roles)
+
+
 def load_coordinator(path: Path) -> CoordinatorConfig:
     """Read and check a scale0-coordinator config file."""
     fields = _Fields(path, _read(path))
     config = CoordinatorConfig(
         endpoint=fields.endpoint(),
         data_dir=fields.relative_path("data_dir"),
+        database=fields.get("database", str, None),
+        admins=_admins(fields),
+        submit_roles=_roles(fields),
         zerotask_service=fields.get("zerotask_service", str, "zerotask"),
         vespid_service=fields.get("vespid_service", str, "vespid"),
         capacity=int(fields.positive("capacity", 512)),
-        heartbeat_interval_s=fields.positive("heartbeat_interval_s", 1.0),
+        heartbeat_interval_s=fields.positive("heartbeat_interval_s", 0.1),
         tick_s=fields.positive("tick_s", 0.25),
         settings=Settings(
             node_timeout_s=fields.positive("node_timeout_s", 10.0),

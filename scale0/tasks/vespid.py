@@ -75,7 +75,11 @@ def _name(message: dict[str, Any], field: str = "name") -> str:
 
 
 def _create(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
-    name = book.create_vespid(message, caller, now)
+    spec = dict(message)
+    auth_id = spec.pop("auth_id", None)
+    password = spec.pop("auth_password", None)
+    who = book.authorize(auth_id, password, f"task-create {spec.get('name')!r}")
+    name = book.create_vespid(spec, who or caller, now)
     return {"name": name, "status": vespid_status(book.tasks[name].state)}
 
 

@@ -146,6 +146,13 @@ def _result(book: Book, args: dict[str, Any], now: float) -> Any:
     return task.result
 
 
+def _new_task(book: Book, args: dict[str, Any], now: float) -> str:
+    book.authorize(args["auth_id"], args["auth_password"], f"client_new_task {args['method']}")
+    return book.create_zerotask(
+        args["client_id"], args["method"], args["params"], args["task_id"], now
+    )
+
+
 def _finished(book: Book, args: dict[str, Any], now: float) -> bool:
     book.finish(
         args["task_id"],
@@ -223,10 +230,10 @@ METHODS: Final[dict[str, Method]] = {
             Param("method", "str"),
             Param("params", "any"),
             Param("task_id", "any", False),
+            Param("auth_id", "str", False),
+            Param("auth_password", "str", False),
         ),
-        lambda b, a, n: b.create_zerotask(
-            a["client_id"], a["method"], a["params"], a["task_id"], n
-        ),
+        _new_task,
     ),
     _B + "client_task_status": Method(
         (Param("client_id", "any"), Param("task_id", "any")),

@@ -1,5 +1,6 @@
 """The task coordinator with real processes: 2 brokers, a coordinator, 3 nodes, 500 tasks,
-a node and the coordinator SIGKILLed mid-run; every task completes exactly once."""
+a node and the coordinator SIGKILLed mid-run; every task completes exactly once. The same on
+PostgreSQL with two coordinators (one active, one standby), the active one SIGKILLed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import random
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,10 @@ import pytest
 
 from scale0.tasks.client import TaskClient
 from scale0.tasks.model import Severity, TaskState
-from scale0.tasks.store import SQLiteStore
 from scale0.testing import running_brokers
-from tests.tasks.processes import coordinator, node, running, wait_until
+from tests.tasks.postgres import Server, running_postgres
+from tests.tasks.processes import Proc, coordinator, node, running, wait_until
+from tests.tasks.stores import open_store
 
 pytestmark = pytest.mark.system
 
@@ -49,14 +52,33 @@ KINDS: dict[str, tuple[dict[str, Any], dict[str, Any], set[str]]] = {
 }
 
 
-def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Server]:
+    with running_postgres() as server:
+        yield server
+
+
+def _leased(proc: Proc) -> bool:
+    return "coordinator_lease" in proc.stderr.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
     rng = random.Random(int(os.environ.get("SCALE0_SEED", "500")))
     runs_file = tmp_path / "runs.txt"
+    options: dict[str, Any] = {"node_timeout_s": 2.0, "resend_s": 2.0, "tick_s": 0.2}
+    dsn = None
+    if store == "postgresql":
+        server: Server = request.getfixturevalue("postgres")
+        dsn = options["database"] = server.database()
     with running_brokers(tmp_path / "family", 2, **FAST) as brokers:
         b1, b2 = brokers
-        coord = coordinator(
-            tmp_path, b1.endpoints["backend"], node_timeout_s=2.0, resend_s=2.0, tick_s=0.2
-        )
+        coord = coordinator(tmp_path, b1.endpoints["backend"], **options)
+        # PostgreSQL: a second coordinator on the other broker waits as a standby (G2).
+        standby = coordinator(tmp_path, b2.endpoints["backend"], "standby", **options)
+        extra = [standby] if dsn else []
         nodes = {
             name: node(
                 tmp_path,
@@ -70,6 +92,10 @@ def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(tmp_path: Pat
         }
         with running(coord, *nodes.values()), TaskClient(b2.endpoints["frontend"]) as client:
             client.connect("tester")
+            if dsn:
+                wait_until(lambda: _leased(coord), 30, "the first coordinator holds the lease")
+                standby.start()
+                request.addfinalizer(standby.stop)  # by PID, however the test ends
             kinds: dict[str, str] = {}
             expected: dict[str, int] = {}
             plan = [("z", i) for i in range(ZEROTASK_COUNT)] + [
@@ -97,7 +123,9 @@ def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(tmp_path: Pat
                     killed_node = True
                 if step == 2 * len(plan) // 3 and not killed_coordinator:
                     coord.kill()
-                    coord.start()  # restores everything from the store
+                    # SQLite: restarts and restores everything from the store; PostgreSQL: the
+                    # standby takes over at once and the restarted one becomes the standby.
+                    coord.start()
                     killed_coordinator = True
             client.create("never", SCRIPT, requirements={"memory": 99999})
             info = client.info("never")
@@ -117,12 +145,14 @@ def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(tmp_path: Pat
             for name in kinds:
                 info = client.info(name)
                 assert (info["status"], info["success"]) == ("complete", "ok"), info
-            for proc in (coord, *nodes.values()):
+            for proc in (coord, *nodes.values(), *extra):
                 assert proc.alive()
-    store = SQLiteStore(tmp_path / "coordinator" / "tasks.db")
-    tasks = {t.name: t for t in store.load().tasks}
-    refusals = store.refusals()
-    store.close()
+            if dsn:
+                assert _leased(standby), "the standby did not take over"
+    opened = open_store(store, dsn or tmp_path / "coordinator" / "tasks.db")
+    tasks = {t.name: t for t in opened.load().tasks}
+    refusals = opened.refusals()
+    opened.close()
     assert len(tasks) == len(plan) + 1
     runs = Counter(line.split()[0] for line in runs_file.read_text().split("\n") if line)
     for name, task in tasks.items():
@@ -142,6 +172,7 @@ def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(tmp_path: Pat
     print(
         json.dumps(
             {
+                "store": store,
                 "completed": sum(1 for t in tasks.values() if t.state is TaskState.COMPLETE),
                 "rerun_attempts": reruns,
                 "refused_stale_results": len(refusals),

@@ -71,12 +71,12 @@ def write(path: Path, data: Mapping[str, Any]) -> Path:
     return path
 
 
-def coordinator(tmp: Path, backend: str, **options: Any) -> Proc:
+def coordinator(tmp: Path, backend: str, name: str = "coordinator", **options: Any) -> Proc:
     config = write(
-        tmp / "coordinator.yaml",
+        tmp / f"{name}.yaml",
         {"endpoint": backend, "data_dir": str(tmp / "coordinator"), **options},
     )
-    return Proc("coordinator", config, tmp / "coordinator.stderr")
+    return Proc("coordinator", config, tmp / f"{name}.stderr")
 
 
 def node(tmp: Path, name: str, frontend: str, **options: Any) -> Proc:

@@ -6,12 +6,16 @@ from pathlib import Path
 
 from scale0.tasks.store import SQLiteStore, Store
 
-#: Store kinds the parametrised tests cover (PostgreSQL is not built yet: see docs/tasks.md).
-STORE_KINDS = ("sqlite",)
+#: Store kinds the parametrised tests cover.
+STORE_KINDS = ("sqlite", "postgresql")
 
 
 def open_store(kind: str, where: str | Path) -> Store:
-    """A store of ``kind`` at ``where`` (a file path for SQLite)."""
+    """A store of ``kind`` at ``where`` (a file path for SQLite, a DSN for PostgreSQL)."""
     if kind == "sqlite":
         return SQLiteStore(Path(where))
+    if kind == "postgresql":
+        from scale0.tasks.pgstore import PostgresStore
+
+        return PostgresStore(str(where))
     raise ValueError(f"unknown store kind {kind!r}")

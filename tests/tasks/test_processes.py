@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from scale0.config.model import Admin
+from scale0.crypto.passwords import hash_password
 from scale0.net.client import Client
 from scale0.tasks.client import TaskClient, TaskError
 from scale0.testing import running_broker
@@ -70,3 +72,36 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path, kind: str) -> None:
     )
     assert result.returncode == 2
     assert b"bad.yaml" in result.stderr
+
+
+def test_only_admins_create_tasks_when_admins_from_is_set(tmp_path: Path) -> None:
+    admins = (
+        Admin("boss", hash_password("pw-boss", n=2**4), "admin"),
+        Admin("viewer", hash_password("pw-view", n=2**4), "read"),
+    )
+    (tmp_path / "broker").mkdir()
+    with running_broker(tmp_path / "broker", admins=admins, **FAST) as broker:
+        frontend = broker.endpoints["frontend"]
+        coord = coordinator(
+            tmp_path, broker.endpoints["backend"], admins_from=str(broker.network_file)
+        )
+        worker = node(tmp_path, "n1", frontend, capabilities={"memory": 1000, "cores": 1})
+        with running(coord, worker):
+            with TaskClient(frontend) as anonymous:
+                with pytest.raises(TaskError) as caught:
+                    anonymous.submit("square", [2])
+                assert caught.value.code == -32008
+                with pytest.raises(TaskError) as caught:
+                    anonymous.create("job", "print(1)")
+                assert caught.value.code == -32008
+            viewer = TaskClient(frontend, auth_id="viewer", auth_password="pw-view")
+            with viewer, pytest.raises(TaskError):
+                viewer.create("job", "print(1)")
+            with TaskClient(frontend, auth_id="boss", auth_password="pw-boss") as boss:
+                assert boss.result(boss.submit("square", [5])) == 25
+                boss.create("job", "print(1)")
+                assert boss.wait_complete("job")["success"] == "ok"
+                assert boss.info("job")["command"] == "task-info-response"
+    log = coord.stderr.read_text()
+    assert "task submission refused" in log
+    assert "'viewer'" in log

@@ -12,10 +12,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_shipped_configs_load() -> None:
-    coordinator = load_coordinator(REPO / "conf/tasks/coordinator.yaml")
+    coordinator = load_coordinator(REPO / "conf/tasks/coordinator.yml")
     assert coordinator.zerotask_service == "zerotask"
     assert coordinator.data_dir.is_absolute()
-    names = {load_node(REPO / f"conf/tasks/{n}.yaml").name for n in ("node1", "node2")}
+    names = {load_node(REPO / f"conf/tasks/{n}.yml").name for n in ("node1", "node2")}
     assert names == {"node1", "node2"}
 
 

@@ -21,6 +21,7 @@ from scale0.tasks import store as store_module
 from scale0.tasks.model import Severity, TaskState
 from scale0.tasks.store import SQLiteStore, StoreError
 from tests.tasks.helpers import add_node, new_book, vespid
+from tests.tasks.postgres import Server
 from tests.tasks.stores import STORE_KINDS, open_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,14 +34,23 @@ def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture
+def where(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh store location of ``kind``: a file, or a new database on the test server."""
+    if kind == "postgresql":
+        server: Server = request.getfixturevalue("postgres")
+        return server.database()
+    return str(tmp_path / "tasks.db")
+
+
 def test_rules_header_lists_d1_to_d5() -> None:
     assert re.findall(r"^(D\d+)\s", store_module.__doc__ or "", re.MULTILINE) == [
         f"D{i}" for i in range(1, 6)
     ]
 
 
-def test_round_trip_of_everything(kind: str, tmp_path: Path) -> None:
-    store = open_store(kind, tmp_path / "tasks.db")
+def test_round_trip_of_everything(kind: str, where: str) -> None:
+    store = open_store(kind, where)
     book = new_book()
     book.client_connect("c", 0.0)
     add_node(book, "n", 1000, 4)
@@ -53,7 +63,7 @@ def test_round_trip_of_everything(kind: str, tmp_path: Path) -> None:
         book.finish("z", "n", 7, Severity.OK, 0.9)
     store.commit(book.take_changes())
     store.close()
-    again = open_store(kind, tmp_path / "tasks.db")
+    again = open_store(kind, where)
     snapshot = again.load()
     assert {t.name: t for t in snapshot.tasks} == book.tasks
     assert {n.name: n for n in snapshot.nodes} == book.nodes
@@ -61,6 +71,7 @@ def test_round_trip_of_everything(kind: str, tmp_path: Path) -> None:
     assert snapshot.refusals == 1
     assert again.refusals("z")[0]["attempt"] == 7
     assert again.refusals("v") == []
+    again.close()
 
 
 def test_d1_a_failed_commit_leaves_nothing(tmp_path: Path) -> None:
@@ -96,7 +107,7 @@ def test_d5_newer_schema_and_garbage_are_refused(tmp_path: Path) -> None:
         SQLiteStore(junk)
 
 
-def _run_driver(kind: str, db: Path, kill_after: int | None) -> list[dict[str, Any]]:
+def _run_driver(kind: str, db: str, kill_after: int | None) -> list[dict[str, Any]]:
     """Start the driver; SIGKILL it after ``kill_after`` ack lines (None: let it finish)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.tasks.store_driver", kind, str(db), str(COUNT)],
@@ -134,8 +145,8 @@ def _run_driver(kind: str, db: Path, kill_after: int | None) -> list[dict[str, A
     return acks
 
 
-def test_d3_killed_at_random_points_loses_nothing(kind: str, tmp_path: Path) -> None:
-    db = tmp_path / "tasks.db"
+def test_d3_killed_at_random_points_loses_nothing(kind: str, where: str) -> None:
+    db = where
     rng = random.Random(int(os.environ.get("SCALE0_SEED", "12")))
     finished: dict[str, list[dict[str, Any]]] = {}
     refused = 0
