@@ -4,7 +4,8 @@
 every task, and serves the ``zerotask`` and ``vespid`` services through the broker backend
 named by ``endpoint`` (a seed: it fails over to the family's other brokers like any worker, so
 every broker of the family reaches it). Each request is decided by scale0.tasks (pure), the
-changes are committed in one transaction, and only then is the reply sent. A commit that fails
+changes are committed in one transaction (one for all the requests handed over in one loop
+turn: group commit), and only then is the reply sent. A commit that fails
 ends the process at once (exit 70): its memory would be ahead of its store, and a restart
 recovers from the store. SIGINT/SIGTERM stop it cleanly (exit 0); a bad config exits 2.
 """
@@ -49,6 +50,7 @@ class Coordinator:
         snapshot = self.store.load()
         self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
         self._wake: dict[str, asyncio.Event] = {}
+        self._flush: asyncio.Future[None] | None = None
         if config.admins is not None:
             self.book.authorizer = Authorizer(config.admins, config.submit_roles)
         else:  # A4
@@ -78,23 +80,39 @@ class Coordinator:
             if event is not None:
                 event.set()
 
+    async def committed(self) -> None:
+        """Wait until what this request changed is committed (group commit: every request the
+        worker handed over in one loop turn shares one transaction and one fsync)."""
+        if self._flush is None:
+            loop = asyncio.get_running_loop()
+            self._flush = loop.create_future()
+            loop.call_soon(self._flush_now)
+        await asyncio.shield(self._flush)
+
+    def _flush_now(self) -> None:
+        flush, self._flush = self._flush, None
+        self.commit()
+        if flush is not None and not flush.done():
+            flush.set_result(None)
+
     async def serve_zerotask(self, body: list[bytes]) -> bytes:
         outcome = zerotask.handle(self.book, b"".join(body), time.time())
-        self.commit()
-        if outcome.poll is None:
-            return outcome.reply or b""
         wait = outcome.poll
-        event = self._wake.setdefault(wait.node, asyncio.Event())
-        event.clear()
+        if wait is not None:  # armed before the commit: news after this point wakes us
+            event = self._wake.setdefault(wait.node, asyncio.Event())
+            event.clear()
+        await self.committed()
+        if wait is None:
+            return outcome.reply or b""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), wait.wait_s)
         reply = zerotask.finish_poll(self.book, wait, time.time())
-        self.commit()
+        await self.committed()
         return reply
 
     async def serve_vespid(self, body: list[bytes]) -> bytes:
         outcome = vespid.handle(self.book, b"".join(body), time.time())
-        self.commit()
+        await self.committed()
         return outcome.reply or b""
 
     async def ticker(self) -> None:

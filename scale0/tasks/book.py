@@ -376,6 +376,11 @@ class Book:
         self._seen[node_id] = now
         return self.nodes[node_id]
 
+    def heard(self, node_id: object, now: float) -> None:
+        """A report names ``node_id``: a connected node is alive now; others change nothing."""
+        if isinstance(node_id, str) and self._alive(node_id):
+            self._seen[node_id] = now
+
     def node_disconnect(self, node_id: object, now: float) -> None:
         node = self.node(node_id, now)
         self._lose(node.name, now, "it disconnected")

@@ -3,8 +3,9 @@
 Rules (docs/tasks.md §7; tests/tasks/test_store.py asserts each, also with real processes
 killed mid-write):
 
-D1  ``commit(changes)`` writes one operation's changes in ONE transaction: all of it is stored
-    or none of it. The coordinator answers only after it returned.
+D1  ``commit(changes)`` writes the changes it is given (one operation's, or those of every
+    operation the coordinator handled in one loop turn) in ONE transaction: all of it is
+    stored or none of it. The coordinator answers only after it returned.
 D2  SQLite runs in WAL mode with ``synchronous=FULL``: a commit that returned survives a crash
     of the process (and of the machine, as far as fsync does).
 D3  ``load()`` returns everything committed; a process killed at any moment restarts with every

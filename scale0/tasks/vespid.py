@@ -111,7 +111,7 @@ def _complete(
     attempt = message.get("attempt")
     if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
         raise Refused(ErrorCode.INVALID_PARAMS, "attempt must be an integer")
-    book.node(node, now)
+    book.heard(node, now)  # a lost node's late report is still fenced and recorded (F3)
     accepted = book.finish(name, node, attempt, success, now)
     return {"name": name, "duplicate": not accepted}
 
@@ -123,7 +123,9 @@ def _cancel(book: Book, message: dict[str, Any], now: float, caller: str | None)
 
 def _list(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
     state = message.get("state")
-    if state is not None and state not in {s.value for s in TaskState}:
+    if state is not None and (
+        not isinstance(state, str) or state not in {s.value for s in TaskState}
+    ):
         raise Refused(
             ErrorCode.INVALID_PARAMS, f"state must be one of {[s.value for s in TaskState]}"
         )

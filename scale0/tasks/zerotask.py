@@ -182,7 +182,7 @@ def _task_status(book: Book, args: dict[str, Any], now: float) -> bool:
     attempt = kwargs.pop("attempt", None)
     if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
         raise Refused(ErrorCode.INVALID_PARAMS, "task_status: attempt must be int")
-    book.node(args["node_id"], now)
+    book.heard(args["node_id"], now)
     book.report_status(args["task_id"], args["node_id"], attempt, args["status"], kwargs, now)
     return True
 

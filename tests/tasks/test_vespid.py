@@ -153,6 +153,18 @@ def test_severity_never_goes_down_and_stale_is_refused() -> None:
     assert send(book, {"command": "task-info", "name": "t"})["success"] == "fatal"
 
 
+def test_a_lost_nodes_late_report_is_refused_and_recorded() -> None:
+    book = new_book(node_timeout_s=1.0)
+    node_set(book, "n1", 1000, 2, now=0.0)
+    send(book, {"command": "task-create", **spec("t")}, 0.0)
+    book.tick(5.0)  # n1 lost, t pending again
+    book.take_changes()
+    late = send(book, {"command": "task-complete", "name": "t", "node": "n1", "success": "ok"}, 5.1)
+    assert late["code"] == -32006
+    assert book.take_changes().refusals[0]["node"] == "n1"
+    assert book.tasks["t"].state is TaskState.PENDING
+
+
 def test_cancel_and_list() -> None:
     book = new_book()
     send(book, {"command": "task-create", **spec("t")})
@@ -192,8 +204,8 @@ def test_cancel_and_list() -> None:
         ),
         (
             {"command": "task-complete", "name": "t", "node": "ghost", "success": "ok"},
-            -32003,
-            "ghost",
+            -32004,
+            "no task 't'",
         ),
         ({"command": "task-cancel", "name": "ghost"}, -32004, "ghost"),
         ({"command": "task-list", "state": "sleeping"}, -32602, "state"),

@@ -134,7 +134,7 @@ def test_application_errors() -> None:
     err(book, "node_task_request", ["nope", "n"], -32004)
     err(book, "node_heartbeat", ["ghost"], -32003)
     err(book, "node_disconnect", ["ghost"], -32003)
-    err(book, "task_status", ["ghost", "t", "x"], -32003)
+    err(book, "task_status", ["ghost", "t", "x"], -32006)  # fenced and recorded (F3)
     ok(book, "node_task_request", ["t", "n"])
     err(book, "node_task_finished", ["t", 1, "n", 2], -32006)  # stale attempt
     err(book, "task_status", {"node_id": "n", "task_id": "t", "status": "x", "attempt": 3}, -32006)
