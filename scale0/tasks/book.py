@@ -26,13 +26,26 @@ B5  vespid tasks are placed by the coordinator (P1-P6) whenever a task, a node o
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
 
 from scale0.tasks.auth import Authorizer
 from scale0.tasks.errors import ErrorCode, Refused
+from scale0.tasks.messages import (
+    ID_PATTERN,
+    POLL_BATCH,
+    Changes,
+    Settings,
+    Snapshot,
+    assignment,
+    check_id,
+    create_fields,
+    new_task_message,
+    notification,
+    parse_attempts,
+    task_run,
+)
 from scale0.tasks.model import (
     TERMINAL_FAILURES,
     Event,
@@ -63,63 +76,6 @@ __all__ = [
     "Snapshot",
     "check_id",
 ]
-
-ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}")
-#: Messages handed to one node per poll at most (the rest wait for the next poll).
-POLL_BATCH: Final = 200
-
-TASK_CREATE_FIELDS: Final = (
-    "name",
-    "name_pretty",
-    "parent",
-    "executable_pyscript",
-    "requirements",
-    "repositories",
-    "environment",
-)
-
-
-def check_id(value: object, what: str) -> str:
-    """B1: ``value`` as an id, or Refused(INVALID_ID) naming ``what``."""
-    if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
-        raise Refused(
-            ErrorCode.INVALID_ID,
-            f"{what} {value!r} is not valid: 1-128 of A-Z a-z 0-9 . _ : @ + - "
-            "starting with a letter or digit",
-        )
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The coordinator's tunables (docs/tasks.md §9)."""
-
-    node_timeout_s: float = 10.0
-    resend_s: float = 5.0
-    node_status_interval_s: float = 30.0
-
-
-@dataclass(slots=True)
-class Changes:
-    """What one operation changed: the store writes it in one transaction."""
-
-    tasks: dict[str, TaskRecord] = field(default_factory=dict)
-    nodes: dict[str, NodeRecord | None] = field(default_factory=dict)
-    clients: dict[str, float | None] = field(default_factory=dict)
-    refusals: list[dict[str, Any]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.tasks or self.nodes or self.clients or self.refusals)
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Everything a store holds, as loaded at start."""
-
-    tasks: tuple[TaskRecord, ...] = ()
-    nodes: tuple[NodeRecord, ...] = ()
-    clients: Mapping[str, float] = field(default_factory=dict)
-    refusals: int = 0
 
 
 class Book:
@@ -336,7 +292,7 @@ class Book:
         )
         existing = self.tasks.get(name)
         if existing is not None:
-            if _create_fields(existing) == _create_fields(task) and existing.owner == owner:
+            if create_fields(existing) == create_fields(task) and existing.owner == owner:
                 return name  # B2
             raise Refused(ErrorCode.ID_TAKEN, f"task name {name!r} is taken")
         if parent is not None and parent.state is not TaskState.COMPLETE:
@@ -365,7 +321,7 @@ class Book:
         self._put_node(replace(base, connected=True, zerotask=True, time_connect=now))
         self._seen[name] = now
         self._announced[name] = set()
-        self._send(name, _notification("zerotask.node.broker_node_status", []))
+        self._send(name, notification("zerotask.node.broker_node_status", []))
         self._status_sent[name] = now
         return name
 
@@ -454,7 +410,7 @@ class Book:
         for name, node in self.nodes.items():
             due = now - self._status_sent.get(name, 0.0) >= interval
             if node.zerotask and due and self._alive(name):
-                self._send(name, _notification("zerotask.node.broker_node_status", []))
+                self._send(name, notification("zerotask.node.broker_node_status", []))
                 self._status_sent[name] = now
 
     # ---- placement and delivery ----
@@ -506,16 +462,7 @@ class Book:
 
     def task_run(self, task: TaskRecord) -> dict[str, Any]:
         """The vespid task-run command for ``task``'s current attempt."""
-        path = f"{task.name}/{task.attempt}"
-        return {
-            "command": "task-run",
-            "name": task.name,
-            "executable_pyscript": task.executable_pyscript,
-            "path": path,
-            "log": f"{path}/task.log",
-            "attempt": task.attempt,
-            "environment": task.environment,
-        }
+        return task_run(task)
 
     def _announce_list(self, node: str, limit: int) -> list[str]:
         record = self.nodes[node]
@@ -535,7 +482,7 @@ class Book:
     def poll(self, node_id: object, active: object, now: float) -> list[dict[str, Any]]:
         """node_poll: what waits for this node (outbox, announcements, B4 resends)."""
         node = self.node(node_id, now)
-        held = _attempts(active)
+        held = parse_attempts(active)
         messages = self._outbox.pop(node.name, [])
         for name in sorted(self._on_node.get(node.name, ())):
             task = self.tasks[name]
@@ -546,12 +493,12 @@ class Book:
                 if task.protocol is Protocol.VESPID:
                     messages.append(self.task_run(task))
                 else:
-                    messages.append(_new_task(task))
+                    messages.append(new_task_message(task))
         if node.zerotask:
             room = max(0, POLL_BATCH - len(messages))
             for name in self._announce_list(node.name, room):
                 self._announced[node.name].add(name)
-                messages.append(_new_task(self.tasks[name]))
+                messages.append(new_task_message(self.tasks[name]))
         if len(messages) > POLL_BATCH:
             self._outbox[node.name] = messages[POLL_BATCH:]
             messages = messages[:POLL_BATCH]
@@ -566,11 +513,11 @@ class Book:
         if node_id is not None:
             holder = self.node(node_id, now).name
         if task.state is TaskState.RUNNING and holder is not None and task.node == holder:
-            return _assignment(task)
+            return assignment(task)
         if task.state is not TaskState.PENDING:
             return {}
         self._assign(task, holder or "anonymous", now, 0, 0)
-        return _assignment(self.tasks[task.name])
+        return assignment(self.tasks[task.name])
 
     # ---- reports from nodes (F1-F3, S1, S2) ----
 
@@ -724,54 +671,3 @@ class Book:
         counts["refused"] = self.refusals_total
         counts["nodes"] = sum(1 for name in self.nodes if self._alive(name))
         return counts
-
-
-def _create_fields(task: TaskRecord) -> tuple[Any, ...]:
-    return (
-        task.name,
-        task.name_pretty,
-        task.parent,
-        task.executable_pyscript,
-        task.requirements,
-        task.repositories,
-        task.environment,
-    )
-
-
-def _notification(method: str, params: list[Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "method": method, "params": params}
-
-
-def _new_task(task: TaskRecord) -> dict[str, Any]:
-    return _notification("zerotask.node.broker_new_task", [task.method, task.name])
-
-
-def _assignment(task: TaskRecord) -> dict[str, Any]:
-    return {"method": task.method, "params": task.params, "id": task.name, "attempt": task.attempt}
-
-
-def _attempts(active: object) -> set[tuple[str, int]]:
-    """A node's ``active`` list: [[task, attempt], ...] (malformed entries are Refused)."""
-    if active is None:
-        return set()
-    if not isinstance(active, list):
-        raise Refused(ErrorCode.INVALID_PARAMS, "active must be a list of [task, attempt]")
-    held: set[tuple[str, int]] = set()
-    for entry in active:
-        if (
-            not isinstance(entry, list)
-            or len(entry) != 2
-            or not isinstance(entry[0], str)
-            or not isinstance(entry[1], int)
-            or isinstance(entry[1], bool)
-        ):
-            raise Refused(
-                ErrorCode.INVALID_PARAMS, f"active entry {entry!r} is not [task, attempt]"
-            )
-        held.add((entry[0], entry[1]))
-    return held
-
-
-def iter_create_fields(task: TaskRecord) -> Iterable[tuple[str, Any]]:
-    """The task-create fields of ``task``, in the protocol's order."""
-    return zip(TASK_CREATE_FIELDS, _create_fields(task), strict=True)

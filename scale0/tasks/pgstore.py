@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import psycopg
 
-from scale0.tasks.book import Changes, Snapshot
+from scale0.tasks.messages import Changes, Snapshot
 from scale0.tasks.model import NodeRecord, TaskRecord
 from scale0.tasks.store import SCHEMA_VERSION, StoreError
 

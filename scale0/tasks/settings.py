@@ -16,7 +16,7 @@ import yaml
 from scale0.config.errors import ConfigError
 from scale0.config.loader import load
 from scale0.config.model import Admin
-from scale0.tasks.book import ID_PATTERN, Settings
+from scale0.tasks.messages import ID_PATTERN, Settings
 from scale0.tasks.placement import SpecError, parse_capabilities, parse_node_repositories
 from scale0.tasks.zerotask import MAX_WAIT_MS
 

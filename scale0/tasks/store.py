@@ -22,7 +22,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from scale0.tasks.book import Changes, Snapshot
+from scale0.tasks.messages import Changes, Snapshot
 from scale0.tasks.model import NodeRecord, TaskRecord
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "Store", "StoreError"]

@@ -24,8 +24,9 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from scale0.tasks.book import Book, iter_create_fields
+from scale0.tasks.book import Book
 from scale0.tasks.errors import ErrorCode, Refused
+from scale0.tasks.messages import iter_create_fields
 from scale0.tasks.model import Severity, TaskRecord, TaskState, severity_from
 from scale0.tasks.zerotask import Outcome
 
