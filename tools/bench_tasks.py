@@ -75,7 +75,7 @@ def bench(store: str, tasks: int, clients: int) -> dict[str, float | str]:
                                 client.connect(f"bench{index}")
                                 ids = [client.submit("noop", None) for _ in range(per_client)]
                                 for task in ids:
-                                    client.result(task, wait_s=120, poll_s=0.005)
+                                    client.result(task, wait_s=120)
                         except BaseException as exc:
                             errors.append(exc)
 

@@ -75,8 +75,8 @@ class Coordinator:
         except Exception:
             log_event(log, logging.CRITICAL, "store_commit_failed", exc_info=True)
             os._exit(EXIT_STORE_FAILED)
-        for node in self.book.woken():
-            event = self._wake.get(node)
+        for key in self.book.woken():
+            event = self._wake.get(key)
             if event is not None:
                 event.set()
 
@@ -99,7 +99,7 @@ class Coordinator:
         outcome = zerotask.handle(self.book, b"".join(body), time.time())
         wait = outcome.poll
         if wait is not None:  # armed before the commit: news after this point wakes us
-            event = self._wake.setdefault(wait.node, asyncio.Event())
+            event = self._wake.setdefault(wait.key, asyncio.Event())
             event.clear()
         await self.committed()
         if wait is None:

@@ -104,6 +104,7 @@ class Book:
         self._pending_zerotask: dict[str, None] = {}
         self._announced: dict[str, set[str]] = {}
         self._outbox: dict[str, list[dict[str, Any]]] = {}
+        self._completed: set[str] = set()
         self._changes = Changes()
         if snapshot is not None:
             self._restore(snapshot, now)
@@ -141,6 +142,8 @@ class Book:
 
     def _put(self, task: TaskRecord) -> TaskRecord:
         old = self.tasks.get(task.name)
+        if task.state is TaskState.COMPLETE and (old is None or old.state is not task.state):
+            self._completed.add(task.name)
         self.tasks[task.name] = task
         self._index(task, old)
         self._changes.tasks[task.name] = task
@@ -159,12 +162,15 @@ class Book:
         return changes
 
     def woken(self) -> set[str]:
-        """Nodes with something waiting for them (the process wakes their parked polls)."""
-        ready = {name for name, box in self._outbox.items() if box}
+        """What parked waits to wake: ``node:NAME`` for nodes with something waiting for them,
+        ``task:NAME`` for tasks completed since the last call."""
+        ready = {f"node:{name}" for name, box in self._outbox.items() if box}
         if self._pending_zerotask:
             for name, node in self.nodes.items():
                 if node.zerotask and self._alive(name) and self._announce_list(name, 1):
-                    ready.add(name)
+                    ready.add(f"node:{name}")
+        ready.update(f"task:{name}" for name in self._completed)
+        self._completed.clear()
         return ready
 
     def _alive(self, node: str) -> bool:

@@ -183,16 +183,15 @@ class TaskClient:
         result: dict[str, Any] = self.call("client_task_status", [self._me(), task_id])
         return result
 
-    def result(self, task_id: str, wait_s: float = 30.0, poll_s: float = 0.05) -> Any:
-        """client_task_result, asking again while the task is not finished (up to ``wait_s``)."""
+    def result(self, task_id: str, wait_s: float = 30.0) -> Any:
+        """client_task_result once ``client_task_wait`` says the task is complete (waiting up
+        to ``wait_s``; TaskError not-finished after that)."""
         limit = time.monotonic() + wait_s
         while True:
-            try:
+            left_ms = int(max(0.0, limit - time.monotonic()) * 1000)
+            status = self.call("client_task_wait", [self._me(), task_id, min(left_ms, 5000)])
+            if (isinstance(status, dict) and status.get("state") == "complete") or left_ms == 0:
                 return self.call("client_task_result", [self._me(), task_id])
-            except TaskError as exc:
-                if exc.code != ErrorCode.NOT_FINISHED or time.monotonic() >= limit:
-                    raise
-            time.sleep(poll_s)
 
     def cancel(self, task_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("client_task_cancel", [self._me(), task_id])

@@ -17,8 +17,10 @@ Z3  A request without ``id`` is a notification: it is carried out and gets no re
     batch answers with an array of the responses it has; a batch of notifications only, with
     an empty body.
 Z4  An exception inside an operation is -32603 with its message; the coordinator keeps serving.
-Z5  ``node_poll`` with nothing waiting and ``wait_ms`` > 0 is parked (Outcome.poll): the process
-    waits until the node has something or the time is up, then calls :func:`finish_poll`.
+Z5  ``node_poll`` with nothing waiting, or ``client_task_wait`` of a task not complete, with
+    ``wait_ms`` > 0 is parked (Outcome.poll): the process waits until the node has something
+    or the task completes (Book.woken) or the time is up, then calls :func:`finish_poll`.
+    Inside a batch neither is parked.
 """
 
 from __future__ import annotations
@@ -44,12 +46,19 @@ _MISSING: Final = object()
 
 @dataclass(frozen=True, slots=True)
 class PollWait:
-    """A parked node_poll (Z5)."""
+    """A parked node_poll or client_task_wait (Z5): ``node`` is the node, or the task waited on."""
 
     node: str
     wait_s: float
     active: Any
     request_id: Any
+    kind: str = "node"
+    client: Any = None
+
+    @property
+    def key(self) -> str:
+        """What wakes it: ``node:NAME`` or ``task:NAME`` (see Book.woken)."""
+        return f"{self.kind}:{self.node}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +251,10 @@ METHODS: Final[dict[str, Method]] = {
     _B + "client_task_result": Method(
         (Param("client_id", "any"), Param("task_id", "any")), _result
     ),
+    _B + "client_task_wait": Method(
+        (Param("client_id", "any"), Param("task_id", "any"), Param("wait_ms", "int", False)),
+        lambda b, a, n: _status(b.owned_task(a["client_id"], a["task_id"])),
+    ),
     _B + "client_task_cancel": Method(
         (Param("client_id", "any"), Param("task_id", "any")), _cancel
     ),
@@ -336,6 +349,18 @@ def _one(book: Book, request: object, now: float, polls: list[PollWait]) -> dict
             else:
                 polls.append(PollWait(args["node_id"], wait / 1000, args["active"], request_id))
                 return None
+        elif name == _B + "client_task_wait" and not notification:
+            wait = args["wait_ms"] or 0
+            if not 0 <= wait <= MAX_WAIT_MS:
+                raise Refused(ErrorCode.INVALID_PARAMS, f"wait_ms must be 0..{MAX_WAIT_MS}")
+            task = book.owned_task(args["client_id"], args["task_id"])
+            if task.state is TaskState.COMPLETE or wait == 0:
+                result = _status(task)
+            else:
+                polls.append(
+                    PollWait(task.name, wait / 1000, None, request_id, "task", args["client_id"])
+                )
+                return None
         else:
             result = spec.call(book, args, now)
     except Refused as exc:
@@ -365,8 +390,9 @@ def handle(book: Book, body: bytes, now: float) -> Outcome:
         responses = []
         for item in message:
             request = item
-            if isinstance(item, dict) and item.get("method") == _B + "node_poll":
-                request = {**item, "params": _no_wait(item.get("params"))}
+            if isinstance(item, dict) and item.get("method") in _WAIT_AT:
+                where = _WAIT_AT[str(item.get("method"))]
+                request = {**item, "params": _no_wait(item.get("params"), where)}
             response = _one(book, request, now, polls)
             if response is not None:
                 responses.append(response)
@@ -377,19 +403,27 @@ def handle(book: Book, body: bytes, now: float) -> Outcome:
     return Outcome(b"" if response is None else _dump(response))
 
 
-def _no_wait(params: object) -> object:
-    """A node_poll inside a batch is never parked."""
+#: Methods that may be parked, and the position of their ``wait_ms``.
+_WAIT_AT: Final = {_B + "node_poll": 1, _B + "client_task_wait": 2}
+
+
+def _no_wait(params: object, index: int) -> object:
+    """A waiting method inside a batch is never parked."""
     if isinstance(params, dict):
         return {**params, "wait_ms": 0}
-    if isinstance(params, list) and len(params) >= 2:
-        return [params[0], 0, *params[2:]]
+    if isinstance(params, list) and len(params) > index:
+        return [*params[:index], 0, *params[index + 1 :]]
     return params
 
 
 def finish_poll(book: Book, wait: PollWait, now: float) -> bytes:
-    """Z5: the response to a parked node_poll (whatever waits now, maybe nothing)."""
+    """Z5: the response to a parked wait: what waits for the node now (maybe nothing), or the
+    task's status (complete, or not yet when the time is up)."""
     try:
-        messages: Any = book.poll(wait.node, wait.active, now)
+        if wait.kind == "task":
+            messages: Any = _status(book.owned_task(wait.client, wait.node))
+        else:
+            messages = book.poll(wait.node, wait.active, now)
     except Refused as exc:
         return _dump(_error(exc.code, exc.message, wait.request_id, exc.data))
     return _dump({"jsonrpc": "2.0", "result": messages, "id": wait.request_id})

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from scale0.tasks import zerotask
 from scale0.tasks.book import Book
+from scale0.tasks.model import Severity
 from scale0.tasks.zerotask import METHODS, finish_poll, handle
 from tests.tasks.helpers import new_book
 
@@ -231,7 +232,7 @@ def test_node_poll_parks_until_finish_poll() -> None:
     assert outcome.reply is None and outcome.poll is not None
     assert outcome.poll.wait_s == 0.5
     book.create_zerotask("c", "m", None, "t", 1.1)
-    assert "n" in book.woken()
+    assert "node:n" in book.woken()
     response = json.loads(finish_poll(book, outcome.poll, 1.2))
     assert response["id"] == 4
     assert response["result"] == [
@@ -264,3 +265,33 @@ def test_arbitrary_params_get_a_response(params: Any, method: str) -> None:
         assert ("result" in response) != ("error" in response)
         if "error" in response:
             assert response["error"]["code"] != -32603, response
+
+
+def test_client_task_wait_parks_until_the_task_completes() -> None:
+    book = new_book()
+    book.client_connect("c", 0.0)
+    book.node_connect("n", 0.0)
+    book.create_zerotask("c", "m", None, "t", 0.0)
+    now_status = ok(book, "client_task_wait", ["c", "t", 0])
+    assert now_status["state"] == "pending"
+    body = {"jsonrpc": "2.0", "method": B + "client_task_wait", "params": ["c", "t", 800], "id": 9}
+    outcome = handle(book, json.dumps(body).encode(), 1.0)
+    assert outcome.reply is None and outcome.poll is not None
+    assert (outcome.poll.key, outcome.poll.wait_s) == ("task:t", 0.8)
+    book.node_task_request("t", "n", 1.1)
+    assert "task:t" not in book.woken()
+    book.finish("t", "n", 1, Severity.OK, 1.2, result=7)
+    assert "task:t" in book.woken()
+    assert "task:t" not in book.woken()  # drained
+    response = json.loads(finish_poll(book, outcome.poll, 1.3))
+    assert response["id"] == 9 and response["result"]["state"] == "complete"
+    assert ok(book, "client_task_wait", ["c", "t", 800])["success"] == "ok"  # not parked
+    err(book, "client_task_wait", ["c", "nope", 10], -32004)
+    err(book, "client_task_wait", ["c", "t", 99999], -32602)
+    batch = [
+        dict(body, params=["c", "t", 800]),
+        dict(body, id=10, params={"client_id": "c", "task_id": "t", "wait_ms": 5}),
+    ]
+    reply = handle(book, json.dumps(batch).encode(), 2.0).reply
+    assert reply is not None
+    assert [r["result"]["state"] for r in json.loads(reply)] == ["complete", "complete"]
