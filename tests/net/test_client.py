@@ -27,8 +27,9 @@ from scale0.net.errors import (
     WorkerLost,
     error_for_reply,
 )
-from scale0.net.failover import Failover
 from scale0.net.worker import Handler, Worker, WorkerThread, echo_handler
+from scale0.session.failover import Failover
+from scale0.session.requests import ClientSession
 from scale0.testing import BrokerProcess, running_broker
 from scale0.wire.client import (
     CheckConfig,
@@ -43,6 +44,8 @@ from scale0.wire.frames import SIG_CLIENT, ConfigType
 from scale0.wire.registry import decode_to_broker
 
 WAIT_S = 10.0
+#: The UNIX time the pure tests pass to the link (it only goes into HEARTBEAT).
+WALL = 1_700_000_000.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200}
 
 
@@ -74,7 +77,7 @@ def test_link_negotiates_then_heartbeats_and_detects_silence() -> None:
     check = decode_to_broker(frames, max_frame_bytes=1 << 20)
     assert isinstance(check, CheckConfig) and check.config_version is None
     link.outbox.clear()
-    assert not link.tick(100.4)
+    assert not link.tick(100.4, WALL)
     assert _sent(link) == []  # no HEARTBEAT before negotiation
     event = link.handle(
         Config(ConfigType.JSON, 3, "0" * 64, "me", b'{"liveness": 4}', protocol=SIG_CLIENT), 100.5
@@ -83,10 +86,10 @@ def test_link_negotiates_then_heartbeats_and_detects_silence() -> None:
     assert link.client_id == "me" and link.config is not None and link.config.version == 3
     assert link.liveness == 4
     link.heard(100.5)
-    assert not link.tick(101.0)
+    assert not link.tick(101.0, WALL)
     assert _sent(link) == [b"HEARTBEAT"]
-    assert not link.tick(102.5)  # 2.0 s of silence < 4 x 0.5
-    assert link.tick(102.6)
+    assert not link.tick(102.5, WALL)  # 2.0 s of silence < 4 x 0.5
+    assert link.tick(102.6, WALL)
 
 
 def test_link_raises_its_interval_to_what_the_broker_announces() -> None:
@@ -114,7 +117,7 @@ def test_link_reacts_to_each_refusal_code() -> None:
     assert link.client_id is None  # another id, assigned by the broker
     assert _sent(link) == []
     assert link.retry_at is not None
-    link.tick(link.retry_at)
+    link.tick(link.retry_at, WALL)
     assert _sent(link) == [b"CHECKCONFIG"]  # after the back-off
     assert refuse(301, "tcp://127.0.0.1:7") is LinkEvent.RECONNECT
     assert link.move_to == "tcp://127.0.0.1:7"
@@ -130,15 +133,14 @@ def test_link_reacts_to_each_refusal_code() -> None:
 
 
 def test_a_409_to_a_resent_request_is_not_its_answer() -> None:
-    from scale0.net.client import _Session
-
     link = BrokerLink(SIG_CLIENT)
-    session = _Session(link, retries=2, failover=Failover("tcp://127.0.0.1:1", "frontend"))
+    failover = Failover("tcp://127.0.0.1:1", "frontend")
+    session = ClientSession(link, retries=2, failover=failover, id_prefix=bytes(8))
     link.reset(0.0)
     session.receive(ConfigAck(1, "me", protocol=SIG_CLIENT).to_frames(), 0.0)
     link.outbox.clear()
     request = session.submit("svc", b"x", 3.0, 0.0)
-    session.tick(1.0)  # attempt timeout 3 / (2 + 1): resent once, same request_id
+    session.tick(1.0, WALL)  # attempt timeout 3 / (2 + 1): resent once, same request_id
     sent = [frames[4] for frames in link.outbox if frames[2] == b"REQUEST"]
     assert sent == [request.request_id] * 2
     duplicate = ClientReply.failure("svc", request.request_id, 409, "in flight")
