@@ -86,10 +86,7 @@ def parse_config_document(config_type: ConfigType, document: bytes) -> dict[str,
     except (ValueError, ConfigError) as exc:
         log.warning("config document (%s) does not parse: %s", config_type.value, exc)
         return {}
-    if isinstance(tree, Mapping) and len(tree) == 1 and config_type is ConfigType.XML:
-        (only,) = tree.values()  # XML has a root element around the view
-        if isinstance(only, Mapping):
-            tree = only
+    # (formats.parse has already taken XML's root element off: a one-key view stays whole)
     if not isinstance(tree, Mapping):
         return {}
     if config_type is ConfigType.JSON:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -18,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from scale0.net import errors
 from scale0.net.client import AsyncClient, BrokerLink, Client, LinkEvent
 from scale0.net.errors import (
     RequestTimeout,
+    Scale0Error,
     ServiceNotFound,
     ServiceUnavailable,
     WorkerFailed,
@@ -156,6 +160,24 @@ def test_error_for_reply_maps_statuses() -> None:
     assert type(error_for_reply("s", b"r", 504, "m")) is WorkerLost
     failed = error_for_reply("s", b"r", 418, "teapot")
     assert type(failed) is WorkerFailed and failed.status == 418 and failed.message == "teapot"
+
+
+def test_every_error_readme_names_imports_from_where_it_says() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("errors raise")
+    paragraph = readme[start : readme.index("\n\n", start)]
+    [module_name] = re.findall(r"`from (scale0[\w.]*) import \w+`", paragraph)
+    names = set(re.findall(r"`([A-Z]\w+)`", paragraph)) - {"AsyncClient"}
+    assert {"ServiceNotFound", "ServiceUnavailable", "WorkerLost", "WorkerFailed"} <= names
+    assert {"RequestTimeout", "BrokerRefused", "Scale0Error"} <= names
+    module = importlib.import_module(module_name)
+    for name in sorted(names):
+        error = getattr(module, name)
+        assert isinstance(error, type) and issubclass(error, Scale0Error), name
+        assert error is getattr(errors, name)  # the same classes, not look-alikes
+    from scale0.net.client import ServiceUnavailable as FromClient
+
+    assert FromClient is ServiceUnavailable
 
 
 def test_connect_without_a_broker_times_out() -> None:
