@@ -46,6 +46,7 @@ from scale0.wire.client import (
 )
 from scale0.wire.frames import SIG_CLIENT, ConfigType
 from scale0.wire.registry import decode_to_broker
+from tests.net.probe import PROBE, management_rows, wait_until
 
 WAIT_S = 10.0
 #: The UNIX time the pure tests pass to the link (it only goes into HEARTBEAT).
@@ -214,13 +215,19 @@ def test_request_reply_and_the_config_received(tmp_path: Path) -> None:
 
 def test_an_idle_client_is_renegotiated_transparently(tmp_path: Path) -> None:
     with (
-        running_broker(tmp_path, **FAST) as broker,
+        running_broker(tmp_path, **FAST, **PROBE) as broker,
         serving(broker, {"echo": echo_handler}),
         Client(broker.endpoints["frontend"], timeout=WAIT_S, heartbeat_interval=0.2) as client,
     ):
         assert client.request("echo", b"1") == [b"1"]
         first_id = client.client_id
-        time.sleep(1.0)  # no I/O: the broker forgets the session after 3 x 0.2 s
+
+        def forgotten() -> bool:
+            rows = management_rows(broker, "clients")
+            return all(row.get("client_id") != first_id for row in rows)
+
+        # No I/O from the client: the broker forgets the session after 3 x 0.2 s of silence.
+        wait_until(forgotten, "the broker forgets the idle client")
         started = time.monotonic()
         assert client.request("echo", b"2") == [b"2"]
         assert time.monotonic() - started < 1.0
@@ -300,7 +307,11 @@ def test_client_and_worker_survive_a_broker_restart(tmp_path: Path) -> None:
             # A request made while no broker runs; the client's thread hands it to the pool's
             # thread, which owns the client until the answer comes.
             during = pool.submit(client.request, "echo", b"during")
-            time.sleep(1.5)  # over liveness x interval (3 x 0.2 s): both give up on the socket
+            # After liveness x interval (3 x 0.2 s) of silence both give up on the socket.
+            wait_until(
+                lambda: client.failovers >= 1 and worker.worker.failovers >= 1,
+                "the client and the worker leave the dead broker",
+            )
             assert not worker.worker.registered.is_set()
             with running_broker(second_dir, broker_overrides=ports, **FAST) as second:
                 assert {k: second.endpoints[k] for k in ports_of} == ports_of
