@@ -66,10 +66,12 @@ class WorkerSession:
         message = link.decode(frames)
         if message is None:
             return None
+        if self.ended():
+            # Still queued from the broker we are leaving: one move per departure, and no new
+            # work from it (it retries what it sent us elsewhere; W3, W4).
+            return None
         if isinstance(message, WorkerRequest):
             return message
-        if self.move is not None or self.stopped:
-            return None  # still queued from the broker we are leaving: one move per departure
         event = link.handle(message, now)
         if event is LinkEvent.NEGOTIATED:
             self.failover.negotiated(now)

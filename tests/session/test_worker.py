@@ -72,6 +72,8 @@ def test_disconnect_503_and_301_leave_once(message: object, endpoint: str | None
     # More of what the broker being left had queued moves nothing again.
     session.receive(DisconnectError(503, "again", protocol=SIG_WORKER).to_frames(), 5.0, WALL)
     assert session.move is move and session.failover.failovers == 1
+    request = WorkerRequest(b"t9", "echo", (b"late",)).to_frames()
+    assert session.receive(request, 5.0, WALL) is None  # no new work from a broker we left
     assert session.outbox == []
     session.arrived(move.at)
     assert not session.ended() and _commands(session) == [b"CHECKCONFIG"]
