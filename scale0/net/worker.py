@@ -163,7 +163,6 @@ class Worker(FailoverView):
         #: Set while READY has been sent on the current connection (for tests and health).
         self.registered = threading.Event()
         self._stop = threading.Event()
-        self._socket: zmq.asyncio.Socket | None = None
         self._io: zmq.Socket[bytes] | None = None  # the socket's synchronous face
         self._generation = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -235,7 +234,7 @@ class Worker(FailoverView):
         io = sync_socket(socket)
         self._generation += 1
         generation = self._generation
-        self._socket, self._io = socket, io
+        self._io = io
         session.arrived(time.monotonic())
         linger = 0
 
@@ -263,7 +262,7 @@ class Worker(FailoverView):
                     self._sync_registered()
         finally:
             self.registered.clear()
-            self._socket = self._io = None
+            self._io = None
             socket.close(linger=linger)
 
     def _sync_registered(self) -> None:
