@@ -75,7 +75,10 @@ def broker_command() -> str:
     """Path of the installed console script (``pip install -e .`` puts it on PATH)."""
     path = shutil.which("scale0-broker")
     if path is None:
-        raise RuntimeError("scale0-broker is not installed: pip install -e /work/main")
+        raise RuntimeError(
+            "scale0-broker is not on PATH: install Scale0 into the running environment "
+            "(pip install scale0, or pip install -e . in a checkout)"
+        )
     return path
 
 

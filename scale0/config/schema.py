@@ -349,6 +349,38 @@ def _convert_float(value: Any, path: str, raw: RawPath, ctx: _Context) -> Any:
     return number
 
 
+def typed_fields(cls: type, tree: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """A text-format tree of some of ``cls``'s fields in JSON types, as ``to_tree(typed=True)``.
+
+    For a partial document such as the client view (protocol.md §3.2): each key that is a field
+    of ``cls`` is converted by its annotation (numbers, booleans, lists, nested sections with
+    their defaults) and rendered back typed, so the result equals the JSON form of the same
+    values. A key that is no field, or whose value does not convert, is kept as it came; its
+    problem is returned (never raised).
+    """
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = _hints(cls)
+    ctx = _Context(typed=False, lines={}, problems=[])
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        f = fields.get(key)
+        if f is None:
+            out[key] = value
+            continue
+        tp = hints[key]
+        if get_origin(tp) is tuple or _tuple_in_union(tp):
+            converted = _convert_field_list(tp, item_name(f), value, key, (key,), ctx)
+        else:
+            converted = _convert(tp, value, key, (key,), ctx)
+        if converted is BAD:
+            out[key] = value
+        elif isinstance(converted, tuple):
+            out[key] = [to_tree(item, typed=True) for item in converted]
+        else:
+            out[key] = to_tree(converted, typed=True)
+    return out, ctx.problems
+
+
 def to_tree(obj: Any, *, typed: bool) -> Any:
     """The plain tree of a config object, every field present (None fields left out).
 

@@ -3,7 +3,9 @@
 :class:`Worker` runs on asyncio with ``zmq.asyncio`` (one DEALER, one event loop): ``run()``
 calls ``asyncio.run(run_async())``; ``start_in_thread()`` does that in a background thread.
 Tornado is not needed here: a worker has one socket and no HTTP, and Tornado 6 runs on the same
-asyncio loop anyway. Negotiation, heartbeats and liveness are :class:`scale0.net.client.BrokerLink`.
+asyncio loop anyway. What the worker decides (negotiation, READY, heartbeats, liveness, where to
+go next) is :class:`scale0.session.worker.WorkerSession`, pure; this module owns the socket, the
+clocks and the handlers.
 
 Handlers take the request body (``list[bytes]``) and are called according to what they are:
 
@@ -25,7 +27,8 @@ Rules:
 
 W1  On each new socket: CHECKCONFIG, then on CONFIG/CONFIGACK send READY (services, heartbeat
     true, hbeatinterval_ms, time, config_version, capacity). FORCENEGOTIATE and every
-    DISCONNECTERROR are handled by the link (client.py C3); each renegotiation sends READY again.
+    DISCONNECTERROR are handled by the link (scale0.session.requests C3); each renegotiation
+    sends READY again.
 W2  HEARTBEAT every interval: the larger of ours, the config's default and any
     ``hbeatinterval_ms`` the broker announces (§4.2); READY carries the interval in force.
 W3  A broker silent for ``liveness`` intervals (or that does not answer CHECKCONFIG in that
@@ -38,8 +41,8 @@ W4  Replies belong to the socket their REQUEST came on: a reply whose socket was
 W5  ``stop()`` (thread-safe, idempotent) sends DISCONNECT, cancels async handlers and returns
     from ``run()`` within about 0.1 s; sync handlers already running finish in their thread and
     their replies are dropped. A DISCONNECTERROR 401 also stops the worker.
-W6  Failover (protocol.md §3.9; :mod:`scale0.net.failover` V1-V6 decides): the worker is given
-    one seed endpoint and learns the family's backends from each CONFIG. W3's next broker is a
+W6  Failover (protocol.md §3.9; :mod:`scale0.session.failover` V1-V6 decides): the worker is
+    given one seed endpoint and learns the family's backends from each CONFIG. W3's next broker is a
     301's endpoint, else the next known backend after the one it left; the first move after a
     lasting session is immediate, further ones back off (0.1 s doubling to 5 s, jittered).
     ``endpoint`` names the broker in use and ``failovers`` counts the moves.
@@ -52,28 +55,32 @@ import contextlib
 import inspect
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from enum import Enum
 from types import TracebackType
 from typing import Any, Final, Self
 
 import zmq
 import zmq.asyncio
 
-from scale0.net.client import (
+from scale0.net.dealer import (
     CLOSE_LINGER_MS,
-    DRAIN_BATCH,
-    BrokerLink,
-    ClientConfig,
-    LinkEvent,
+    connect,
+    drain,
+    send_disconnect,
+    send_outbox,
+    sync_socket,
 )
-from scale0.net.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover, FailoverView
+from scale0.session.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover, FailoverView
+from scale0.session.link import BrokerLink
+from scale0.session.view import ClientConfig
+from scale0.session.worker import WorkerSession
 from scale0.wire.client import Disconnect
 from scale0.wire.frames import SIG_WORKER, ConfigType, encode_json
-from scale0.wire.worker import MAX_CAPACITY, Ready, WorkerPartial, WorkerReply, WorkerRequest
+from scale0.wire.worker import MAX_CAPACITY, WorkerPartial, WorkerReply, WorkerRequest
 
 __all__ = ["Handler", "Worker", "WorkerThread", "echo_handler", "reply_frames"]
 
@@ -117,11 +124,6 @@ def _error_body(status: int, message: str) -> tuple[bytes, ...]:
     return (encode_json({"code": status, "message": message}),)
 
 
-class _Ended(Enum):
-    STOPPED = "stopped"
-    LOST = "lost"
-
-
 class Worker(FailoverView):
     """Serves ``handlers`` (service name -> callable) behind the broker at ``endpoint``."""
 
@@ -152,12 +154,16 @@ class Worker(FailoverView):
             config_type=ConfigType(config_type),
             client_id=worker_id,
             heartbeat_interval_s=heartbeat_interval,
+            jitter=random.random,
         )
-        self._failover = Failover(endpoint, "backend", initial=backoff_initial, cap=backoff_max)
+        self._failover = Failover(
+            endpoint, "backend", initial=backoff_initial, cap=backoff_max, jitter=random.random
+        )
+        self._session = WorkerSession(self._link, self._failover, tuple(self._handlers), capacity)
         #: Set while READY has been sent on the current connection (for tests and health).
         self.registered = threading.Event()
         self._stop = threading.Event()
-        self._socket: zmq.asyncio.Socket | None = None
+        self._io: zmq.Socket[bytes] | None = None  # the socket's synchronous face
         self._generation = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = False
@@ -199,15 +205,11 @@ class Worker(FailoverView):
         context = self._context if self._context is not None else zmq.asyncio.Context.instance()
         executor = ThreadPoolExecutor(self.capacity, thread_name_prefix="scale0-worker")
         try:
-            while not self._stop.is_set():
-                ended, reason, redirect = await self._connection(context, executor)
-                if ended is _Ended.STOPPED:
-                    break
-                now = time.monotonic()
-                move = self._failover.leave(
-                    reason, now, settle_s=self._link.settle_s, redirect=redirect
-                )
-                await self._sleep(move.at - now)
+            while not self._stop.is_set() and not self._session.stopped:
+                await self._connection(context, executor)
+                move = self._session.move
+                if move is not None:  # W3: the socket is closed; the next one at the move's time
+                    await self._sleep(move.at - time.monotonic())
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -224,100 +226,57 @@ class Worker(FailoverView):
                 return
             await asyncio.sleep(min(left, POLL_CAP_S))
 
-    async def _connection(
-        self, context: zmq.asyncio.Context, executor: ThreadPoolExecutor
-    ) -> tuple[_Ended, str, str | None]:
-        """One socket's life: W1 until stop (STOPPED) or W3 (LOST: why, and a 301's endpoint)."""
-        link = self._link
+    async def _connection(self, context: zmq.asyncio.Context, executor: ThreadPoolExecutor) -> None:
+        """One socket's life: W1 until stop (W5, 401) or until the session leaves (W3)."""
+        session = self._session
         socket = context.socket(zmq.DEALER)
-        socket.linger = 0
-        try:
-            socket.connect(self._failover.current)
-        except zmq.ZMQError as exc:
-            if self._failover.failovers == 0:
-                socket.close(linger=0)
-                raise  # the seed the caller gave: a mistake to report, not a broker to skip
-            # Never raise out of a move: an endpoint libzmq refuses stays silent, so W3 moves on.
-            log.warning("cannot connect to %s: %s", self._failover.current, exc)
+        connect(socket, self._failover.current, seed=self._failover.failovers == 0)
+        io = sync_socket(socket)
         self._generation += 1
         generation = self._generation
-        self._socket = socket
-        link.reset(time.monotonic())
+        self._io = io
+        session.arrived(time.monotonic())
         linger = 0
+
+        def receive(frames: list[bytes]) -> None:
+            request = session.receive(frames, time.monotonic(), time.time())
+            if request is not None:
+                self._dispatch(request, generation, executor)
+
         try:
-            while True:
+            while not session.ended():
                 if self._stop.is_set():
-                    link.outbox.clear()
-                    with contextlib.suppress(zmq.ZMQError):
-                        await socket.send_multipart(
-                            Disconnect(protocol=SIG_WORKER).to_frames(), zmq.NOBLOCK
-                        )
+                    session.stop()
+                    send_disconnect(io, Disconnect(protocol=SIG_WORKER).to_frames())
                     linger = CLOSE_LINGER_MS
-                    return _Ended.STOPPED, "stopped", None
-                if link.tick(time.monotonic()):
-                    return _Ended.LOST, link.silence_reason(), None
-                await self._flush(socket)
-                wait = min(link.next_wakeup() - time.monotonic(), POLL_CAP_S)
-                if not await socket.poll(max(0, int(wait * 1000) + 1)):
-                    continue
-                now = time.monotonic()
-                for _ in range(DRAIN_BATCH):
-                    try:
-                        frames = await socket.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    link.heard(now)
-                    message = link.decode(frames)
-                    if message is None:
-                        continue
-                    if isinstance(message, WorkerRequest):
-                        self._dispatch(message, generation, executor)
-                        continue
-                    event = link.handle(message, now)
-                    if event is LinkEvent.NEGOTIATED:
-                        self._failover.negotiated(now)
-                        if link.config is not None:
-                            self._failover.learn(link.config.document)
-                        link.outbox.append(self._ready_frames())
-                        self.registered.set()
-                    elif event is LinkEvent.RECONNECT:
-                        redirect, link.move_to = link.move_to, None
-                        return _Ended.LOST, link.leave_reason, redirect
-                    elif event is LinkEvent.STOP:
-                        self._stop.set()
-                        return _Ended.STOPPED, "stopped", None
-                    elif event is LinkEvent.REFUSED:
-                        self.registered.clear()
+                    return
+                session.tick(time.monotonic(), time.time())
+                send_outbox(io, session.outbox)
+                self._sync_registered()
+                if session.ended():
+                    return
+                wait = min(session.next_wakeup() - time.monotonic(), POLL_CAP_S)
+                if await socket.poll(max(0, int(wait * 1000)) + 1):
+                    drain(io, receive)
+                    send_outbox(io, session.outbox)
+                    self._sync_registered()
         finally:
             self.registered.clear()
-            self._socket = None
+            self._io = None
             socket.close(linger=linger)
 
-    def _ready_frames(self) -> list[bytes]:
-        link = self._link
-        return Ready(
-            services=self.services,
-            heartbeat=True,
-            hbeatinterval_ms=max(1, round(link.interval_s * 1000)),
-            time=time.time(),
-            config_version=link.config_version,
-            capacity=self.capacity,
-        ).to_frames()
-
-    async def _flush(self, socket: zmq.asyncio.Socket) -> None:
-        outbox = list(self._link.outbox)
-        self._link.outbox.clear()
-        for frames in outbox:
-            with contextlib.suppress(zmq.Again):
-                await socket.send_multipart(frames, zmq.NOBLOCK)
+    def _sync_registered(self) -> None:
+        if self._session.registered:
+            self.registered.set()
+        else:
+            self.registered.clear()
 
     async def _send(self, generation: int, frames: list[bytes]) -> None:
-        socket = self._socket
-        if socket is None or generation != self._generation:
+        io = self._io
+        if io is None or generation != self._generation:
             log.debug("reply dropped: its connection is gone (W4)")
             return
-        with contextlib.suppress(zmq.Again):
-            await socket.send_multipart(frames, zmq.NOBLOCK)
+        send_outbox(io, [frames])
 
     # -- serving requests --
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -18,17 +20,20 @@ from typing import Any
 
 import pytest
 
+from scale0.net import errors
 from scale0.net.client import AsyncClient, BrokerLink, Client, LinkEvent
 from scale0.net.errors import (
     RequestTimeout,
+    Scale0Error,
     ServiceNotFound,
     ServiceUnavailable,
     WorkerFailed,
     WorkerLost,
     error_for_reply,
 )
-from scale0.net.failover import Failover
 from scale0.net.worker import Handler, Worker, WorkerThread, echo_handler
+from scale0.session.failover import Failover
+from scale0.session.requests import ClientSession
 from scale0.testing import BrokerProcess, running_broker
 from scale0.wire.client import (
     CheckConfig,
@@ -41,8 +46,11 @@ from scale0.wire.client import (
 )
 from scale0.wire.frames import SIG_CLIENT, ConfigType
 from scale0.wire.registry import decode_to_broker
+from tests.net.probe import PROBE, management_rows, wait_until
 
 WAIT_S = 10.0
+#: The UNIX time the pure tests pass to the link (it only goes into HEARTBEAT).
+WALL = 1_700_000_000.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200}
 
 
@@ -74,7 +82,7 @@ def test_link_negotiates_then_heartbeats_and_detects_silence() -> None:
     check = decode_to_broker(frames, max_frame_bytes=1 << 20)
     assert isinstance(check, CheckConfig) and check.config_version is None
     link.outbox.clear()
-    assert not link.tick(100.4)
+    assert not link.tick(100.4, WALL)
     assert _sent(link) == []  # no HEARTBEAT before negotiation
     event = link.handle(
         Config(ConfigType.JSON, 3, "0" * 64, "me", b'{"liveness": 4}', protocol=SIG_CLIENT), 100.5
@@ -83,10 +91,10 @@ def test_link_negotiates_then_heartbeats_and_detects_silence() -> None:
     assert link.client_id == "me" and link.config is not None and link.config.version == 3
     assert link.liveness == 4
     link.heard(100.5)
-    assert not link.tick(101.0)
+    assert not link.tick(101.0, WALL)
     assert _sent(link) == [b"HEARTBEAT"]
-    assert not link.tick(102.5)  # 2.0 s of silence < 4 x 0.5
-    assert link.tick(102.6)
+    assert not link.tick(102.5, WALL)  # 2.0 s of silence < 4 x 0.5
+    assert link.tick(102.6, WALL)
 
 
 def test_link_raises_its_interval_to_what_the_broker_announces() -> None:
@@ -114,7 +122,7 @@ def test_link_reacts_to_each_refusal_code() -> None:
     assert link.client_id is None  # another id, assigned by the broker
     assert _sent(link) == []
     assert link.retry_at is not None
-    link.tick(link.retry_at)
+    link.tick(link.retry_at, WALL)
     assert _sent(link) == [b"CHECKCONFIG"]  # after the back-off
     assert refuse(301, "tcp://127.0.0.1:7") is LinkEvent.RECONNECT
     assert link.move_to == "tcp://127.0.0.1:7"
@@ -130,15 +138,14 @@ def test_link_reacts_to_each_refusal_code() -> None:
 
 
 def test_a_409_to_a_resent_request_is_not_its_answer() -> None:
-    from scale0.net.client import _Session
-
     link = BrokerLink(SIG_CLIENT)
-    session = _Session(link, retries=2, failover=Failover("tcp://127.0.0.1:1", "frontend"))
+    failover = Failover("tcp://127.0.0.1:1", "frontend")
+    session = ClientSession(link, retries=2, failover=failover, id_prefix=bytes(8))
     link.reset(0.0)
     session.receive(ConfigAck(1, "me", protocol=SIG_CLIENT).to_frames(), 0.0)
     link.outbox.clear()
     request = session.submit("svc", b"x", 3.0, 0.0)
-    session.tick(1.0)  # attempt timeout 3 / (2 + 1): resent once, same request_id
+    session.tick(1.0, WALL)  # attempt timeout 3 / (2 + 1): resent once, same request_id
     sent = [frames[4] for frames in link.outbox if frames[2] == b"REQUEST"]
     assert sent == [request.request_id] * 2
     duplicate = ClientReply.failure("svc", request.request_id, 409, "in flight")
@@ -154,6 +161,24 @@ def test_error_for_reply_maps_statuses() -> None:
     assert type(error_for_reply("s", b"r", 504, "m")) is WorkerLost
     failed = error_for_reply("s", b"r", 418, "teapot")
     assert type(failed) is WorkerFailed and failed.status == 418 and failed.message == "teapot"
+
+
+def test_every_error_readme_names_imports_from_where_it_says() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("errors raise")
+    paragraph = readme[start : readme.index("\n\n", start)]
+    [module_name] = re.findall(r"`from (scale0[\w.]*) import \w+`", paragraph)
+    names = set(re.findall(r"`([A-Z]\w+)`", paragraph)) - {"AsyncClient"}
+    assert {"ServiceNotFound", "ServiceUnavailable", "WorkerLost", "WorkerFailed"} <= names
+    assert {"RequestTimeout", "BrokerRefused", "Scale0Error"} <= names
+    module = importlib.import_module(module_name)
+    for name in sorted(names):
+        error = getattr(module, name)
+        assert isinstance(error, type) and issubclass(error, Scale0Error), name
+        assert error is getattr(errors, name)  # the same classes, not look-alikes
+    from scale0.net.client import ServiceUnavailable as FromClient
+
+    assert FromClient is ServiceUnavailable
 
 
 def test_connect_without_a_broker_times_out() -> None:
@@ -190,13 +215,19 @@ def test_request_reply_and_the_config_received(tmp_path: Path) -> None:
 
 def test_an_idle_client_is_renegotiated_transparently(tmp_path: Path) -> None:
     with (
-        running_broker(tmp_path, **FAST) as broker,
+        running_broker(tmp_path, **FAST, **PROBE) as broker,
         serving(broker, {"echo": echo_handler}),
         Client(broker.endpoints["frontend"], timeout=WAIT_S, heartbeat_interval=0.2) as client,
     ):
         assert client.request("echo", b"1") == [b"1"]
         first_id = client.client_id
-        time.sleep(1.0)  # no I/O: the broker forgets the session after 3 x 0.2 s
+
+        def forgotten() -> bool:
+            rows = management_rows(broker, "clients")
+            return all(row.get("client_id") != first_id for row in rows)
+
+        # No I/O from the client: the broker forgets the session after 3 x 0.2 s of silence.
+        wait_until(forgotten, "the broker forgets the idle client")
         started = time.monotonic()
         assert client.request("echo", b"2") == [b"2"]
         assert time.monotonic() - started < 1.0
@@ -276,7 +307,11 @@ def test_client_and_worker_survive_a_broker_restart(tmp_path: Path) -> None:
             # A request made while no broker runs; the client's thread hands it to the pool's
             # thread, which owns the client until the answer comes.
             during = pool.submit(client.request, "echo", b"during")
-            time.sleep(1.5)  # over liveness x interval (3 x 0.2 s): both give up on the socket
+            # After liveness x interval (3 x 0.2 s) of silence both give up on the socket.
+            wait_until(
+                lambda: client.failovers >= 1 and worker.worker.failovers >= 1,
+                "the client and the worker leave the dead broker",
+            )
             assert not worker.worker.registered.is_set()
             with running_broker(second_dir, broker_overrides=ports, **FAST) as second:
                 assert {k: second.endpoints[k] for k in ports_of} == ports_of

@@ -1,4 +1,4 @@
-"""Failover rules V1-V6 (scale0.net.failover) and C7/W6 driven with numbers: no sockets, no clock.
+"""Failover rules V1-V6 (scale0.session.failover) and C7/W6 driven with numbers: no sockets.
 
 The real-socket scenarios (SIGKILLed brokers, 301 and 503 from test peers) are in
 tests/net/test_family.py.
@@ -15,9 +15,12 @@ import zmq
 
 from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.core.broker import Broker
-from scale0.net.client import BrokerLink, Client, LinkEvent, _Session, parse_config_document
-from scale0.net.errors import BrokerRefused, RequestTimeout
-from scale0.net.failover import Failover, backoff_delay, broker_endpoints, valid_endpoint
+from scale0.net.client import Client
+from scale0.session.errors import BrokerRefused, RequestTimeout
+from scale0.session.failover import Failover, backoff_delay, broker_endpoints, valid_endpoint
+from scale0.session.link import BrokerLink, LinkEvent
+from scale0.session.requests import ClientSession
+from scale0.session.view import parse_config_document
 from scale0.wire.client import (
     ClientReply,
     Config,
@@ -29,6 +32,8 @@ from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType
 
 A, B, C = "tcp://127.0.0.1:5001", "tcp://127.0.0.1:5002", "tcp://127.0.0.1:5003"
 BACK_A, BACK_B, BACK_C = "tcp://127.0.0.1:6001", "tcp://127.0.0.1:6002", "tcp://127.0.0.1:6003"
+#: The UNIX time passed to the session (it only goes into HEARTBEAT).
+WALL = 1_700_000_000.0
 
 
 def entry(frontend: str, backend: str, **more: Any) -> dict[str, Any]:
@@ -263,10 +268,10 @@ def _config(version: int, client_id: str, document: dict[str, Any]) -> list[byte
     ).to_frames()
 
 
-def _session(retries: int = 0) -> tuple[BrokerLink, _Session, Failover]:
+def _session(retries: int = 0) -> tuple[BrokerLink, ClientSession, Failover]:
     link = BrokerLink(SIG_CLIENT, heartbeat_interval_s=0.5)
     failover = Failover(A, "frontend", jitter=fixed(1.0))
-    session = _Session(link, retries, failover)
+    session = ClientSession(link, retries, failover, id_prefix=bytes(8))
     link.reset(0.0)
     link.outbox.clear()
     session.receive(_config(1, "a.1", view(entry(A, BACK_A), entry(B, BACK_B))), 0.0)
@@ -289,9 +294,9 @@ def test_c7_silence_moves_the_client_and_every_unanswered_request_is_resent() ->
     first = session.submit("svc", b"1", 30.0, 1.0)
     second = session.submit("svc", b"2", 30.0, 1.0)
     assert _requests_sent(link) == [first.request_id, second.request_id]
-    session.tick(1.4)  # 1.4 s since CONFIG, the last word heard: < 3 x 0.5
+    session.tick(1.4, WALL)  # 1.4 s since CONFIG, the last word heard: < 3 x 0.5
     assert session.move is None
-    session.tick(2.6)
+    session.tick(2.6, WALL)
     move = session.move
     assert move is not None and move.endpoint == B and move.at == 2.6  # lasted: at once
     assert "answered nothing" in move.reason
@@ -348,15 +353,14 @@ def test_c7_what_the_broker_we_leave_still_says_moves_us_once_and_replies_still_
 
 
 def test_c7_a_request_timeout_bounds_it_across_moves() -> None:
-    link, session, _failover = _session()
+    _link, session, _failover = _session()
     request = session.submit("svc", b"1", 4.0, 1.0)
     now = 1.0
     while not request.done and now < 60.0:  # every broker silent: move after move
         now += 0.1
-        session.tick(now)
+        session.tick(now, WALL)
         if session.move is not None and now >= session.move.at:
-            session.move = None
-            link.reset(now)
+            session.arrived(now)
     assert request.done and now == pytest.approx(5.0, abs=0.11)
     [outcome] = request.outcomes
     assert isinstance(outcome, RequestTimeout)
@@ -366,7 +370,7 @@ def test_c7_if_every_broker_refuses_the_deadline_says_503() -> None:
     _link, session, _failover = _session()
     request = session.submit("svc", b"1", 2.0, 1.0)
     session.receive(DisconnectError(503, "disabled", protocol=SIG_CLIENT).to_frames(), 1.1)
-    session.tick(3.1)
+    session.tick(3.1, WALL)
     [outcome] = request.outcomes
     assert isinstance(outcome, BrokerRefused) and outcome.status == 503
 

@@ -27,6 +27,7 @@ from scale0.net.client import AsyncClient, Client
 from scale0.net.errors import WorkerFailed
 from scale0.net.worker import Handler, Worker, WorkerThread, echo_handler, reply_frames
 from scale0.testing import BrokerProcess, running_broker
+from tests.net.probe import PROBE, management_rows, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0
@@ -36,7 +37,7 @@ FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200}
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path, **FAST) as process:
+    with running_broker(tmp_path, **FAST, **PROBE) as process:
         yield process
 
 
@@ -158,7 +159,8 @@ def test_lru_spreads_work_over_idle_workers(broker: BrokerProcess) -> None:
     with contextlib.ExitStack() as stack:
         for number in range(4):
             stack.enter_context(serving(broker, {"who": named(f"w{number}")}))
-        time.sleep(0.3)  # READY sent is not READY processed: let the broker see all four
+        # READY sent is not READY processed: wait until the broker lists all four.
+        wait_until(lambda: len(management_rows(broker, "workers")) == 4, "four workers ready")
 
         async def concurrent() -> list[list[bytes]]:
             async with AsyncClient(broker.endpoints["frontend"], timeout=WAIT_S) as client:
@@ -193,15 +195,6 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait(WAIT_S)
 
 
-def _wait_until(condition: object, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
-
-
 def test_worker_killed_mid_request_is_answered_by_another(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
@@ -214,7 +207,7 @@ def test_worker_killed_mid_request_is_answered_by_another(
     )
     try:
         with client_for(broker) as probe:
-            _wait_until(lambda: probe.request("mmi.service", b"slow") == [b"200"])
+            wait_until(lambda: probe.request("mmi.service", b"slow") == [b"200"])
 
         def ask() -> list[bytes]:
             with client_for(broker, timeout=20.0) as client:
@@ -222,7 +215,7 @@ def test_worker_killed_mid_request_is_answered_by_another(
 
         with ThreadPoolExecutor(1) as pool:
             answer = pool.submit(ask)
-            _wait_until(marker.exists)  # the subprocess has the request
+            wait_until(marker.exists)  # the subprocess has the request
             assert marker.read_text() == str(victim.pid)
 
             def rescue(body: list[bytes]) -> bytes:
@@ -246,7 +239,7 @@ def test_cli_worker_serves_and_stops_on_sigterm(broker: BrokerProcess) -> None:
     )
     try:
         with client_for(broker) as client:
-            _wait_until(lambda: client.request("mmi.service", b"pid") == [b"200"])
+            wait_until(lambda: client.request("mmi.service", b"pid") == [b"200"])
             assert client.request("pid", b"") == [str(process.pid).encode()]
         process.send_signal(signal.SIGTERM)
         assert process.wait(WAIT_S) == 0
@@ -259,7 +252,8 @@ def test_stop_is_thread_safe_and_prompt_without_a_broker() -> None:
     worker = Worker("tcp://127.0.0.1:9", {"echo": echo_handler}, heartbeat_interval=0.05)
     handle = worker.start_in_thread()
     try:
-        time.sleep(0.3)
+        # Running without a broker: it gave up on the silent seed at least once.
+        wait_until(lambda: worker.failovers >= 1, "the worker leaves the silent seed")
         assert not worker.registered.is_set()
         stopper = threading.Thread(target=worker.stop)
         stopper.start()

@@ -1,11 +1,12 @@
 """Which broker a client or worker uses next: seed-only bootstrap and failover (protocol.md §3.9).
 
-Sans-I/O, like :class:`scale0.net.client.BrokerLink`: no sockets, no clock reads, and the
-jitter of the back-off comes from a function passed in, so the tests drive every rule with
-numbers. :class:`Failover` decides; the owners (``_LinkedClient`` in client.py, ``Worker``)
-close and open the DEALERs it names.
+Pure, like the rest of :mod:`scale0.session`: no sockets, no clock reads, and the jitter of the
+back-off comes from a function passed in (none by default: the full delay), so the tests drive
+every rule with numbers. :class:`Failover` decides; the owners (the client and worker sessions,
+and through them ``scale0.net.client`` / ``scale0.net.worker``) close and open the DEALERs it
+names.
 
-Rules (tests/net/test_failover.py names a test after each):
+Rules (tests/net/test_failover.py names a test after each; tests/session/ has more):
 
 V1  The known brokers start as the seed alone. Every CONFIG view (protocol.md §3.2; a CONFIGACK
     carries none and changes nothing) replaces them with the endpoints of its ``brokers[]``
@@ -36,7 +37,6 @@ V6  Every move adds one to :attr:`Failover.failovers` and logs one line: from, t
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeGuard
@@ -49,9 +49,11 @@ __all__ = [
     "Channel",
     "Failover",
     "FailoverView",
+    "Jitter",
     "Move",
     "backoff_delay",
     "broker_endpoints",
+    "no_jitter",
     "valid_endpoint",
 ]
 
@@ -63,15 +65,20 @@ BACKOFF_MAX_S: Final = 5.0
 #: Which endpoint of a broker entry the owner connects to.
 Channel = Literal["frontend", "backend"]
 
-#: A source of jitter: a float in [0, 1) per call (``random.random`` unless a test fixes it).
+#: A source of jitter: a float in [0, 1) per call (the libraries pass ``random.random``).
 Jitter = Callable[[], float]
+
+
+def no_jitter() -> float:
+    """The default jitter source: always the full back-off (deterministic)."""
+    return 1.0
 
 
 def backoff_delay(
     attempt: int,
     initial: float = BACKOFF_INITIAL_S,
     cap: float = BACKOFF_MAX_S,
-    jitter: Jitter = random.random,
+    jitter: Jitter = no_jitter,
 ) -> float:
     """Exponential back-off with jitter: ``initial * 2**attempt`` capped, times 0.5..1.0."""
     base = min(cap, initial * 2.0 ** min(attempt, 30))
@@ -143,7 +150,7 @@ class Failover:
         *,
         initial: float = BACKOFF_INITIAL_S,
         cap: float = BACKOFF_MAX_S,
-        jitter: Jitter = random.random,
+        jitter: Jitter = no_jitter,
     ) -> None:
         if initial <= 0 or cap < initial:
             raise ValueError("back-off needs 0 < initial <= cap")
