@@ -1,0 +1,205 @@
+"""scale0-coordinator: the task coordinator as a worker of the family (docs/tasks.md §9).
+
+``scale0-coordinator --config FILE``. It opens the SQLite store under ``data_dir``, restores
+every task, and serves the ``zerotask`` and ``vespid`` services through the broker backend
+named by ``endpoint`` (a seed: it fails over to the family's other brokers like any worker, so
+every broker of the family reaches it). Each request is decided by scale0.tasks (pure), the
+changes are committed in one transaction (one for all the requests handed over in one loop
+turn: group commit), and only then is the reply sent. A commit that fails
+ends the process at once (exit 70): its memory would be ahead of its store, and a restart
+recovers from the store. SIGINT/SIGTERM stop it cleanly (exit 0); a bad config exits 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from scale0.net.logs import configure, log_event
+from scale0.net.worker import Worker
+from scale0.tasks import vespid, zerotask
+from scale0.tasks.auth import Authorizer
+from scale0.tasks.book import Book
+from scale0.tasks.settings import ConfigFileError, CoordinatorConfig, load_coordinator
+from scale0.tasks.store import SQLiteStore, Store, StoreError
+
+__all__ = ["Coordinator", "main"]
+
+log = logging.getLogger("scale0.coordinator")
+
+EXIT_STORE_FAILED = 70
+
+
+class Coordinator:
+    """The Book, its store and the node wake-ups, behind two async request handlers."""
+
+    def __init__(self, config: CoordinatorConfig, store: Store) -> None:
+        self.config = config
+        self.store = store
+        snapshot = self.store.load()
+        self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
+        self._wake: dict[str, asyncio.Event] = {}
+        self._flush: asyncio.Future[None] | None = None
+        if config.admins is not None:
+            self.book.authorizer = Authorizer(config.admins, config.submit_roles)
+        else:  # A4
+            log_event(log, logging.WARNING, "task_submissions_open", {"hint": "admins_from"})
+        counts = self.book.counts()
+        log_event(log, logging.INFO, "coordinator_restored", counts)
+        self.worker = Worker(
+            config.endpoint,
+            {
+                config.zerotask_service: self.serve_zerotask,
+                config.vespid_service: self.serve_vespid,
+            },
+            capacity=config.capacity,
+            heartbeat_interval=config.heartbeat_interval_s,
+        )
+
+    def commit(self) -> None:
+        """Write what changed in one transaction (D1), then wake the nodes that have news."""
+        changes = self.book.take_changes()
+        try:
+            self.store.commit(changes)
+        except Exception:
+            log_event(log, logging.CRITICAL, "store_commit_failed", exc_info=True)
+            os._exit(EXIT_STORE_FAILED)
+        for key in self.book.woken():
+            event = self._wake.get(key)
+            if event is not None:
+                event.set()
+
+    async def committed(self) -> None:
+        """Wait until what this request changed is committed (group commit: every request the
+        worker handed over in one loop turn shares one transaction and one fsync)."""
+        if self._flush is None:
+            loop = asyncio.get_running_loop()
+            self._flush = loop.create_future()
+            loop.call_soon(self._flush_now)
+        await asyncio.shield(self._flush)
+
+    def _flush_now(self) -> None:
+        flush, self._flush = self._flush, None
+        self.commit()
+        if flush is not None and not flush.done():
+            flush.set_result(None)
+
+    async def serve_zerotask(self, body: list[bytes]) -> bytes:
+        outcome = zerotask.handle(self.book, b"".join(body), time.time())
+        wait = outcome.poll
+        if wait is not None:  # armed before the commit: news after this point wakes us
+            event = self._wake.setdefault(wait.key, asyncio.Event())
+            event.clear()
+        await self.committed()
+        if wait is None:
+            return outcome.reply or b""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), wait.wait_s)
+        reply = zerotask.finish_poll(self.book, wait, time.time())
+        await self.committed()
+        return reply
+
+    async def serve_vespid(self, body: list[bytes]) -> bytes:
+        outcome = vespid.handle(self.book, b"".join(body), time.time())
+        await self.committed()
+        return outcome.reply or b""
+
+    async def ticker(self) -> None:
+        """B3 and periodic node status, every ``tick_s``."""
+        while True:
+            await asyncio.sleep(self.config.tick_s)
+            self.book.tick(time.time())
+            self.commit()
+
+    async def run_async(self) -> None:
+        ticker = asyncio.get_running_loop().create_task(self.ticker())
+        log_event(
+            log,
+            logging.INFO,
+            "coordinator_ready",
+            {"endpoint": self.config.endpoint, "pid": os.getpid()},
+        )
+        try:
+            await self.worker.run_async()
+        finally:
+            ticker.cancel()
+            self.store.close()
+
+
+@click.command(name="scale0-coordinator")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The coordinator's YAML or JSON config (docs/tasks.md §9).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def main(config_path: Path, log_level: str) -> None:
+    """Serve the zerotask and vespid services of the task coordinator until SIGINT/SIGTERM."""
+    configure(log_level)
+    stopping = threading.Event()
+    coordinator: Coordinator | None = None
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+        if coordinator is not None:
+            coordinator.worker.stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        config = load_coordinator(config_path)
+        store = open_store(config, stopping)
+        if store is None:
+            return
+        coordinator = Coordinator(config, store)
+    except (ConfigFileError, StoreError) as exc:
+        click.echo(f"scale0-coordinator: {exc}", err=True)
+        sys.exit(2)
+    if stopping.is_set():
+        store.close()
+        return
+    asyncio.run(coordinator.run_async())
+
+
+def open_store(config: CoordinatorConfig, stopping: threading.Event) -> Store | None:
+    """SQLite under data_dir, or PostgreSQL once this coordinator holds the lease (G2).
+
+    None when a signal came while waiting for the lease.
+    """
+    if config.database is None:
+        return SQLiteStore(config.data_dir / "tasks.db")
+    try:  # psycopg is only needed here (the "postgresql" extra)
+        from scale0.tasks.pgstore import PostgresStore  # noqa: PLC0415
+    except ImportError as exc:
+        raise ConfigFileError(
+            "database: the PostgreSQL store needs psycopg 3 "
+            f"(pip install 'scale0[postgresql]'): {exc}"
+        ) from None
+
+    store = PostgresStore(config.database)
+    if not store.try_acquire():
+        log_event(log, logging.INFO, "coordinator_standby", {"pid": os.getpid()})
+        while not store.acquire(timeout_s=0.5):
+            if stopping.is_set():
+                store.close()
+                return None
+    log_event(log, logging.INFO, "coordinator_lease", {"pid": os.getpid()})
+    return store

@@ -1,0 +1,204 @@
+"""The vespid front end: JSON command bytes -> Book operations -> response bytes (pure).
+
+Commands (docs/tasks.md §3.2) are rows of :data:`COMMANDS`, an explicit table. Every reply is
+one JSON object whose ``command`` is the request's plus ``-response`` (``task-info`` ->
+``task-info-response``), or ``"error"`` with ``code`` (the shared numeric code), ``error`` (its
+name, e.g. ``id-taken``), ``message`` and ``request`` (the command refused).
+
+Rules:
+
+V1  Bytes that are not JSON: parse-error (-32700). Not an object, or no string ``command``:
+    invalid-request (-32600). An unknown command: method-not-found (-32601).
+V2  Fields are checked before any change; a wrong one is invalid-params or invalid-task naming
+    the field.
+V3  ``task-info`` for a name the coordinator does not know answers ``status: "invalid"`` (the
+    vespid way of saying "no such task"), not an error.
+V4  ``status`` is null while a task waits or is pending, ``working`` while it runs,
+    ``complete`` at the end; ``success`` follows S1/S2 of scale0.tasks.model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from scale0.tasks.book import Book
+from scale0.tasks.errors import ErrorCode, Refused
+from scale0.tasks.messages import iter_create_fields
+from scale0.tasks.model import Severity, TaskRecord, TaskState, severity_from
+from scale0.tasks.zerotask import Outcome
+
+__all__ = ["COMMANDS", "handle", "task_info", "vespid_status"]
+
+log = logging.getLogger("scale0.tasks")
+
+_STATUS: Final = {
+    TaskState.WAITING: None,
+    TaskState.PENDING: None,
+    TaskState.RUNNING: "working",
+    TaskState.COMPLETE: "complete",
+}
+
+
+def vespid_status(state: TaskState) -> str | None:
+    """V4: the vespid ``status`` of a state."""
+    return _STATUS[state]
+
+
+def task_info(book: Book, task: TaskRecord) -> dict[str, Any]:
+    """The task-info-response of ``task`` (task-create fields, times, status, success, more)."""
+    info: dict[str, Any] = {"command": "task-info-response"}
+    info.update(iter_create_fields(task))
+    info.update(
+        {
+            "time-create": task.time_create,
+            "time-start": task.time_start,
+            "time-finish": task.time_finish,
+            "status": vespid_status(task.state),
+            "success": None if task.success is None else task.success.label,
+            "state": task.state.value,
+            "attempt": task.attempt,
+            "node": task.node,
+            "explain": book.explain(task),
+            "protocol": task.protocol.value,
+        }
+    )
+    return info
+
+
+def _name(message: dict[str, Any], field: str = "name") -> str:
+    value = message.get(field)
+    if not isinstance(value, str) or not value:
+        raise Refused(ErrorCode.INVALID_PARAMS, f"{field} must be a non-empty string")
+    return value
+
+
+def _create(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
+    spec = dict(message)
+    auth_id = spec.pop("auth_id", None)
+    password = spec.pop("auth_password", None)
+    who = book.authorize(auth_id, password, f"task-create {spec.get('name')!r}")
+    name = book.create_vespid(spec, who or caller, now)
+    return {"name": name, "status": vespid_status(book.tasks[name].state)}
+
+
+def _info(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
+    name = _name(message)
+    task = book.tasks.get(name)
+    if task is None:
+        return {"name": name, "status": "invalid", "explain": f"no task {name!r}"}
+    return task_info(book, task)
+
+
+def _node_set(
+    book: Book, message: dict[str, Any], now: float, caller: str | None
+) -> dict[str, Any]:
+    return {"name": book.node_set(message, now)}
+
+
+def _complete(
+    book: Book, message: dict[str, Any], now: float, caller: str | None
+) -> dict[str, Any]:
+    name = _name(message)
+    node = _name(message, "node")
+    success = severity_from(message.get("success"))
+    if success is None:
+        raise Refused(
+            ErrorCode.INVALID_PARAMS,
+            "success must be one of ok, warning, error, fatal, terminated",
+        )
+    attempt = message.get("attempt")
+    if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
+        raise Refused(ErrorCode.INVALID_PARAMS, "attempt must be an integer")
+    book.heard(node, now)  # a lost node's late report is still fenced and recorded (F3)
+    accepted = book.finish(name, node, attempt, success, now)
+    return {"name": name, "duplicate": not accepted}
+
+
+def _cancel(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
+    task = book.cancel(_name(message), now)
+    return {"name": task.name, "status": vespid_status(task.state)}
+
+
+def _list(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
+    state = message.get("state")
+    if state is not None and (
+        not isinstance(state, str) or state not in {s.value for s in TaskState}
+    ):
+        raise Refused(
+            ErrorCode.INVALID_PARAMS, f"state must be one of {[s.value for s in TaskState]}"
+        )
+    tasks = [
+        {
+            "name": task.name,
+            "protocol": task.protocol.value,
+            "state": task.state.value,
+            "success": None if task.success is None else task.success.label,
+            "attempt": task.attempt,
+            "node": task.node,
+        }
+        for task in book.tasks.values()
+        if state is None or task.state.value == state
+    ]
+    return {"tasks": tasks, "counts": book.counts()}
+
+
+Command = Callable[[Book, dict[str, Any], float, str | None], dict[str, Any]]
+
+#: Every command (docs/tasks.md §3.2); task-cancel and task-list are extensions.
+COMMANDS: Final[dict[str, Command]] = {
+    "task-create": _create,
+    "task-info": _info,
+    "node-set": _node_set,
+    "task-complete": _complete,
+    "task-cancel": _cancel,
+    "task-list": _list,
+}
+
+
+def _dump(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _error(code: ErrorCode, message: str, request: object, data: Any = None) -> bytes:
+    reply: dict[str, Any] = {
+        "command": "error",
+        "code": int(code),
+        "error": code.slug,
+        "message": message,
+        "request": request if isinstance(request, str) else None,
+    }
+    if data is not None:
+        reply["data"] = data
+    return _dump(reply)
+
+
+def handle(book: Book, body: bytes, now: float, caller: str | None = None) -> Outcome:
+    """V1-V4: one command -> its reply."""
+    try:
+        message = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Outcome(_error(ErrorCode.PARSE_ERROR, f"parse error: {exc}", None))
+    if not isinstance(message, dict) or not isinstance(message.get("command"), str):
+        return Outcome(
+            _error(
+                ErrorCode.INVALID_REQUEST, "a command must be an object with a string command", None
+            )
+        )
+    command = message["command"]
+    handler = COMMANDS.get(command)
+    if handler is None:
+        return Outcome(_error(ErrorCode.METHOD_NOT_FOUND, f"unknown command {command!r}", command))
+    try:
+        reply = handler(book, message, now, caller)
+    except Refused as exc:
+        return Outcome(_error(exc.code, exc.message, command, exc.data))
+    except Exception as exc:  # a bug must not stop the coordinator
+        log.exception("vespid %s failed", command)
+        return Outcome(_error(ErrorCode.INTERNAL_ERROR, f"internal error: {exc!r}", command))
+    return Outcome(_dump({"command": f"{command}-response", **reply}))
+
+
+_ = Severity  # re-exported for callers building task-complete

@@ -1,0 +1,192 @@
+"""The task coordinator with real processes: 2 brokers, a coordinator, 3 nodes, 500 tasks,
+a node and the coordinator SIGKILLed mid-run; every task completes exactly once. The same on
+PostgreSQL with two coordinators (one active, one standby), the active one SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scale0.tasks.client import TaskClient
+from scale0.tasks.model import Severity, TaskState
+from scale0.testing import running_brokers
+from tests.tasks.postgres import Server, running_postgres
+from tests.tasks.processes import Proc, coordinator, node, running, wait_until
+from tests.tasks.stores import open_store
+
+pytestmark = pytest.mark.system
+
+FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
+ZEROTASK_COUNT = 380
+VESPID_COUNT = 120
+WAIT_S = 120.0
+
+# name -> (capabilities, repositories); the requirement mix below needs each of them.
+NODES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "small": ({"memory": 1000, "cores": 1}, {}),
+    "astro": ({"memory": 4000, "cores": 2, "usage_prefer_astro": True}, {}),
+    "large": ({"memory": 8000, "cores": 4}, {"/srv/conda": {"type": "conda", "persist": True}}),
+}
+
+SCRIPT = (
+    "import os, time\n"
+    "with open(os.environ['RUNS'], 'a') as runs:\n"
+    "    runs.write(os.environ['VESPID_TASK'] + ' ' + os.environ['SCALE0_TASK_ATTEMPT'] + '\\n')\n"
+    "time.sleep(0.3)\n"
+)
+
+KINDS: dict[str, tuple[dict[str, Any], dict[str, Any], set[str]]] = {
+    # kind -> (requirements, repositories, nodes it may run on)
+    "any": ({"memory": 300, "cores": 1}, {}, {"small", "astro", "large"}),
+    "medium": ({"memory": 2000, "cores": 1}, {}, {"astro", "large"}),
+    "big": ({"memory": 5000, "cores": 2, "cores_max": 4}, {}, {"large"}),
+    "astro": ({"memory": 300, "usage_require_astro": True}, {}, {"astro"}),
+    "conda": ({"memory": 300}, {"env": {"request": "conda", "local": True}}, {"large"}),
+}
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Server]:
+    with running_postgres() as server:
+        yield server
+
+
+def _leased(proc: Proc) -> bool:
+    return "coordinator_lease" in proc.stderr.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    rng = random.Random(int(os.environ.get("SCALE0_SEED", "500")))
+    runs_file = tmp_path / "runs.txt"
+    options: dict[str, Any] = {"node_timeout_s": 2.0, "resend_s": 2.0, "tick_s": 0.2}
+    dsn = None
+    if store == "postgresql":
+        server: Server = request.getfixturevalue("postgres")
+        dsn = options["database"] = server.database()
+    with running_brokers(tmp_path / "family", 2, **FAST) as brokers:
+        b1, b2 = brokers
+        coord = coordinator(tmp_path, b1.endpoints["backend"], **options)
+        # PostgreSQL: a second coordinator waits as a standby (G2), joining through b1 too.
+        standby = coordinator(tmp_path, b1.endpoints["backend"], "standby", **options)
+        extra = [standby] if dsn else []
+        nodes = {
+            name: node(
+                tmp_path,
+                name,
+                # The nodes and the submitting client use the coordinator's broker: heavy traffic
+                # forwarded b2 -> b1 while a process of the family dies trips a family bug (b1
+                # stops hearing b2: peer_lost "silent" every liveness period, forwarded requests
+                # time out; reported separately). b2 is checked below with a client of its own.
+                b1.endpoints["frontend"],
+                capabilities=caps,
+                repositories=repos,
+                slots=4,
+            )
+            for name, (caps, repos) in NODES.items()
+        }
+        with running(coord, *nodes.values()), TaskClient(b1.endpoints["frontend"]) as client:
+            client.connect("tester")
+            with TaskClient(b2.endpoints["frontend"]) as via_b2:  # any broker reaches it
+                via_b2.connect("via-b2")
+                assert via_b2.result(via_b2.submit("square", [12], "through-b2")) == 144
+            if dsn:
+                wait_until(lambda: _leased(coord), 30, "the first coordinator holds the lease")
+                standby.start()
+                request.addfinalizer(standby.stop)  # by PID, however the test ends
+            kinds: dict[str, str] = {}
+            expected: dict[str, int] = {}
+            plan = [("z", i) for i in range(ZEROTASK_COUNT)] + [
+                ("v", i) for i in range(VESPID_COUNT)
+            ]
+            rng.shuffle(plan)
+            killed_node = killed_coordinator = False
+            for step, (protocol, i) in enumerate(plan):
+                if protocol == "z":
+                    expected[client.submit("square", [i], f"z{i}")] = i * i
+                else:
+                    kind = rng.choice(sorted(KINDS))
+                    requirements, repositories, _ = KINDS[kind]
+                    kinds[f"v{i}"] = kind
+                    client.create(
+                        f"v{i}",
+                        SCRIPT,
+                        requirements=requirements,
+                        repositories=repositories,
+                        environment={"RUNS": str(runs_file)},
+                    )
+                if step == len(plan) // 3 and not killed_node:
+                    nodes["astro"].kill()  # mid-run: its scripts die with it (PDEATHSIG)
+                    nodes["astro"].start()  # comes back, registers once the old one is lost
+                    killed_node = True
+                if step == 2 * len(plan) // 3 and not killed_coordinator:
+                    coord.kill()
+                    # SQLite: restarts and restores everything from the store; PostgreSQL: the
+                    # standby takes over at once and the restarted one becomes the standby.
+                    coord.start()
+                    killed_coordinator = True
+            client.create("never", SCRIPT, requirements={"memory": 99999})
+            info = client.info("never")
+            assert info["status"] is None
+            assert info["explain"].startswith("no node could ever run it")
+
+            def counts() -> dict[str, int]:
+                return dict(client.command("task-list")["counts"])
+
+            wait_until(
+                lambda: counts()["complete"] == len(plan) + 1, WAIT_S, "every task complete", 0.5
+            )
+            client.command("task-cancel", name="never")
+            final = counts()
+            for name, square in expected.items():
+                assert client.result(name) == square
+            with TaskClient(b2.endpoints["frontend"]) as via_b2:
+                for name in kinds:
+                    info = via_b2.info(name)
+                    assert (info["status"], info["success"]) == ("complete", "ok"), info
+            for proc in (coord, *nodes.values(), *extra):
+                assert proc.alive()
+            if dsn:
+                assert _leased(standby), "the standby did not take over"
+    opened = open_store(store, dsn or tmp_path / "coordinator" / "tasks.db")
+    tasks = {t.name: t for t in opened.load().tasks}
+    refusals = opened.refusals()
+    opened.close()
+    assert len(tasks) == len(plan) + 2
+    runs = Counter(line.split()[0] for line in runs_file.read_text().split("\n") if line)
+    for name, task in tasks.items():
+        assert task.state is TaskState.COMPLETE, name
+        if name == "never":
+            assert task.success is Severity.TERMINATED
+            continue
+        assert task.success is Severity.OK, task
+        assert task.finished_attempt == task.attempt  # completed by its last attempt, once
+        if name in kinds:
+            assert task.finished_node in KINDS[kinds[name]][2], (name, kinds[name], task)
+            assert runs[name] >= 1
+    for refusal in refusals:  # each refused report came from an attempt that did not complete
+        task = tasks[refusal["task"]]
+        assert (refusal["attempt"], refusal["node"]) != (task.finished_attempt, task.finished_node)
+    reruns = sum(t.reruns for t in tasks.values())
+    print(
+        json.dumps(
+            {
+                "store": store,
+                "completed": sum(1 for t in tasks.values() if t.state is TaskState.COMPLETE),
+                "rerun_attempts": reruns,
+                "refused_stale_results": len(refusals),
+                "script_runs": sum(runs.values()),
+                "counts": final,
+            }
+        )
+    )
+    assert reruns >= 1  # the node kill did cost attempts

@@ -1,0 +1,265 @@
+"""The vespid front end: every command, its errors, task-info fields and severities."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scale0.tasks import vespid
+from scale0.tasks.book import Book
+from scale0.tasks.model import TaskState
+from scale0.tasks.vespid import handle, vespid_status
+from tests.tasks.helpers import new_book
+from tests.tasks.helpers import vespid as spec
+
+
+def send(book: Book, message: Any, now: float = 1.0) -> dict[str, Any]:
+    body = message if isinstance(message, bytes) else json.dumps(message).encode()
+    reply = handle(book, body, now).reply
+    assert reply is not None
+    result: dict[str, Any] = json.loads(reply)
+    return result
+
+
+def test_rules_header_lists_v1_to_v4() -> None:
+    assert re.findall(r"^(V\d+)\s", vespid.__doc__ or "", re.MULTILINE) == [
+        f"V{i}" for i in range(1, 5)
+    ]
+
+
+@pytest.mark.parametrize("state", list(TaskState))
+def test_status_names(state: TaskState) -> None:
+    expected = {"waiting": None, "pending": None, "running": "working", "complete": "complete"}
+    assert vespid_status(state) == expected[state.value]
+
+
+def node_set(book: Book, name: str, memory: int, cores: int, now: float = 0.5) -> dict[str, Any]:
+    return send(
+        book,
+        {
+            "command": "node-set",
+            "name": name,
+            "capabilities": {"memory": memory, "cores": cores, "usage_prefer_astro": True},
+            "repositories": {"/srv/conda": {"type": "conda", "persist": True}},
+            "activetasks": [],
+        },
+        now,
+    )
+
+
+def test_create_info_run_complete() -> None:
+    book = new_book()
+    assert node_set(book, "n1", 2000, 2) == {"command": "node-set-response", "name": "n1"}
+    created = send(
+        book,
+        {
+            "command": "task-create",
+            "name": "job",
+            "name_pretty": "A job",
+            "parent": None,
+            "executable_pyscript": "print(1)",
+            "requirements": {
+                "memory": 500,
+                "cores": 1,
+                "cores_max": 2,
+                "usage_require_astro": True,
+            },
+            "repositories": {"env": {"request": "conda", "local": True}},
+            "environment": {"MODE": "x"},
+        },
+    )
+    assert created == {"command": "task-create-response", "name": "job", "status": "working"}
+    info = send(book, {"command": "task-info", "name": "job"}, 2.0)
+    assert info["command"] == "task-info-response"
+    for key in (
+        "name",
+        "name_pretty",
+        "parent",
+        "executable_pyscript",
+        "requirements",
+        "repositories",
+        "environment",
+        "time-create",
+        "time-start",
+        "time-finish",
+        "status",
+        "success",
+    ):
+        assert key in info
+    assert (info["status"], info["success"], info["node"], info["attempt"]) == (
+        "working",
+        None,
+        "n1",
+        1,
+    )
+    assert info["time-create"] == 1.0 and info["time-start"] == 1.0 and info["time-finish"] is None
+    run = book.poll("n1", [], 2.0)[0]
+    assert run["command"] == "task-run" and run["executable_pyscript"] == "print(1)"
+    done = send(
+        book, {"command": "task-complete", "name": "job", "node": "n1", "success": "warning"}, 3.0
+    )
+    assert done == {"command": "task-complete-response", "name": "job", "duplicate": False}
+    again = send(
+        book, {"command": "task-complete", "name": "job", "node": "n1", "success": "warning"}, 3.5
+    )
+    assert again["duplicate"] is True
+    info = send(book, {"command": "task-info", "name": "job"}, 4.0)
+    assert (info["status"], info["success"], info["time-finish"]) == ("complete", "warning", 3.0)
+
+
+def test_unknown_task_info_is_invalid() -> None:
+    reply = send(new_book(), {"command": "task-info", "name": "ghost"})
+    assert reply["command"] == "task-info-response"
+    assert reply["status"] == "invalid"
+
+
+def test_unplaceable_says_why() -> None:
+    book = new_book()
+    node_set(book, "n1", 1000, 2)
+    send(book, {"command": "task-create", **spec("big", memory=64000)})
+    info = send(book, {"command": "task-info", "name": "big"})
+    assert info["status"] is None
+    assert info["explain"].startswith("no node could ever run it")
+    assert "needs 64000 MB memory" in info["explain"]
+
+
+def test_severity_never_goes_down_and_stale_is_refused() -> None:
+    book = new_book(node_timeout_s=1.0)
+    node_set(book, "n1", 1000, 2, now=0.0)
+    send(book, {"command": "task-create", **spec("t")}, 0.0)
+    node_set(book, "n2", 1000, 2, now=1.8)
+    book.tick(2.0)  # n1 lost: t goes to n2 as attempt 2
+    assert book.tasks["t"].node == "n2" and book.tasks["t"].attempt == 2
+    node_set(book, "n1", 1000, 2, now=2.1)
+    stale = send(
+        book,
+        {"command": "task-complete", "name": "t", "node": "n1", "success": "ok", "attempt": 1},
+        2.2,
+    )
+    assert (stale["command"], stale["code"], stale["error"]) == ("error", -32006, "stale-attempt")
+    assert stale["request"] == "task-complete"
+    send(book, {"command": "task-complete", "name": "t", "node": "n2", "success": "fatal"}, 2.3)
+    late = send(
+        book,
+        {"command": "task-complete", "name": "t", "node": "n2", "success": "ok", "attempt": 3},
+        2.4,
+    )
+    assert late["code"] == -32006
+    assert send(book, {"command": "task-info", "name": "t"})["success"] == "fatal"
+
+
+def test_a_lost_nodes_late_report_is_refused_and_recorded() -> None:
+    book = new_book(node_timeout_s=1.0)
+    node_set(book, "n1", 1000, 2, now=0.0)
+    send(book, {"command": "task-create", **spec("t")}, 0.0)
+    book.tick(5.0)  # n1 lost, t pending again
+    book.take_changes()
+    late = send(book, {"command": "task-complete", "name": "t", "node": "n1", "success": "ok"}, 5.1)
+    assert late["code"] == -32006
+    assert book.take_changes().refusals[0]["node"] == "n1"
+    assert book.tasks["t"].state is TaskState.PENDING
+
+
+def test_cancel_and_list() -> None:
+    book = new_book()
+    send(book, {"command": "task-create", **spec("t")})
+    assert send(book, {"command": "task-cancel", "name": "t"}) == {
+        "command": "task-cancel-response",
+        "name": "t",
+        "status": "complete",
+    }
+    assert send(book, {"command": "task-info", "name": "t"})["success"] == "terminated"
+    listed = send(book, {"command": "task-list", "state": "complete"})
+    assert [t["name"] for t in listed["tasks"]] == ["t"]
+    assert listed["counts"]["complete"] == 1
+
+
+@pytest.mark.parametrize(
+    ("message", "code", "needle"),
+    [
+        (b"{oops", -32700, "parse error"),
+        (b"[1]", -32600, "command"),
+        ({"name": "x"}, -32600, "command"),
+        ({"command": "task-explode"}, -32601, "task-explode"),
+        ({"command": "task-info"}, -32602, "name"),
+        ({"command": "task-create", "name": "x"}, -32010, "executable_pyscript"),
+        ({"command": "task-create", **spec("x", memory="lots")}, -32010, "requirements.memory"),
+        ({"command": "task-create", **spec("x", parent="nobody")}, -32010, "parent"),
+        ({"command": "task-create", **spec("bad name")}, -32005, "name"),
+        (
+            {"command": "node-set", "name": "n", "capabilities": {"gpu": 1}},
+            -32602,
+            "capabilities.gpu",
+        ),
+        ({"command": "node-set", "name": "n", "activetasks": 3}, -32602, "activetasks"),
+        (
+            {"command": "task-complete", "name": "t", "node": "n", "success": "great"},
+            -32602,
+            "success",
+        ),
+        (
+            {"command": "task-complete", "name": "t", "node": "ghost", "success": "ok"},
+            -32004,
+            "no task 't'",
+        ),
+        ({"command": "task-cancel", "name": "ghost"}, -32004, "ghost"),
+        ({"command": "task-list", "state": "sleeping"}, -32602, "state"),
+    ],
+)
+def test_errors(message: Any, code: int, needle: str) -> None:
+    book = new_book()
+    reply = send(book, message)
+    assert reply["command"] == "error"
+    assert reply["code"] == code, reply
+    assert needle in reply["message"]
+    assert not book.tasks
+
+
+def test_taken_name() -> None:
+    book = new_book()
+    send(book, {"command": "task-create", **spec("x")})
+    assert send(book, {"command": "task-create", **spec("x")})["command"] == "task-create-response"
+    reply = send(book, {"command": "task-create", **spec("x", memory=7)})
+    assert (reply["code"], reply["error"]) == (-32001, "id-taken")
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_raise(body: bytes) -> None:
+    assert handle(new_book(), body, 1.0).reply is not None
+
+
+@given(
+    st.sampled_from(sorted(vespid.COMMANDS)),
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "name",
+                "node",
+                "success",
+                "requirements",
+                "capabilities",
+                "repositories",
+                "executable_pyscript",
+                "parent",
+                "environment",
+                "attempt",
+                "activetasks",
+                "state",
+            ]
+        ),
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.text(max_size=6)
+        | st.dictionaries(st.text(max_size=6), st.integers() | st.text(max_size=3), max_size=3),
+        max_size=6,
+    ),
+)
+def test_arbitrary_fields_never_internal_error(command: str, fields: dict[str, Any]) -> None:
+    reply = send(new_book(), {"command": command, **fields})
+    assert reply.get("code") != -32603, reply
