@@ -91,7 +91,9 @@ class SegmentFiles:
         max_age_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         fsync: bool = True,
+        tag: str | None = None,
     ) -> None:
+        """``tag`` goes in file names instead of the process id (for reproducible output)."""
         if not _SAFE_NAME.fullmatch(broker):
             raise ValueError(
                 f"broker {broker!r}: an event log directory name must be 1-128 of "
@@ -105,6 +107,7 @@ class SegmentFiles:
         self.max_age_s = max_age_s
         self.clock = clock
         self.fsync = fsync
+        self.tag = tag
         self.closed_files: list[Path] = []
         self._file: IO[str] | None = None
         self._path: Path | None = None
@@ -167,7 +170,8 @@ class SegmentFiles:
         now = self.clock()
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
         self._seq += 1
-        path = folder / f".events-{stamp}-{os.getpid()}-{self._seq:05d}.jsonl"
+        tag = self.tag if self.tag is not None else str(os.getpid())
+        path = folder / f".events-{stamp}-{tag}-{self._seq:05d}.jsonl"
         self._file = open(path, "x", encoding="utf-8")  # noqa: SIM115 (closed by close())
         self._path = path
         self._day = day
