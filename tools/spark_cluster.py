@@ -68,6 +68,8 @@ def main() -> int:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_NO_DAEMONIZE": "1",
+        # No REST submission server: it listens on a fixed port (6066) two runs would share.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
     }
     with tempfile.TemporaryDirectory(prefix="scale0-spark-") as tmp_name:
         tmp = Path(tmp_name)

@@ -11,8 +11,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from scale0.trend.eventlog import EventLogWriter, SegmentFiles, date_of
+from scale0.trend.eventlog import _REQUEST_FIELDS, EventLogWriter, SegmentFiles, date_of, encode
 from scale0.trend.schema import FIELD_NAMES, SCHEMA_VERSION, validate_record
 
 DAY_MS = 86_400_000
@@ -220,3 +222,31 @@ def test_a_crash_mid_write_leaves_a_dot_file_the_next_writer_renames(tmp_path: P
         assert validate_record(json.loads(line)) == []
     with pytest.raises(json.JSONDecodeError):
         json.loads(lines[-1])
+
+
+names = st.text(max_size=12)
+optional = st.none() | names
+
+
+@given(
+    service=names,
+    worker=optional,
+    client=optional,
+    forwarded_from=optional,
+    ints=st.lists(st.integers(min_value=0, max_value=2**53), min_size=6, max_size=6),
+    latency=st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False),
+)
+def test_the_fast_request_line_is_exactly_what_json_dumps_writes(
+    service: str,
+    worker: str | None,
+    client: str | None,
+    forwarded_from: str | None,
+    ints: list[int],
+    latency: float,
+) -> None:
+    ts_ms, received, bytes_in, bytes_out, status, attempts = ints
+    values = (service, worker, client, forwarded_from, received, latency, bytes_in,
+              bytes_out, status, attempts)  # fmt: skip
+    record: dict[str, object] = {"v": 1, "ts_ms": ts_ms, "kind": "request", "broker": "b-1"}
+    record.update((k, v) for k, v in zip(_REQUEST_FIELDS, values, strict=True) if v is not None)
+    assert encode("b-1", ("request", ts_ms, values)) == json.dumps(record, separators=(",", ":"))
