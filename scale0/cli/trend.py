@@ -26,9 +26,9 @@ DEFAULT_ACCURACY = 10_000  # scale0.trend.job.DEFAULT_ACCURACY (imported late: i
 )
 @click.option(
     "--master",
-    default="local[*]",
-    show_default=True,
-    help="Spark master: local[*], spark://host:7077, yarn...",
+    default=None,
+    help="Spark master: local[*] (the default), spark://host:7077, yarn... Under spark-submit, "
+    "its --master is used unless this is given.",
 )
 @click.option("--full", is_flag=True, help="Forget the manifest and reprocess every file.")
 @click.option(
@@ -45,7 +45,7 @@ DEFAULT_ACCURACY = 10_000  # scale0.trend.job.DEFAULT_ACCURACY (imported late: i
 def main(
     source: str,
     out: Path,
-    master: str,
+    master: str | None,
     full: bool,
     accuracy: int,
     shuffle_partitions: int,
@@ -71,7 +71,7 @@ def main(
         )
         sys.exit(2)
     try:
-        progress(f"starting Spark ({master})")
+        progress(f"starting Spark ({master or 'the default master'})")
         spark = job.spark_session(
             master, shuffle_partitions=shuffle_partitions, driver_memory=driver_memory
         )

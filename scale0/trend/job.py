@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -105,20 +106,27 @@ def java_version(java: str | None = None) -> int:
 
 
 def spark_session(
-    master: str = "local[*]",
+    master: str | None = "local[*]",
     *,
     shuffle_partitions: int = 8,
     driver_memory: str | None = None,
     extra_conf: dict[str, str] | None = None,
 ) -> SparkSession:
-    """A session for the job: UI off, UTC, dynamic partition overwrite; errors made plain."""
-    java_version()
+    """A session for the job: UI off, UTC, dynamic partition overwrite; errors made plain.
+
+    ``master=None``: the one spark-submit chose (it started the JVM and says so in
+    PYSPARK_GATEWAY_PORT), else ``local[*]``."""
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if not submitted:
+        java_version()
+    if master is None and not submitted:
+        master = "local[*]"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master.startswith("local"):
+    if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
-        .appName("scale0-trend")
+        builder.appName("scale0-trend")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -135,7 +143,9 @@ def spark_session(
         spark = builder.getOrCreate()
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TrendError(f"Spark did not start (master {master}): {first}") from exc
+        raise TrendError(
+            f"Spark did not start (master {master or 'from spark-submit'}): {first}"
+        ) from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -152,6 +162,42 @@ def event_schema() -> Any:
     }
     fields = [T.StructField(f.name, types[f.type], True) for f in FIELDS]
     return T.StructType([*fields, T.StructField("_corrupt", T.StringType(), True)])
+
+
+class StageProgress:
+    """While a step runs, report Spark's active stages every ``every_s`` seconds (tasks done of
+    total), so a long parse shows it is moving. A daemon thread that only reads the tracker."""
+
+    def __init__(self, spark: SparkSession, progress: Callable[[str], None], every_s: float = 5.0):
+        self.tracker = spark.sparkContext.statusTracker()
+        self.progress = progress
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trend-progress", daemon=True)
+
+    def __enter__(self) -> StageProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(self.every_s + 5)
+
+    def _run(self) -> None:
+        last = ""
+        while not self._stop.wait(self.every_s):
+            try:
+                stages = [self.tracker.getStageInfo(i) for i in self.tracker.getActiveStageIds()]
+            except Exception:  # the session is stopping: nothing more to report
+                return
+            text = ", ".join(
+                f"stage {st.stageId}: {st.numCompletedTasks}/{st.numTasks} tasks"
+                for st in stages
+                if st is not None
+            )
+            if text and text != last:
+                self.progress(f"  {text}")
+                last = text
 
 
 # ---- listing and the manifest ---------------------------------------------------------------
@@ -247,6 +293,24 @@ def run(
     manifest = load_manifest(out)
     result = RunResult(source=source, out=out)
 
+    with StageProgress(spark, progress):
+        return _run(
+            spark, source, out, manifest, result, tables, accuracy, progress, report, started
+        )
+
+
+def _run(
+    spark: SparkSession,
+    source: str,
+    out: Path,
+    manifest: dict[str, Any],
+    result: RunResult,
+    tables: Path,
+    accuracy: int,
+    progress: Callable[[str], None],
+    report: bool,
+    started: float,
+) -> RunResult:
     progress(f"listing {source}")
     files = list_source(spark, source)
     if not files and not manifest["files"]:

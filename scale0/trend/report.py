@@ -21,6 +21,7 @@ matplotlib.use("Agg")  # no display: render to memory only
 
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
 from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
 
 MAX_SERVICES = 6
 CSS = """
@@ -80,6 +81,10 @@ def latency_chart(hourly: Sequence[dict[str, Any]], services: Sequence[str]) -> 
             ax.plot(xs, ys, style, label=key[:-3])
         ax.set_title(f"{service}: latency per hour (ms)", fontsize=10)
         ax.set_yscale("log")
+        # Plain numbers on the log axis (10, 20, 50), not 2x10^1.
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.tick_params(axis="y", which="minor", labelsize=7)
         _time_axis(ax)
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
