@@ -379,9 +379,13 @@ def trend_main(argv: list[str]) -> int:
         started = time.perf_counter()
         spark = spark_session(args.master, driver_memory=args.driver_memory)
         result["session_s"] = time.perf_counter() - started
+
+        def progress(message: str) -> None:
+            print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr)
+
         try:
             started = time.perf_counter()
-            run(spark, str(src), Path(tmp) / "out")
+            run(spark, str(src), Path(tmp) / "out", progress=progress)
             result["job_s"] = time.perf_counter() - started
             started = time.perf_counter()
             again = run(spark, str(src), Path(tmp) / "out")
