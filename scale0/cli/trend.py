@@ -90,6 +90,9 @@ def main(
     except job.TrendError as exc:
         click.echo(f"scale0-trend: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:  # a full or read-only --out while writing tables or the report
+        click.echo(f"scale0-trend: {exc.filename or out}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
     click.echo(summary_screen(result))
 
 

@@ -285,7 +285,12 @@ def run(
     """Process the new files under ``source`` into ``out`` (a local directory)."""
 
     started = time.monotonic()
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise TrendError(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrendError(f"--out {out}: cannot create it: {exc.strerror or exc}") from exc
     tables = out / "tables"
     if full:
         shutil.rmtree(tables, ignore_errors=True)

@@ -193,6 +193,9 @@ def test_missing_or_empty_directories_get_a_plain_error(
 
     with pytest.raises(TrendError, match="does not exist"):
         run(spark, str(tmp_path / "nope"), tmp_path / "out")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(TrendError, match="a-file: exists and is not a directory"):
+        run(spark, str(tmp_path / "nope"), tmp_path / "a-file")
     (tmp_path / "empty" / ".hidden").mkdir(parents=True)
     (tmp_path / "empty" / "2026-11-18").mkdir()
     (tmp_path / "empty" / "2026-11-18" / ".events-open.jsonl").write_text('{"v":1}\n')
