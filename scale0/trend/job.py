@@ -5,10 +5,11 @@ FileSystem reads: a local path, ``file://``, ``hdfs://``, ``s3a://``...); keep t
 manifest has not seen; parse them with an explicit schema, sorting every line into good,
 corrupt (not JSON, cut short, a field of the wrong type), newer (a schema version above ours,
 reported and never read as ours) and invalid (a version 1 record missing a required field or
-of an unknown kind); append the good records to the ``events`` table, partitioned by date and
-kind; recompute the per-minute and per-hour service tables for the dates that got new records,
-and availability, load share, the config timeline and tasks from all events; write the summary
-and the report; then, last, the manifest. Each run appends its events under its own
+of an unknown kind), and write every line in one pass to the ``events`` table, partitioned by
+class, date and kind (the analysis reads ``class=good``); recompute the per-minute and
+per-hour service tables for the dates that got new records, and availability, load share, the
+config timeline and tasks from all events; write the summary and the report; then, last, the
+manifest. Each run appends its events under its own
 ``run=<id>`` partition; a run that fails part-way leaves the manifest as it was, and the next
 run deletes the partition the manifest does not name and starts again from the same files, so
 nothing is counted twice.
@@ -30,7 +31,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -376,37 +376,28 @@ def _run(
             .when(required | (F.col("v") < 1), "invalid")
             .otherwise("good")
         )
-        parsed = raw.select(
+        good_date = F.date_format(F.timestamp_millis(F.col("ts_ms")), "yyyy-MM-dd")
+        staged = raw.select(
             *[F.col(f.name) for f in FIELDS],
             F.col("_metadata.file_path").alias("file"),
             klass.alias("class"),
             F.when(version > SCHEMA_VERSION, version).alias("newer_v"),
-        ).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            good = parsed.filter(F.col("class") == "good").withColumn(
-                "date", F.date_format(F.timestamp_millis(F.col("ts_ms")), "yyyy-MM-dd")
-            )
-            counted = (
-                parsed.withColumn(
-                    "date",
-                    F.when(
-                        F.col("class") == "good",
-                        F.date_format(F.timestamp_millis(F.col("ts_ms")), "yyyy-MM-dd"),
-                    ),
-                )
-                .groupBy("file", "class", "date", "newer_v")
-                .count()
-                .collect()
-            )
-            progress(
-                f"appending {sum(r['count'] for r in counted if r['class'] == 'good')} "
-                "records to the events table"
-            )
-            good.drop("v", "file", "class", "newer_v").write.mode("append").parquet(
-                str(events_dir / f"run={run_id}"), partitionBy=["date", "kind"]
-            )
-        finally:
-            parsed.unpersist()
+            F.col("_corrupt").alias("line"),
+        ).withColumn("date", F.when(F.col("class") == "good", good_date))
+        # One pass over the JSON: every line lands in its class partition (the rejected ones
+        # keep their raw line, for whoever wants to look), then it is counted from Parquet.
+        run_dir = events_dir / f"run={run_id}"
+        staged.write.mode("append").parquet(str(run_dir), partitionBy=["class", "date", "kind"])
+        counted = (
+            spark.read.parquet(str(run_dir))
+            .groupBy("file", "class", "date", "newer_v")
+            .count()
+            .collect()
+        )
+        progress(
+            f"appended {sum(r['count'] for r in counted if r['class'] == 'good')} records "
+            "to the events table"
+        )
         per_file: dict[str, dict[str, Any]] = {
             f.path: {
                 "size": f.size,
@@ -441,10 +432,10 @@ def _run(
         seen.update(per_file)
     dates.sort()
     result.dates = dates
-    if not any(events_dir.glob("run=*/date=*/kind=*/*.parquet")):
+    if not any(events_dir.glob("run=*/class=good/date=*/kind=*/*.parquet")):
         raise TrendError(f"event log directory {source}: no valid version 1 records in any file")
 
-    events = spark.read.parquet(events_path)
+    events = spark.read.parquet(events_path).filter(F.col("class") == "good")
     if dates:
         progress(
             f"service tables for {len(dates)} dates: {', '.join(dates[:5])}"
