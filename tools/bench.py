@@ -12,6 +12,11 @@ three setups, each with the client, the workers and the middle process in separa
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
   against its own "before" in the same invocation.
 
+``tools/bench trend [--events N]`` is a separate case (see ``trend_main``): the event log
+writer's cost on the caller's thread and its drain rate, then events per second through the
+trending job on ``local[*]`` for a generated log (1 million events; ``--events 10000000`` for
+the issue's 10 M case).
+
 It prints throughput, round-trip p50/p99, the middle process's CPU time per request (read
 from /proc; "main+other" splits it into the main thread and the rest, i.e. libzmq's I/O
 thread), the broker's loop wake-ups per request (its ``net_wakeups`` / ``requests``
@@ -309,7 +314,110 @@ CASES = {
 }
 
 
+# ---- trend: the event log writer and the Spark job (tools/bench trend) --------------------------
+
+
+def bench_writer(directory: Path, records: int) -> dict[str, float]:
+    """Caller-side ns per ``EventLogWriter.request`` next to an empty call of the same
+    signature (the loop's own cost), and how fast the writer thread drains to disk."""
+    from scale0.trend.eventlog import EventLogWriter  # noqa: PLC0415 (only this case needs it)
+
+    def nothing(*args: object) -> bool:
+        return True
+
+    clock = time.perf_counter
+    started = clock()
+    for i in range(records):
+        nothing(i, "echo", "w1", "c0ffee", None, i, 1.5, 100, 200, 200, 1)
+    empty_s = clock() - started
+    writer = EventLogWriter(directory, "bench", capacity=records + 1, fsync=False)
+    started = clock()
+    for i in range(records):
+        writer.request(i, "echo", "w1", "c0ffee", None, i, 1.5, 100, 200, 200, 1)
+    caller_s = clock() - started
+    drain_started = clock()
+    writer.start()
+    writer.close(timeout_s=600)
+    drain_s = clock() - drain_started
+    stats = writer.stats()
+    if stats["written"] != records:
+        raise RuntimeError(f"writer bench: wrote {stats['written']} of {records}")
+    return {
+        "records": records,
+        "caller_ns": caller_s / records * 1e9,
+        "empty_call_ns": empty_s / records * 1e9,
+        "drain_records_per_s": records / drain_s,
+    }
+
+
+def trend_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tools/bench trend",
+        description="Events per second through scale0-trend on a generated log, and the "
+        "event log writer's cost per record.",
+    )
+    parser.add_argument("--events", type=int, default=1_000_000, help="records to generate")
+    parser.add_argument("--days", type=float, default=1.0, help="span of the generated log")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--writer-records", type=int, default=500_000)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    from scale0.trend.job import run, spark_session  # noqa: PLC0415 (needs pyspark)
+    from scale0.trend.synth import Plan, generate  # noqa: PLC0415
+
+    result: dict[str, Any] = {"events": args.events, "master": args.master}
+    with tempfile.TemporaryDirectory(prefix="scale0-bench-trend-") as tmp:
+        result["writer"] = bench_writer(Path(tmp) / "writer", args.writer_records)
+        src = Path(tmp) / "events"
+        started = time.perf_counter()
+        plan = Plan(seed=1, days=args.days, rate=args.events / (args.days * 86_400))
+        totals = generate(src, plan)
+        result["generate_s"] = time.perf_counter() - started
+        result["records"] = totals.records
+        result["bytes"] = sum(p.stat().st_size for p in src.rglob("*.jsonl"))
+        started = time.perf_counter()
+        spark = spark_session(args.master, driver_memory=args.driver_memory)
+        result["session_s"] = time.perf_counter() - started
+
+        def progress(message: str) -> None:
+            print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr)
+
+        try:
+            started = time.perf_counter()
+            run(spark, str(src), Path(tmp) / "out", progress=progress)
+            result["job_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            again = run(spark, str(src), Path(tmp) / "out")
+            result["rerun_s"] = time.perf_counter() - started
+            if again.files_new:
+                raise RuntimeError("the rerun read files again")
+        finally:
+            spark.stop()
+    result["events_per_s"] = result["records"] / result["job_s"]
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    w = result["writer"]
+    print(
+        f"event log writer, {w['records']} records: {w['caller_ns']:.0f} ns per request() on the "
+        f"caller's thread (an empty call with the same arguments: {w['empty_call_ns']:.0f} ns); "
+        f"writer thread drains {w['drain_records_per_s']:.0f} records/s"
+    )
+    print(
+        f"generated {result['records']} records ({result['bytes'] / 1e6:.0f} MB) in "
+        f"{result['generate_s']:.1f} s; Spark session ({args.master}) {result['session_s']:.1f} s"
+    )
+    print(
+        f"scale0-trend: {result['job_s']:.1f} s, {result['events_per_s']:.0f} events/s; "
+        f"re-run with no new files {result['rerun_s']:.1f} s"
+    )
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["trend"]:
+        return trend_main(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=20_000, help="timed requests per case")
     parser.add_argument("--window", type=int, default=100, help="requests outstanding")
