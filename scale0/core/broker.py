@@ -47,7 +47,8 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      last interval from another routing id gets 409 (an older one is taken over: the peer
      restarted). Anything else from a routing id that has not said HELLO is ignored.
  F3  Any message from a peer is a heartbeat; a peer silent for liveness x interval is down: its
-     table is dropped and the requests forwarded to it are routed again or answered 504.
+     table is dropped and the requests forwarded to it are routed again or answered 504. Its
+     link's routing id is kept: when it speaks again on the same link it is up again.
  F4  A peer HELLO or HEARTBEAT naming a newer config_version makes us CHECKCONFIG it at once;
      a HEARTBEAT whose time is off by more than max_clock_skew_s gets DISCONNECTERROR 412.
  F5  Tables: we pull (TABLEREQ since our copy) when a link comes up and whenever a HEARTBEAT's
@@ -1375,7 +1376,11 @@ class Broker:
         peer.status = "down"
         peer.linked = False
         peer.push_to = False
-        if peer.routing_id is not None:
+        if peer.routing_id is not None and reason != "silent":
+            # Silence is only a suspicion: the peer's link is still the same connection and it
+            # does not know we dropped it, so it will not say HELLO again. Keep its routing id,
+            # so that what it says next on that link counts (F3) instead of being ignored as
+            # "before HELLO" (F2) for good. A restart (new HELLO) or DISCONNECT replaces it.
             self._peer_rids.pop(peer.routing_id, None)
             peer.routing_id = None
         peer.forget_table()

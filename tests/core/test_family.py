@@ -449,3 +449,28 @@ def test_f7_what_waits_for_a_lost_last_worker_goes_back_to_its_origin_with_404()
     (answer,) = [m for m in answers if isinstance(m, ForwardReply)]
     assert answer.ticket == b"T9" and answer.status == 404
     assert a.stats()["queued"] == 1  # only a's own request waits: no peer offers echo
+
+
+def test_f3_a_peer_heard_again_on_the_same_link_after_a_silence_is_up_for_good() -> None:
+    """A silence that ends without a restart (a backlog, a one-way stall): the peer's link is
+    the same connection, and it never learns that we dropped it, so it does not say HELLO
+    again. What it says next on that link must count (liveness, FORWARD), or it would be
+    declared silent every liveness period for the rest of its life."""
+    fabric = started()
+    fabric.worker("c", W1)
+    fabric.advance(1.1)
+    stall = lambda src, dst, message: src == "c" and dst == "a"  # noqa: E731
+    fabric.drops.append(stall)
+    fabric.advance(4.5)  # over liveness (3 intervals of 1 s in the fabric): a drops c
+    assert {p["broker_id"]: p["status"] for p in fabric.brokers["a"].peers_view()}["c"] == "down"
+    fabric.drops.remove(stall)
+    fabric.advance(2.0)
+    lost = fabric.brokers["a"].counters["peers_lost"]
+    fabric.advance(12.0)  # four liveness periods: c heard all along, never dropped again
+    assert fabric.brokers["a"].counters["peers_lost"] == lost
+    assert {p["broker_id"]: p["status"] for p in fabric.brokers["a"].peers_view()}["c"] == "up"
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"r1")
+    assert fabric.serve("c") == 1
+    ((_, reply),) = fabric.replies("a")
+    assert reply.status == 200
