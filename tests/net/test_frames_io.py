@@ -7,10 +7,17 @@ and the ``c`` cases, by design: the broker would silently run the slow path ther
 
 from __future__ import annotations
 
+import array
 import errno
+import json
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +28,7 @@ from hypothesis import strategies as st
 from scale0.net import frames_io
 
 WAIT_S = 5.0
+CHILD_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,95 @@ def test_a_frame_that_is_not_bytes_raises_type_error(impl: Impl, pair: Pair) -> 
         impl.send_batch([(key, pair.dealer_id, [b"", 7])])
 
 
+def _next_message(sock: zmq.Socket[bytes]) -> list[bytes]:
+    assert sock.poll(int(WAIT_S * 1000)), "nothing arrived"
+    return sock.recv_multipart()
+
+
+# A bad frame at each place a batch can hold one: the (message, frame) it is at, frame 0 being
+# the first frame (the routing id on a ROUTER).
+BAD_PLACES = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 2), (2, 3)]
+
+
+@pytest.mark.parametrize(("message", "frame"), BAD_PLACES)
+@pytest.mark.parametrize(
+    "bad",
+    [7, "text", None, memoryview(b"abcdef")[::2]],
+    ids=["int", "str", "None", "strided-memoryview"],
+)
+def test_a_bad_frame_refuses_the_whole_batch_and_the_next_message_arrives_whole(
+    impl: Impl, pair: Pair, message: int, frame: int, bad: object
+) -> None:
+    """Nothing of a batch with a bad frame is sent, so no peer gets a spliced message.
+
+    Before the fix, the frames before the bad one went out with SNDMORE, and the next message
+    sent on the socket was glued onto them: the receiver read ``[b"", b"m0", b"d1", ...]``.
+    """
+    key = impl.io_key(pair.router)
+    batch: list[tuple[Any, Any, list[Any]]] = [
+        (key, pair.dealer_id, [b"", b"m%d" % i, b"end"]) for i in range(3)
+    ]
+    frames = [batch[message][1], *batch[message][2]]
+    frames[frame] = bad
+    batch[message] = (key, frames[0], frames[1:])
+    with pytest.raises(TypeError) as refused:
+        impl.send_batch(batch)
+    assert impl.send_batch([(key, pair.dealer_id, [b"", b"next"])]) == (1, [])
+    assert _next_message(pair.dealer) == [b"", b"next"]
+    assert re.fullmatch(
+        rf"send_batch: message {message}, frame {frame}: \w+ is not a contiguous "
+        r"bytes-like object; nothing in this batch was sent",
+        str(refused.value),
+    )
+
+
+@pytest.mark.parametrize("frame", [0, 1, 2])
+def test_a_bad_frame_on_a_dealer_leaves_no_half_message_either(
+    impl: Impl, pair: Pair, frame: int
+) -> None:
+    """A peer link is a DEALER (no routing id): the ROUTER behind it must not get a splice."""
+    key = impl.io_key(pair.dealer)
+    frames: list[Any] = [b"S0P1", b"HELLO", b"x"]
+    frames[frame] = 7
+    with pytest.raises(TypeError) as refused:
+        impl.send_batch([(key, b"S0P1", [b"PING"]), (key, frames[0], frames[1:])])
+    assert impl.send_batch([(key, b"S0P1", [b"NEXT"])]) == (1, [])
+    assert _next_message(pair.router) == [pair.dealer_id, b"S0P1", b"NEXT"]
+    assert f"message 1, frame {frame}: int " in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ((b"first",), "message 1 is not a (socket"),
+        ("not a tuple", "message 1 is not a (socket"),
+        (("not a socket", b"id", []), "message 1: the socket"),
+        ((None, b"id", []), "message 1: the socket"),
+        (("key", b"id", 7), "message 1: its other frames are not a sequence"),
+    ],
+)
+def test_a_bad_item_refuses_the_whole_batch(
+    impl: Impl, pair: Pair, item: tuple[Any, ...], says: str
+) -> None:
+    key = impl.io_key(pair.router)
+    if item and item[0] == "key":
+        item = (key, *item[1:])
+    good = (key, pair.dealer_id, [b"", b"first"])
+    with pytest.raises(TypeError) as refused:
+        impl.send_batch([good, item, good])  # type: ignore[list-item]
+    assert impl.send_batch([(key, pair.dealer_id, [b"", b"next"])]) == (1, [])
+    assert _next_message(pair.dealer) == [b"", b"next"]
+    assert says in str(refused.value)
+    assert str(refused.value).endswith("nothing in this batch was sent")
+
+
+@pytest.mark.parametrize("frames", [bytearray(b"ab"), memoryview(b"ab"), array.array("B", b"ab")])
+def test_bytes_like_frames_are_sent_as_their_bytes(impl: Impl, pair: Pair, frames: Any) -> None:
+    key = impl.io_key(pair.router)
+    assert impl.send_batch([(key, bytearray(pair.dealer_id), [frames, b"end"])]) == (1, [])
+    assert _next_message(pair.dealer) == [b"ab", b"end"]
+
+
 def test_full_pipe_is_eagain_not_a_block(impl: Impl, pair: Pair) -> None:
     """A DEALER whose peer is not there yet: its send HWM fills and sends fail with EAGAIN."""
     ctx = zmq.Context.instance()
@@ -195,3 +292,58 @@ def test_both_implementations_read_the_same_messages(
             assert pair.dealer.poll(int(WAIT_S * 1000))
             echoed.append(pair.dealer.recv_multipart())
         assert echoed == messages, impl.name
+
+
+# ---- in a child process: signals, and code that frees what a batch still uses ----------------
+
+
+def _child(*args: str) -> Any:
+    """Run ``tests.net.frames_io_child`` with ``args``; its JSON answer (it must exit 0).
+
+    A child of its own because these tests arm SIGALRM (pytest-timeout's too) or, before the
+    fix, crashed the interpreter; PYTHONMALLOC=debug fills freed memory so a use after free
+    shows every time.
+    """
+    env = {**os.environ, "PYTHONMALLOC": "debug"} if args[0] == "freed" else None
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.net.frames_io_child", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, f"child exited {result.returncode}: {result.stderr[-3000:]}"
+    return json.loads(result.stdout)
+
+
+def test_interrupted_sends_and_receives_are_retried_not_reported(impl: Impl) -> None:
+    """EINTR is retried: no message fails with it, no receive raises it, nothing is lost.
+
+    The child sends and receives while SIGALRM fires every 20 µs (see the child). Before the
+    fix the C path reported EINTR as a failed message or raised it, within a few hundred calls.
+    """
+    if impl.name == "c":
+        _c_impl()  # fails here, clearly, if the extension was built but does not load
+    answer = _child("storm", impl.name)
+    assert answer["signals"] > answer["calls"] // 10, "the storm did not happen"
+    assert answer["send_results"] == [[1, []], [2, []]]
+    assert answer["to_dealer"] == "in order, none missing"
+    assert answer["to_router"] == "in order, none missing"
+
+
+def test_a_batch_holds_its_frames_while_python_code_frees_the_callers(impl: Impl) -> None:
+    """The caller's items and frames are freed, by code the batch itself runs, mid-batch.
+
+    The first message's other frames are a sequence whose iteration empties the caller's list
+    of items (the only reference to the messages and their frames). The batch must still send
+    both messages, whole, as they were when send_batch was called. Before the fix the C path
+    read freed memory (a crash, or garbage sent) and the fallback sent only the first message.
+    """
+    if impl.name == "c":
+        _c_impl()
+    answer = _child("freed", impl.name)
+    assert answer["result"] == [2, []]
+    assert answer["received"] == [["", "zero", "0" * 1000], ["", "one", "1" * 1000]]
