@@ -1,6 +1,7 @@
 """Child-process side of tests/net/test_frames_io.py: the batch calls under signals and frees.
 
-``python -m tests.net.frames_io_child storm|freed c|pyzmq`` prints one JSON answer. These run
+``python -m tests.net.frames_io_child storm c|pyzmq`` or ``... freed c|pyzmq iterator|buffer``
+prints one JSON answer. These run
 in a process of their own because they arm SIGALRM, and because, before the fixes they test,
 they made the interpreter read freed memory.
 """
@@ -135,19 +136,41 @@ class Emptying(Sequence[bytes]):
         yield from frames
 
 
+class Exporting:
+    """A frame whose ``__buffer__`` (Python 3.12+) empties the caller's list of items."""
+
+    def __init__(self, items: list[Any], data: bytes) -> None:
+        self.items = items
+        self.data = data
+
+    def __buffer__(self, flags: int) -> memoryview:
+        self.items.clear()  # the last reference to every message, and to this frame
+        return memoryview(self.data)
+
+
 def made(text: str) -> bytes:
     """A frame made at run time, so the items hold the only reference to it."""
     return text.encode("ascii")
 
 
-def freed(name: str) -> dict[str, Any]:
+def freed(name: str, how: str) -> dict[str, Any]:
+    """Send a batch that, while it is being sent, frees the caller's items and frames.
+
+    ``how``: ``iterator`` (the first message's other frames empty the list when iterated) or
+    ``buffer`` (Python 3.12+: a frame's ``__buffer__`` does).
+    """
     io_key, _, send_batch = _impl(name)
     ctx: zmq.Context[Any] = zmq.Context()
     router, dealer = _pair(ctx)
     key = io_key(router)
     items: list[Any] = []
-    items.append((key, made("d1"), Emptying(items, [b"", made("zero"), made("0" * 1000)])))
+    if how == "iterator":
+        rest: Any = Emptying(items, [b"", made("zero"), made("0" * 1000)])
+    else:
+        rest = [b"", Exporting(items, made("zero")), made("0" * 1000)]
+    items.append((key, made("d1"), rest))
     items.append((key, made("d1"), [b"", made("one"), made("1" * 1000)]))
+    del rest
     sent, failed = send_batch(items)
     received = []
     while dealer.poll(200 if received else WAIT_MS):
@@ -160,5 +183,5 @@ def freed(name: str) -> dict[str, Any]:
 
 if __name__ == "__main__":
     what, impl = sys.argv[1], sys.argv[2]
-    answer = storm(impl) if what == "storm" else freed(impl)
+    answer = storm(impl) if what == "storm" else freed(impl, sys.argv[3])
     print(json.dumps(answer))
