@@ -180,6 +180,22 @@ static int send_frame(void *sock, const char *buf, size_t len, int flags) {
 
 /* ---- recv_batch ---------------------------------------------------------------------------- */
 
+/* Read and drop the frames left of a message whose first frames were read (libzmq delivers a
+ * message whole, so they are there; the loop ends at its last frame, or at an error). */
+static void discard_rest(void *sock) {
+    int more = 1;
+    while (more) {
+        s0_zmq_msg_t msg;
+        p_msg_init(&msg);
+        if (recv_frame(sock, &msg) != 0) {
+            more = 0;
+        } else {
+            more = p_msg_more(&msg);
+        }
+        p_msg_close(&msg);
+    }
+}
+
 static PyObject *recv_batch(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *handle_obj;
@@ -218,26 +234,19 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
                 PyBytes_FromStringAndSize((const char *)p_msg_data(&msg), (Py_ssize_t)p_msg_size(&msg));
             more = p_msg_more(&msg);
             p_msg_close(&msg);
-            if (frame == NULL) {
+            if (frames == NULL && frame != NULL) {
+                frames = PyList_New(0);
+            }
+            if (frame == NULL || frames == NULL || PyList_Append(frames, frame) < 0) {
+                Py_XDECREF(frame);
                 Py_XDECREF(frames);
                 Py_DECREF(messages);
-                return NULL;
-            }
-            if (frames == NULL) {
-                frames = PyList_New(0);
-                if (frames == NULL) {
-                    Py_DECREF(frame);
-                    Py_DECREF(messages);
-                    return NULL;
+                if (more) {
+                    discard_rest(sock); /* else the next call reads its tail as a message */
                 }
+                return NULL; /* MemoryError */
             }
-            int rc = PyList_Append(frames, frame);
             Py_DECREF(frame);
-            if (rc < 0) {
-                Py_DECREF(frames);
-                Py_DECREF(messages);
-                return NULL;
-            }
         }
         int rc = PyList_Append(messages, frames);
         Py_DECREF(frames);

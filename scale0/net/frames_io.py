@@ -49,6 +49,7 @@ _get: Any = zmq.backend.Socket.get
 NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | NOBLOCK
 _EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
 POLLIN = int(zmq.POLLIN)
 
 IoKey: TypeAlias = "int | zmq.Socket[Any]"
@@ -65,12 +66,29 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
     returns (read in C by pyzmq), not with ``getsockopt(RCVMORE)``, whose wrapper maps the
     option to an enum on every call.
     """
-    frame = _recv(sock, NOBLOCK, False)
-    frames: list[bytes] = [frame.bytes]
-    while frame.more:
+    try:
         frame = _recv(sock, NOBLOCK, False)
-        frames.append(frame.bytes)
+        frames: list[bytes] = [frame.bytes]
+        while frame.more:
+            frame = _recv(sock, NOBLOCK, False)
+            frames.append(frame.bytes)
+    except BaseException:
+        # pyzmq runs Python's signal handlers after each call: one that raised (Ctrl-C) between
+        # two frames lost this message's frames so far. Drop the rest too, or the next call
+        # would return its tail as a message of its own.
+        _discard_rest(sock)
+        raise
     return frames
+
+
+def _discard_rest(sock: zmq.Socket[Any]) -> None:
+    """Read and drop what is left of a message whose first frames were read.
+
+    RCVMORE is the ``more`` flag of the last frame libzmq handed over, received or lost; libzmq
+    delivers a message whole, so the loop ends at its last frame.
+    """
+    while _get(sock, _RCVMORE):
+        _recv(sock, NOBLOCK, False)
 
 
 def send_frames(sock: zmq.Socket[Any], first: bytes, rest: Sequence[bytes]) -> None:

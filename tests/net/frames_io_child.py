@@ -1,7 +1,7 @@
 """Child-process side of tests/net/test_frames_io.py: the batch calls under signals and frees.
 
-``python -m tests.net.frames_io_child storm c|pyzmq`` or ``... freed c|pyzmq iterator|buffer``
-prints one JSON answer. These run
+``python -m tests.net.frames_io_child storm|raising c|pyzmq``, or ``... freed c|pyzmq
+iterator|buffer``, prints one JSON answer. These run
 in a process of their own because they arm SIGALRM, and because, before the fixes they test,
 they made the interpreter read freed memory.
 """
@@ -113,6 +113,76 @@ def storm(name: str) -> dict[str, Any]:
     return answer
 
 
+class Interrupted(Exception):
+    """What the signal handler of :func:`raising` raises now and then, as Ctrl-C would."""
+
+
+RAISING_MESSAGES = 3000
+
+
+def raising(name: str) -> dict[str, Any]:
+    """Receive while SIGALRM's Python handler raises on every third signal.
+
+    The messages wait in an inproc pipe before the storm starts, so the loop ends when the
+    socket is empty. An exception may cost messages (on the C path, a batch it returned but
+    Python never stored); it must never leave half a message behind, to come out later as a
+    message of its own.
+    """
+    io_key, recv_batch, _ = _impl(name)
+    ctx: zmq.Context[Any] = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    dealer = ctx.socket(zmq.DEALER)
+    for sock in (router, dealer):
+        sock.linger = 0
+        sock.sndhwm = sock.rcvhwm = 0  # no limit: every message is in the pipe before the storm
+    router.bind("inproc://raising")
+    dealer.setsockopt(zmq.IDENTITY, b"d1")
+    dealer.connect("inproc://raising")
+    for i in range(RAISING_MESSAGES):
+        tag = b"%d" % i
+        dealer.send_multipart([b"", tag, tag, tag, tag])
+    key = io_key(router)
+    signals = [0]
+    armed = [False]  # raise only inside the receive call below, never in our own bookkeeping
+
+    def sometimes(signum: int, frame: object) -> None:
+        signals[0] += 1
+        if armed[0] and signals[0] % 3 == 0:
+            armed[0] = False
+            raise Interrupted
+
+    got: list[list[bytes]] = []
+    raised = 0
+    signal.signal(signal.SIGALRM, sometimes)
+    signal.setitimer(signal.ITIMER_REAL, STORM_INTERVAL_S, STORM_INTERVAL_S)
+    for _ in range(100 * RAISING_MESSAGES):  # bounded; ends long before, on an empty socket
+        try:
+            armed[0] = True
+            batch = recv_batch(key, 7)
+            armed[0] = False
+        except Interrupted:
+            raised += 1
+            continue
+        if not batch:
+            break
+        got.extend(batch)
+    signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    whole = [
+        m for m in got if len(m) == 6 and m[0] == b"d1" and m[1] == b"" and len(set(m[2:])) == 1
+    ]
+    tags = [int(m[2]) for m in whole]
+    router.close(0)
+    dealer.close(0)
+    ctx.term()
+    return {
+        "raised": raised,
+        "received": len(got),
+        "not_whole": [[f.decode() for f in m] for m in got if m not in whole][:5],
+        "in_order_once": tags == sorted(set(tags)),
+    }
+
+
 class Emptying(Sequence[bytes]):
     """The other frames of a message; iterating them empties the caller's list of items."""
 
@@ -183,5 +253,10 @@ def freed(name: str, how: str) -> dict[str, Any]:
 
 if __name__ == "__main__":
     what, impl = sys.argv[1], sys.argv[2]
-    answer = storm(impl) if what == "storm" else freed(impl, sys.argv[3])
+    if what == "storm":
+        answer = storm(impl)
+    elif what == "raising":
+        answer = raising(impl)
+    else:
+        answer = freed(impl, sys.argv[3])
     print(json.dumps(answer))
