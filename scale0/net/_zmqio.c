@@ -15,7 +15,8 @@
  *       whole batch is checked first: a bad item or frame raises TypeError naming the message
  *       and frame, and nothing of the batch is sent (see "send_batch" below for why).
  *
- * EINTR is retried, as pyzmq does; Python's signal handlers run when the call returns.
+ * EINTR is retried, as pyzmq does; Python's signal handlers run when the call returns, never
+ * between two frames of a message. Neither call leaves a socket mid-message.
  *
  * `handle` is pyzmq's Socket.underlying (the libzmq socket pointer). The caller must not pass a
  * closed socket: libzmq has no way to tell, and neither does this module.

@@ -232,7 +232,11 @@ def recv_batch(key: IoKey, limit: int) -> list[list[bytes]]:
 
     Raises zmq.ZMQError on a socket failure, unless messages were already read in this call
     (then they are returned and the failure comes back on the next call). A receive
-    interrupted by a signal (EINTR) is retried, as in :func:`send_batch`.
+    interrupted by a signal (EINTR) is retried, as in :func:`send_batch`. A message is never
+    split: if a signal handler raises (Ctrl-C) mid-message on the fallback, or memory runs
+    out, the rest of that message is read and dropped before the exception goes on, so the
+    next call does not return its tail as a message of its own. (On the C path a handler
+    raises once the call has returned, and the batch it returned is lost with it.)
     """
     messages: list[list[bytes]] = _recv_batch(key, limit)
     return messages
