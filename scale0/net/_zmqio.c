@@ -11,7 +11,12 @@
  *       ZMQ_FD is safe to sleep on afterwards).
  *   send_batch(items) -> (sent, [errno, ...])
  *       items: a list of (handle, first_frame, [more frames...]); each is one message, sent
- *       without blocking; the errnos of the messages that could not be sent, in order.
+ *       without blocking; the errnos of the messages that could not be sent, in order. The
+ *       whole batch is checked first: a bad item or frame raises TypeError naming the message
+ *       and frame, and nothing of the batch is sent (see "send_batch" below for why).
+ *
+ * EINTR is retried, as pyzmq does; Python's signal handlers run when the call returns, never
+ * between two frames of a message. Neither call leaves a socket mid-message.
  *
  * `handle` is pyzmq's Socket.underlying (the libzmq socket pointer). The caller must not pass a
  * closed socket: libzmq has no way to tell, and neither does this module.
@@ -143,26 +148,54 @@ static PyObject *raise_zmq(int err) {
     return NULL;
 }
 
-/* Send one frame from any bytes-like object. Returns 0, or the errno. */
-static int send_frame(void *sock, PyObject *frame, int flags, int *failed_in_python) {
-    if (PyBytes_CheckExact(frame)) {
-        if (p_send(sock, PyBytes_AS_STRING(frame), (size_t)PyBytes_GET_SIZE(frame), flags) < 0) {
-            return p_errno();
+/* Receive one frame, retrying EINTR (a signal that arrived during libzmq's poll of its command
+ * mailbox; nothing was received). Python's signal handlers are not run here but as soon as the
+ * call returns: one could raise, and raising between two frames of a message would lose the
+ * frames already read and make the next call return the message's tail as a message of its own.
+ * The retry needs a new signal each time, so it ends. Returns 0, or the errno. */
+static int recv_frame(void *sock, s0_zmq_msg_t *msg) {
+    for (;;) {
+        if (p_msg_recv(msg, sock, S0_ZMQ_DONTWAIT) >= 0) {
+            return 0;
         }
-        return 0;
+        int err = p_errno();
+        if (err != EINTR) {
+            return err;
+        }
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0) {
-        *failed_in_python = 1;
-        return EINVAL;
+}
+
+/* Send one frame, retrying EINTR as recv_frame does (for the same reasons: nothing was sent,
+ * and a handler's exception between two frames would leave the socket mid-message). */
+static int send_frame(void *sock, const char *buf, size_t len, int flags) {
+    for (;;) {
+        if (p_send(sock, buf, len, flags) >= 0) {
+            return 0;
+        }
+        int err = p_errno();
+        if (err != EINTR) {
+            return err;
+        }
     }
-    int rc = p_send(sock, view.buf, (size_t)view.len, flags);
-    int err = rc < 0 ? p_errno() : 0;
-    PyBuffer_Release(&view);
-    return err;
 }
 
 /* ---- recv_batch ---------------------------------------------------------------------------- */
+
+/* Read and drop the frames left of a message whose first frames were read (libzmq delivers a
+ * message whole, so they are there; the loop ends at its last frame, or at an error). */
+static void discard_rest(void *sock) {
+    int more = 1;
+    while (more) {
+        s0_zmq_msg_t msg;
+        p_msg_init(&msg);
+        if (recv_frame(sock, &msg) != 0) {
+            more = 0;
+        } else {
+            more = p_msg_more(&msg);
+        }
+        p_msg_close(&msg);
+    }
+}
 
 static PyObject *recv_batch(PyObject *self, PyObject *args) {
     (void)self;
@@ -185,8 +218,8 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
         while (more) {
             s0_zmq_msg_t msg;
             p_msg_init(&msg);
-            if (p_msg_recv(&msg, sock, S0_ZMQ_DONTWAIT) < 0) {
-                int err = p_errno();
+            int err = recv_frame(sock, &msg);
+            if (err != 0) {
                 p_msg_close(&msg);
                 if (err == EAGAIN && frames == NULL) {
                     return messages; /* nothing more waiting: the normal end of a batch */
@@ -202,26 +235,19 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
                 PyBytes_FromStringAndSize((const char *)p_msg_data(&msg), (Py_ssize_t)p_msg_size(&msg));
             more = p_msg_more(&msg);
             p_msg_close(&msg);
-            if (frame == NULL) {
+            if (frames == NULL && frame != NULL) {
+                frames = PyList_New(0);
+            }
+            if (frame == NULL || frames == NULL || PyList_Append(frames, frame) < 0) {
+                Py_XDECREF(frame);
                 Py_XDECREF(frames);
                 Py_DECREF(messages);
-                return NULL;
-            }
-            if (frames == NULL) {
-                frames = PyList_New(0);
-                if (frames == NULL) {
-                    Py_DECREF(frame);
-                    Py_DECREF(messages);
-                    return NULL;
+                if (more) {
+                    discard_rest(sock); /* else the next call reads its tail as a message */
                 }
+                return NULL; /* MemoryError */
             }
-            int rc = PyList_Append(frames, frame);
             Py_DECREF(frame);
-            if (rc < 0) {
-                Py_DECREF(frames);
-                Py_DECREF(messages);
-                return NULL;
-            }
         }
         int rc = PyList_Append(messages, frames);
         Py_DECREF(frames);
@@ -235,46 +261,268 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
 
 /* ---- send_batch ---------------------------------------------------------------------------- */
 
-static PyObject *send_batch(PyObject *self, PyObject *items) {
-    (void)self;
-    PyObject *seq = PySequence_Fast(items, "send_batch takes a list of (handle, first, rest)");
-    if (seq == NULL) {
-        return NULL;
+/* A batch is checked whole before its first frame is sent: a frame that is not bytes-like,
+ * found after earlier frames of its message went out with SNDMORE, would leave the socket
+ * mid-message, and the next message sent on it would be spliced onto the broken one (one
+ * peer's frames reaching another). So send_batch works in three passes:
+ *
+ *   1. collect: our own reference to every frame, and each message's socket handle. The items
+ *      are read from a tuple copy, and each message's other frames from a list or tuple that
+ *      no Python code runs against while we read it (any other sequence is copied first), so
+ *      code that runs meanwhile (an iterator, a __buffer__ on 3.12+) cannot free what we use.
+ *   2. view: a buffer view on every frame that is not exactly bytes, held until the end.
+ *   3. send, without running Python code.
+ *
+ * A bad item or frame fails pass 1 or 2: nothing of the batch is sent, and a TypeError names
+ * the message and the frame (0 is the first frame). */
+
+typedef struct {
+    PyObject *obj;    /* our reference, released after the batch is sent */
+    const char *buf;  /* the bytes to send: obj's own, or its view's */
+    size_t len;
+    Py_buffer *view;  /* the view held on a frame that is not bytes, else NULL */
+} s0_frame_t;
+
+typedef struct {
+    void *sock;
+    Py_ssize_t first; /* index of its first frame in the batch's frames */
+    Py_ssize_t count;
+} s0_message_t;
+
+#define S0_LOCAL_FRAMES 128
+#define S0_LOCAL_MESSAGES 32
+
+typedef struct {
+    PyObject *items;        /* the tuple copy of the caller's items */
+    s0_message_t *messages;
+    Py_ssize_t nmessages;
+    s0_frame_t *frames;
+    Py_ssize_t nframes, frame_cap;
+    Py_buffer *views;
+    Py_ssize_t nviews;      /* frames that need one */
+    Py_ssize_t held_views;  /* views acquired so far */
+    s0_frame_t local_frames[S0_LOCAL_FRAMES];
+    s0_message_t local_messages[S0_LOCAL_MESSAGES];
+} s0_batch_t;
+
+static void batch_release(s0_batch_t *b) {
+    for (Py_ssize_t k = 0; k < b->held_views; k++) {
+        PyBuffer_Release(&b->views[k]);
     }
-    PyObject *errors = PyList_New(0);
-    if (errors == NULL) {
-        Py_DECREF(seq);
-        return NULL;
+    PyMem_Free(b->views);
+    for (Py_ssize_t k = 0; k < b->nframes; k++) {
+        Py_DECREF(b->frames[k].obj);
     }
-    Py_ssize_t sent = 0;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    PyObject **entries = PySequence_Fast_ITEMS(seq);
+    if (b->frames != b->local_frames) {
+        PyMem_Free(b->frames);
+    }
+    if (b->messages != b->local_messages) {
+        PyMem_Free(b->messages);
+    }
+    Py_XDECREF(b->items);
+}
+
+/* Replace the pending exception, if it says the item or frame is of the wrong kind, by a
+ * TypeError with `text` (a new reference, consumed), the original as its __cause__. Anything
+ * else (MemoryError, an exception from a signal handler) is left as it is. */
+static void rename_error(PyObject *text) {
+    if (text == NULL) {
+        return;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&
+        !PyErr_ExceptionMatches(PyExc_BufferError) &&
+        !PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        Py_DECREF(text);
+        return;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *cause = PyErr_GetRaisedException();
+#else
+    PyObject *type, *cause, *tb;
+    PyErr_Fetch(&type, &cause, &tb);
+    PyErr_NormalizeException(&type, &cause, &tb);
+    if (tb != NULL) {
+        PyException_SetTraceback(cause, tb);
+        Py_DECREF(tb);
+    }
+    Py_DECREF(type);
+#endif
+    PyObject *exc = PyObject_CallOneArg(PyExc_TypeError, text);
+    Py_DECREF(text);
+    if (exc == NULL) {
+        Py_DECREF(cause);
+        return;
+    }
+    PyException_SetCause(exc, cause); /* steals cause */
+    PyErr_SetObject(PyExc_TypeError, exc);
+    Py_DECREF(exc);
+}
+
+static int push_frame(s0_batch_t *b, PyObject *obj) {
+    if (b->nframes == b->frame_cap) {
+        Py_ssize_t cap = b->frame_cap * 2;
+        s0_frame_t *grown;
+        if (b->frames == b->local_frames) {
+            grown = PyMem_New(s0_frame_t, cap);
+            if (grown != NULL) {
+                memcpy(grown, b->local_frames, sizeof(b->local_frames));
+            }
+        } else {
+            grown = PyMem_Resize(b->frames, s0_frame_t, cap);
+        }
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->frames = grown;
+        b->frame_cap = cap;
+    }
+    s0_frame_t *f = &b->frames[b->nframes++];
+    f->obj = Py_NewRef(obj);
+    f->view = NULL;
+    if (PyBytes_CheckExact(obj)) {
+        f->buf = PyBytes_AS_STRING(obj);
+        f->len = (size_t)PyBytes_GET_SIZE(obj);
+    } else {
+        f->buf = NULL;
+        f->len = 0;
+        b->nviews += 1;
+    }
+    return 0;
+}
+
+static const char bad_item[] =
+    "send_batch: message %zd is not a (socket handle, first frame, [other frames]) tuple; "
+    "nothing in this batch was sent";
+
+/* Pass 1. */
+static int batch_collect(s0_batch_t *b, PyObject *items) {
+    b->items = PySequence_Tuple(items);
+    if (b->items == NULL) {
+        rename_error(PyUnicode_FromString(
+            "send_batch takes a sequence of (socket handle, first frame, [other frames]); "
+            "nothing was sent"));
+        return -1;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(b->items);
+    if (count > S0_LOCAL_MESSAGES) {
+        b->messages = PyMem_New(s0_message_t, count);
+        if (b->messages == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = entries[i];
+        PyObject *entry = PyTuple_GET_ITEM(b->items, i); /* held by b->items */
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
-            PyErr_SetString(PyExc_TypeError, "send_batch: each item is (handle, first, rest)");
-            goto fail;
+            PyErr_Format(PyExc_TypeError, bad_item, i);
+            return -1;
         }
-        void *sock = socket_handle(PyTuple_GET_ITEM(entry, 0));
-        if (sock == NULL) {
-            goto fail;
+        s0_message_t *m = &b->messages[i];
+        m->sock = socket_handle(PyTuple_GET_ITEM(entry, 0));
+        if (m->sock == NULL) {
+            rename_error(PyUnicode_FromFormat(
+                "send_batch: message %zd: the socket handle is not a libzmq socket address; "
+                "nothing in this batch was sent",
+                i));
+            return -1;
         }
-        PyObject *rest = PySequence_Fast(PyTuple_GET_ITEM(entry, 2), "rest is a list of frames");
-        if (rest == NULL) {
-            goto fail;
+        m->first = b->nframes;
+        if (push_frame(b, PyTuple_GET_ITEM(entry, 1)) < 0) {
+            return -1;
         }
-        Py_ssize_t nrest = PySequence_Fast_GET_SIZE(rest);
-        PyObject **frames = PySequence_Fast_ITEMS(rest);
-        int in_python = 0;
-        int err = send_frame(sock, PyTuple_GET_ITEM(entry, 1),
-                             S0_ZMQ_DONTWAIT | (nrest ? S0_ZMQ_SNDMORE : 0), &in_python);
-        for (Py_ssize_t j = 0; err == 0 && j < nrest; j++) {
-            int flags = S0_ZMQ_DONTWAIT | (j + 1 < nrest ? S0_ZMQ_SNDMORE : 0);
-            err = send_frame(sock, frames[j], flags, &in_python);
+        PyObject *rest = PyTuple_GET_ITEM(entry, 2);
+        if (PyList_CheckExact(rest) || PyTuple_CheckExact(rest)) {
+            Py_INCREF(rest); /* no Python code runs below: the list cannot change under us */
+        } else {
+            rest = PySequence_Fast(rest, "");
+            if (rest == NULL) {
+                rename_error(PyUnicode_FromFormat(
+                    "send_batch: message %zd: its other frames are not a sequence; "
+                    "nothing in this batch was sent",
+                    i));
+                return -1;
+            }
+        }
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(rest); j++) {
+            if (push_frame(b, PySequence_Fast_GET_ITEM(rest, j)) < 0) {
+                Py_DECREF(rest);
+                return -1;
+            }
         }
         Py_DECREF(rest);
-        if (in_python) {
-            goto fail; /* a frame that is not bytes-like: a caller's bug, raised as such */
+        m->count = b->nframes - m->first;
+        b->nmessages = i + 1;
+    }
+    return 0;
+}
+
+/* Pass 2. */
+static int batch_view(s0_batch_t *b) {
+    if (b->nviews == 0) {
+        return 0;
+    }
+    b->views = PyMem_New(Py_buffer, b->nviews);
+    if (b->views == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < b->nmessages; i++) {
+        s0_message_t *m = &b->messages[i];
+        for (Py_ssize_t j = 0; j < m->count; j++) {
+            s0_frame_t *f = &b->frames[m->first + j];
+            if (f->buf != NULL) {
+                continue;
+            }
+            Py_buffer *view = &b->views[b->held_views];
+            if (PyObject_GetBuffer(f->obj, view, PyBUF_SIMPLE) < 0) {
+                rename_error(PyUnicode_FromFormat(
+                    "send_batch: message %zd, frame %zd: %.200s is not a contiguous bytes-like "
+                    "object; nothing in this batch was sent",
+                    i, j, Py_TYPE(f->obj)->tp_name));
+                return -1;
+            }
+            b->held_views += 1;
+            f->view = view;
+            f->buf = (const char *)view->buf;
+            f->len = (size_t)view->len;
+        }
+    }
+    return 0;
+}
+
+static PyObject *send_batch(PyObject *self, PyObject *items) {
+    (void)self;
+    s0_batch_t b;
+    b.items = NULL;
+    b.messages = b.local_messages;
+    b.nmessages = 0;
+    b.frames = b.local_frames;
+    b.nframes = 0;
+    b.frame_cap = S0_LOCAL_FRAMES;
+    b.views = NULL;
+    b.nviews = 0;
+    b.held_views = 0;
+    PyObject *errors = NULL;
+    if (batch_collect(&b, items) < 0 || batch_view(&b) < 0) {
+        goto done;
+    }
+    errors = PyList_New(0);
+    if (errors == NULL) {
+        goto done;
+    }
+    /* Pass 3. A failure on the first frame (EAGAIN at the high-water mark, EHOSTUNREACH for a
+     * ROUTER peer that is gone) sends nothing of the message; libzmq accepts the other frames of
+     * a message whose first frame it took, so failing later means the socket itself is gone
+     * (ETERM, ENOTSOCK). Either way the errno is the message's. */
+    Py_ssize_t sent = 0;
+    for (Py_ssize_t i = 0; i < b.nmessages; i++) {
+        s0_message_t *m = &b.messages[i];
+        int err = 0;
+        for (Py_ssize_t j = 0; err == 0 && j < m->count; j++) {
+            s0_frame_t *f = &b.frames[m->first + j];
+            int flags = S0_ZMQ_DONTWAIT | (j + 1 < m->count ? S0_ZMQ_SNDMORE : 0);
+            err = send_frame(m->sock, f->buf, f->len, flags);
         }
         if (err == 0) {
             sent += 1;
@@ -283,15 +531,16 @@ static PyObject *send_batch(PyObject *self, PyObject *items) {
         PyObject *code = PyLong_FromLong(err);
         if (code == NULL || PyList_Append(errors, code) < 0) {
             Py_XDECREF(code);
-            goto fail;
+            Py_CLEAR(errors); /* the batch went out; only its report is lost */
+            goto done;
         }
         Py_DECREF(code);
     }
-    Py_DECREF(seq);
+    batch_release(&b);
     return Py_BuildValue("(nN)", sent, errors);
-fail:
-    Py_DECREF(errors);
-    Py_DECREF(seq);
+done:
+    Py_XDECREF(errors);
+    batch_release(&b);
     return NULL;
 }
 

@@ -13,7 +13,9 @@ behaviour, chosen once at import:
   processes the socket's pending commands and costs less than ending in ``zmq.Again``.
 
 Either way a batch ends when the socket has nothing waiting, after libzmq has processed the
-socket's pending commands, so an edge-triggered ZMQ_FD is safe to sleep on afterwards.
+socket's pending commands, so an edge-triggered ZMQ_FD is safe to sleep on afterwards. Either
+way a send batch is checked whole before its first frame goes out, and a bad frame refuses the
+batch (TypeError naming message and frame): a socket is never left mid-message by a bad frame.
 
 A socket is named to the batch functions by its :func:`io_key` (the libzmq handle for the C
 path, the pyzmq socket for the fallback). Never pass the key of a closed socket.
@@ -40,12 +42,14 @@ __all__ = [
     "send_frames",
 ]
 
+_Socket: Any = zmq.backend.Socket
 _send: Any = zmq.backend.Socket.send
 _recv: Any = zmq.backend.Socket.recv
 _get: Any = zmq.backend.Socket.get
 NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | NOBLOCK
 _EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
 POLLIN = int(zmq.POLLIN)
 
 IoKey: TypeAlias = "int | zmq.Socket[Any]"
@@ -62,23 +66,78 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
     returns (read in C by pyzmq), not with ``getsockopt(RCVMORE)``, whose wrapper maps the
     option to an enum on every call.
     """
-    frame = _recv(sock, NOBLOCK, False)
-    frames: list[bytes] = [frame.bytes]
-    while frame.more:
+    try:
         frame = _recv(sock, NOBLOCK, False)
-        frames.append(frame.bytes)
+        frames: list[bytes] = [frame.bytes]
+        while frame.more:
+            frame = _recv(sock, NOBLOCK, False)
+            frames.append(frame.bytes)
+    except BaseException:
+        # pyzmq runs Python's signal handlers after each call: one that raised (Ctrl-C) between
+        # two frames lost this message's frames so far. Drop the rest too, or the next call
+        # would return its tail as a message of its own.
+        _discard_rest(sock)
+        raise
     return frames
 
 
+def _discard_rest(sock: zmq.Socket[Any]) -> None:
+    """Read and drop what is left of a message whose first frames were read.
+
+    RCVMORE is the ``more`` flag of the last frame libzmq handed over, received or lost; libzmq
+    delivers a message whole, so the loop ends at its last frame.
+    """
+    while _get(sock, _RCVMORE):
+        _recv(sock, NOBLOCK, False)
+
+
 def send_frames(sock: zmq.Socket[Any], first: bytes, rest: Sequence[bytes]) -> None:
-    """Send ``[first, *rest]`` as one message without blocking (rest may be empty)."""
-    if not rest:
-        _send(sock, first, NOBLOCK)
-        return
-    _send(sock, first, _SNDMORE_NOBLOCK)
-    last = len(rest) - 1
-    for i, frame in enumerate(rest):
+    """Send ``[first, *rest]`` as one message without blocking (rest may be empty).
+
+    Every frame is checked before the first is sent (see :func:`send_batch`): a frame that is
+    not bytes-like raises TypeError naming it, and nothing is sent.
+    """
+    _send_message(sock, _message_frames(0, first, rest))
+
+
+def _send_message(sock: Any, frames: list[Any]) -> None:
+    last = len(frames) - 1
+    for i, frame in enumerate(frames):
         _send(sock, frame, NOBLOCK if i == last else _SNDMORE_NOBLOCK)
+
+
+def _not_bytes(message: int, index: int, frame: object) -> TypeError:
+    return TypeError(
+        f"send_batch: message {message}, frame {index}: {type(frame).__name__} is not a "
+        "contiguous bytes-like object; nothing in this batch was sent"
+    )
+
+
+def _message_frames(message: int, first: Any, rest: Any) -> list[Any]:
+    """Our own list of one message's frames, each bytes or a held view; raises TypeError.
+
+    The list holds a reference to every frame, and a memoryview holds each buffer that is not
+    bytes, until the message is sent, whatever Python code runs meanwhile.
+    """
+    try:
+        frames = [first, *rest]
+    except TypeError as exc:
+        raise TypeError(
+            f"send_batch: message {message}: its other frames are not a sequence; "
+            "nothing in this batch was sent"
+        ) from exc
+    for index, frame in enumerate(frames):
+        if type(frame) is bytes:
+            continue
+        try:
+            view = memoryview(frame)
+        except TypeError as exc:
+            raise _not_bytes(message, index, frame) from exc
+        if not view.c_contiguous:  # as the C path's PyBUF_SIMPLE view requires
+            view.release()
+            raise _not_bytes(message, index, frame)
+        frames[index] = view
+    return frames
 
 
 def events(sock: zmq.Socket[Any]) -> int:
@@ -107,11 +166,33 @@ def _py_recv_batch(key: Any, limit: int) -> list[list[bytes]]:
 
 
 def _py_send_batch(items: Sequence[SendItem]) -> tuple[int, list[int]]:
+    # Checked whole first, as in the C implementation (send_batch says why).
+    try:
+        entries = tuple(items)
+    except TypeError as exc:
+        raise TypeError(
+            "send_batch takes a sequence of (socket key, first frame, [other frames]); "
+            "nothing was sent"
+        ) from exc
+    batch: list[tuple[Any, list[Any]]] = []
+    for message, entry in enumerate(entries):
+        if not isinstance(entry, tuple) or len(entry) != 3:
+            raise TypeError(
+                f"send_batch: message {message} is not a (socket key, first frame, "
+                "[other frames]) tuple; nothing in this batch was sent"
+            )
+        key, first, rest = entry
+        if not isinstance(key, _Socket):
+            raise TypeError(
+                f"send_batch: message {message}: the socket key is not a pyzmq socket; "
+                "nothing in this batch was sent"
+            )
+        batch.append((key, _message_frames(message, first, rest)))
     sent = 0
     failed: list[int] = []
-    for key, first, rest in items:
+    for key, frames in batch:
         try:
-            send_frames(key, first, rest)  # type: ignore[arg-type]  # the fallback's key
+            _send_message(key, frames)
         except zmq.ZMQError as exc:
             failed.append(exc.errno if exc.errno is not None else errno.EIO)
         else:
@@ -150,7 +231,12 @@ def recv_batch(key: IoKey, limit: int) -> list[list[bytes]]:
     """Up to ``limit`` whole messages waiting on the socket, without blocking; [] if none.
 
     Raises zmq.ZMQError on a socket failure, unless messages were already read in this call
-    (then they are returned and the failure comes back on the next call).
+    (then they are returned and the failure comes back on the next call). A receive
+    interrupted by a signal (EINTR) is retried, as in :func:`send_batch`. A message is never
+    split: if a signal handler raises (Ctrl-C) mid-message on the fallback, or memory runs
+    out, the rest of that message is read and dropped before the exception goes on, so the
+    next call does not return its tail as a message of its own. (On the C path a handler
+    raises once the call has returned, and the batch it returned is lost with it.)
     """
     messages: list[list[bytes]] = _recv_batch(key, limit)
     return messages
@@ -160,8 +246,20 @@ def send_batch(items: Sequence[SendItem]) -> tuple[int, list[int]]:
     """Send each item as one message, in order, without blocking.
 
     Returns how many were sent and the errno of each one that was not (EAGAIN: high-water
-    mark reached; EHOSTUNREACH: a ROUTER peer that is gone; ...). A frame that is not
-    bytes-like raises TypeError (a caller's bug); the items before it were sent.
+    mark reached; EHOSTUNREACH: a ROUTER peer that is gone; ...).
+
+    The whole batch is checked before its first frame is sent. An item that is not a
+    (key, first, rest) tuple, or a frame that is not a contiguous bytes-like object (a
+    caller's bug), raises TypeError naming the message and the frame (``message 3, frame 2``;
+    frame 0 is ``first``), and nothing of the batch is sent: a frame refused after earlier
+    frames of its message went out would leave the socket mid-message, and the next message
+    sent on it would be spliced onto the broken one. Frames are held (a reference each, and a
+    buffer view on each that is not bytes) until sent.
+
+    A send interrupted by a signal (EINTR) is retried, as pyzmq does. The C code runs
+    Python's signal handlers when the call returns, never between two frames of a message;
+    pyzmq runs them after each frame, so on the fallback a handler that raises (Ctrl-C) can
+    still leave a socket mid-message.
     """
     result: tuple[int, list[int]] = _send_batch(items)
     return result

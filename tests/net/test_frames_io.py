@@ -1,16 +1,26 @@
 """scale0.net.frames_io: the C batch calls and the pyzmq fallback behave the same, on real sockets.
 
-Each test runs against both implementations. The C one must be built here (``pip install -e .``
-builds it); a machine without a C compiler fails ``test_the_c_extension_is_what_the_broker_uses``
-and the ``c`` cases, by design: the broker would silently run the slow path there.
+Each test runs against both implementations. ``pip install -e .`` builds the C one; on a machine
+without a C compiler it is not built, its cases are skipped (saying so), and the fallback's run:
+``test_the_extension_runs_when_built_and_the_fallback_is_reported_when_not`` checks that the
+broker uses the extension wherever it was built, and the fallback only where it was not
+(``tools/test-fallback`` runs the suite that way).
 """
 
 from __future__ import annotations
 
+import array
 import errno
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +31,7 @@ from hypothesis import strategies as st
 from scale0.net import frames_io
 
 WAIT_S = 5.0
+CHILD_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -31,11 +42,17 @@ class Impl:
     send_batch: Callable[[list[tuple[Any, bytes, list[Any]]]], tuple[int, list[int]]]
 
 
+C_BUILT = importlib.util.find_spec("scale0.net._zmqio") is not None
+"""Whether the install built the extension (it does not without a C compiler)."""
+
+
 def _c_impl() -> Impl:
+    if not C_BUILT:
+        pytest.skip("the C extension was not built here (no C compiler at install)")
     try:
         from scale0.net import _zmqio
     except ImportError as exc:
-        pytest.fail(f"the C extension scale0.net._zmqio is not built or does not load: {exc}")
+        pytest.fail(f"the C extension scale0.net._zmqio was built but does not load: {exc}")
     _zmqio.setup(zmq.ZMQError)
     return Impl("c", frames_io._c_io_key, _zmqio.recv_batch, _zmqio.send_batch)
 
@@ -101,29 +118,55 @@ def _collect(
     return got
 
 
-def test_the_c_extension_is_what_the_broker_uses() -> None:
-    assert frames_io.IMPLEMENTATION == "c", (
-        "scale0.net.frames_io fell back to pyzmq: build the extension (pip install -e .)"
+def test_the_extension_runs_when_built_and_the_fallback_is_reported_when_not() -> None:
+    forced = os.environ.get("SCALE0_PURE") == "1"
+    expected = "c" if C_BUILT and not forced else "pyzmq"
+    assert expected == frames_io.IMPLEMENTATION, (
+        f"built: {C_BUILT}, SCALE0_PURE=1: {forced}; a built extension that does not load "
+        "makes the broker fall back silently to the slow path"
     )
+    # What the broker reports in broker_ready ("io") is this value; SCALE0_PURE=1 forces it.
+    reported = subprocess.run(
+        [sys.executable, "-c", "from scale0.net import frames_io; print(frames_io.IMPLEMENTATION)"],
+        env={**os.environ, "SCALE0_PURE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        check=True,
+    )
+    assert reported.stdout.strip() == "pyzmq"
 
 
 def test_nothing_waiting_is_an_empty_batch(impl: Impl, pair: Pair) -> None:
     assert impl.recv_batch(impl.io_key(pair.router), 10) == []
 
 
-def test_whole_messages_in_order_and_at_most_limit_per_batch(impl: Impl, pair: Pair) -> None:
-    sent = [[b"", b"S0C1", b"REQUEST", b"echo", b"%d" % i, b"x" * i] for i in range(25)]
-    for message in sent:
-        pair.dealer.send_multipart(message)
-    assert pair.router.poll(int(WAIT_S * 1000))
-    time.sleep(0.1)  # let all 25 land, so the limit (not an empty socket) ends the first batch
-    key = impl.io_key(pair.router)
-    first = impl.recv_batch(key, 10)
-    assert len(first) == 10
-    rest = _collect(impl, pair.router, 15)
-    assert [m[1:] for m in first + rest] == sent
-    assert all(m[0] == pair.dealer_id for m in first + rest)
-    assert impl.recv_batch(key, 10) == []
+def test_whole_messages_in_order_and_at_most_limit_per_batch(impl: Impl) -> None:
+    # inproc: a send puts the message in the peer's pipe before it returns, so all 25 are
+    # waiting when the first batch is read, and the limit (not an empty socket) ends it.
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    dealer = ctx.socket(zmq.DEALER)
+    try:
+        router.bind("inproc://limit")
+        dealer.setsockopt(zmq.IDENTITY, b"d1")
+        dealer.connect("inproc://limit")
+        sent = [[b"", b"S0C1", b"REQUEST", b"echo", b"%d" % i, b"x" * i] for i in range(25)]
+        for message in sent:
+            dealer.send_multipart(message)
+        key = impl.io_key(router)
+        first = impl.recv_batch(key, 10)
+        assert len(first) == 10
+        second = impl.recv_batch(key, 10)
+        assert len(second) == 10
+        rest = impl.recv_batch(key, 10)
+        assert [m[1:] for m in first + second + rest] == sent
+        assert all(m[0] == b"d1" for m in first + second + rest)
+        assert impl.recv_batch(key, 10) == []
+    finally:
+        router.close(0)
+        dealer.close(0)
+        ctx.term()
 
 
 def test_large_and_empty_frames_arrive_intact(impl: Impl, pair: Pair) -> None:
@@ -154,6 +197,95 @@ def test_a_frame_that_is_not_bytes_raises_type_error(impl: Impl, pair: Pair) -> 
         impl.send_batch([(key, pair.dealer_id, [b"", 7])])
 
 
+def _next_message(sock: zmq.Socket[bytes]) -> list[bytes]:
+    assert sock.poll(int(WAIT_S * 1000)), "nothing arrived"
+    return sock.recv_multipart()
+
+
+# A bad frame at each place a batch can hold one: the (message, frame) it is at, frame 0 being
+# the first frame (the routing id on a ROUTER).
+BAD_PLACES = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 2), (2, 3)]
+
+
+@pytest.mark.parametrize(("message", "frame"), BAD_PLACES)
+@pytest.mark.parametrize(
+    "bad",
+    [7, "text", None, memoryview(b"abcdef")[::2]],
+    ids=["int", "str", "None", "strided-memoryview"],
+)
+def test_a_bad_frame_refuses_the_whole_batch_and_the_next_message_arrives_whole(
+    impl: Impl, pair: Pair, message: int, frame: int, bad: object
+) -> None:
+    """Nothing of a batch with a bad frame is sent, so no peer gets a spliced message.
+
+    Before the fix, the frames before the bad one went out with SNDMORE, and the next message
+    sent on the socket was glued onto them: the receiver read ``[b"", b"m0", b"d1", ...]``.
+    """
+    key = impl.io_key(pair.router)
+    batch: list[tuple[Any, Any, list[Any]]] = [
+        (key, pair.dealer_id, [b"", b"m%d" % i, b"end"]) for i in range(3)
+    ]
+    frames = [batch[message][1], *batch[message][2]]
+    frames[frame] = bad
+    batch[message] = (key, frames[0], frames[1:])
+    with pytest.raises(TypeError) as refused:
+        impl.send_batch(batch)
+    assert impl.send_batch([(key, pair.dealer_id, [b"", b"next"])]) == (1, [])
+    assert _next_message(pair.dealer) == [b"", b"next"]
+    assert re.fullmatch(
+        rf"send_batch: message {message}, frame {frame}: \w+ is not a contiguous "
+        r"bytes-like object; nothing in this batch was sent",
+        str(refused.value),
+    )
+
+
+@pytest.mark.parametrize("frame", [0, 1, 2])
+def test_a_bad_frame_on_a_dealer_leaves_no_half_message_either(
+    impl: Impl, pair: Pair, frame: int
+) -> None:
+    """A peer link is a DEALER (no routing id): the ROUTER behind it must not get a splice."""
+    key = impl.io_key(pair.dealer)
+    frames: list[Any] = [b"S0P1", b"HELLO", b"x"]
+    frames[frame] = 7
+    with pytest.raises(TypeError) as refused:
+        impl.send_batch([(key, b"S0P1", [b"PING"]), (key, frames[0], frames[1:])])
+    assert impl.send_batch([(key, b"S0P1", [b"NEXT"])]) == (1, [])
+    assert _next_message(pair.router) == [pair.dealer_id, b"S0P1", b"NEXT"]
+    assert f"message 1, frame {frame}: int " in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ((b"first",), "message 1 is not a (socket"),
+        ("not a tuple", "message 1 is not a (socket"),
+        (("not a socket", b"id", []), "message 1: the socket"),
+        ((None, b"id", []), "message 1: the socket"),
+        (("key", b"id", 7), "message 1: its other frames are not a sequence"),
+    ],
+)
+def test_a_bad_item_refuses_the_whole_batch(
+    impl: Impl, pair: Pair, item: tuple[Any, ...], says: str
+) -> None:
+    key = impl.io_key(pair.router)
+    if item and item[0] == "key":
+        item = (key, *item[1:])
+    good = (key, pair.dealer_id, [b"", b"first"])
+    with pytest.raises(TypeError) as refused:
+        impl.send_batch([good, item, good])  # type: ignore[list-item]
+    assert impl.send_batch([(key, pair.dealer_id, [b"", b"next"])]) == (1, [])
+    assert _next_message(pair.dealer) == [b"", b"next"]
+    assert says in str(refused.value)
+    assert str(refused.value).endswith("nothing in this batch was sent")
+
+
+@pytest.mark.parametrize("frames", [bytearray(b"ab"), memoryview(b"ab"), array.array("B", b"ab")])
+def test_bytes_like_frames_are_sent_as_their_bytes(impl: Impl, pair: Pair, frames: Any) -> None:
+    key = impl.io_key(pair.router)
+    assert impl.send_batch([(key, bytearray(pair.dealer_id), [frames, b"end"])]) == (1, [])
+    assert _next_message(pair.dealer) == [b"ab", b"end"]
+
+
 def test_full_pipe_is_eagain_not_a_block(impl: Impl, pair: Pair) -> None:
     """A DEALER whose peer is not there yet: its send HWM fills and sends fail with EAGAIN."""
     ctx = zmq.Context.instance()
@@ -182,7 +314,7 @@ def test_full_pipe_is_eagain_not_a_block(impl: Impl, pair: Pair) -> None:
 def test_both_implementations_read_the_same_messages(
     pair: Pair, messages: list[list[bytes]], limit: int
 ) -> None:
-    for impl in (_c_impl(), PY):
+    for impl in (_c_impl(), PY) if C_BUILT else (PY,):
         for message in messages:
             pair.dealer.send_multipart(message)
         got = _collect(impl, pair.router, len(messages), limit)
@@ -195,3 +327,86 @@ def test_both_implementations_read_the_same_messages(
             assert pair.dealer.poll(int(WAIT_S * 1000))
             echoed.append(pair.dealer.recv_multipart())
         assert echoed == messages, impl.name
+
+
+# ---- in a child process: signals, and code that frees what a batch still uses ----------------
+
+
+def _child(*args: str) -> Any:
+    """Run ``tests.net.frames_io_child`` with ``args``; its JSON answer (it must exit 0).
+
+    A child of its own because these tests arm SIGALRM (pytest-timeout's too) or, before the
+    fix, crashed the interpreter; PYTHONMALLOC=debug fills freed memory so a use after free
+    shows every time.
+    """
+    env = {**os.environ, "PYTHONMALLOC": "debug"} if args[0] == "freed" else None
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.net.frames_io_child", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, f"child exited {result.returncode}: {result.stderr[-3000:]}"
+    return json.loads(result.stdout)
+
+
+def test_interrupted_sends_and_receives_are_retried_not_reported(impl: Impl) -> None:
+    """EINTR is retried: no message fails with it, no receive raises it, nothing is lost.
+
+    The child sends and receives while SIGALRM fires every 20 µs (see the child). Before the
+    fix the C path reported EINTR as a failed message or raised it, within a few hundred calls.
+    """
+    if impl.name == "c":
+        _c_impl()  # fails here, clearly, if the extension was built but does not load
+    answer = _child("storm", impl.name)
+    assert answer["signals"] > answer["calls"] // 10, "the storm did not happen"
+    assert answer["send_results"] == [[1, []], [2, []]]
+    assert answer["to_dealer"] == "in order, none missing"
+    assert answer["to_router"] == "in order, none missing"
+
+
+def test_a_signal_handler_that_raises_never_leaves_half_a_message(impl: Impl) -> None:
+    """Ctrl-C mid-receive may cost messages, never split one: no tail comes out on its own.
+
+    The child receives while SIGALRM's handler raises every third time (see the child). pyzmq
+    runs handlers after each frame; before the fix the fallback then dropped the frames read so
+    far and the next call returned the rest as a message (``["17", "17", "17"]``).
+    """
+    if impl.name == "c":
+        _c_impl()
+    answer = _child("raising", impl.name)
+    assert answer["raised"] > 0, "the handler never raised inside a receive"
+    assert answer["not_whole"] == []
+    assert answer["in_order_once"]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "iterator",
+        pytest.param(
+            "buffer",
+            marks=pytest.mark.skipif(
+                sys.version_info < (3, 12), reason="a __buffer__ in Python needs 3.12"
+            ),
+        ),
+    ],
+)
+def test_a_batch_holds_its_frames_while_python_code_frees_the_callers(impl: Impl, how: str) -> None:
+    """The caller's items and frames are freed, by code the batch itself runs, mid-batch.
+
+    The code empties the caller's list of items, the only reference to the messages and their
+    frames: the iteration of the first message's other frames, or (3.12+) a frame's
+    ``__buffer__``. The batch must still send both messages, whole, as they were when
+    send_batch was called. Before the fix the C path read freed memory (a crash, or garbage
+    sent) and the fallback sent only the first message.
+    """
+    if impl.name == "c":
+        _c_impl()
+    answer = _child("freed", impl.name, how)
+    assert answer["result"] == [2, []]
+    assert answer["received"] == [["", "zero", "0" * 1000], ["", "one", "1" * 1000]]

@@ -147,6 +147,15 @@ class NodeThread:
             raise self.error
 
 
+def _wait_for_workers(thread: NodeThread, count: int) -> None:
+    """Until the core counts ``count`` READY workers; fails after WAIT_S (bounded)."""
+    assert thread.node is not None
+    deadline = time.monotonic() + WAIT_S
+    while (workers := thread.call(thread.node.stats)["workers"]) < count:
+        assert time.monotonic() < deadline, f"{workers} of {count} workers registered"
+        time.sleep(0.01)  # the interval between two looks, not a guess at how long READY takes
+
+
 @pytest.fixture(scope="module")
 def signing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return generate_keypair(tmp_path_factory.mktemp("keys"))
@@ -287,7 +296,7 @@ def test_many_requests_in_one_burst_are_all_answered(
         s0p.worker(ctx, node.endpoint(Channel.BACKEND), ("echo",), capacity=64) as worker,
         s0p.client(ctx, node.endpoint(Channel.FRONTEND)) as client,
     ):
-        time.sleep(0.05)  # let READY land so requests are not 404 (R7 grace covers it anyway)
+        _wait_for_workers(node, 1)  # READY is one-way: requests before it lands would wait
         for i in range(count):
             client.send(ClientRequest("echo", b"%d" % i, (b"x",)))
         answered: set[bytes] = set()
@@ -394,7 +403,7 @@ def test_stop_tells_everyone_disconnect(signing: tuple[Path, Path], ctx: zmq.Con
         client = s0p.client(ctx, thread.endpoint(Channel.FRONTEND))
         worker = s0p.worker(ctx, thread.endpoint(Channel.BACKEND), ("echo",))
         with client, worker:
-            time.sleep(0.1)  # READY is one-way: let it land before stopping
+            _wait_for_workers(thread, 1)  # READY is one-way: it must land before stopping
             thread.stop()
             client.expect_command(b"DISCONNECT")
             worker.expect_command(b"DISCONNECT")
