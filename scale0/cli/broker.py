@@ -305,6 +305,13 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
             )
             node.stop()
             return 1
+        log_event(
+            logging.getLogger(LOGGER_NAME),
+            logging.INFO,
+            "management_ready",
+            {"url": document["management"] + "/", "metrics": document["management"] + "/metrics"},
+            broker=prepared.broker.identity,
+        )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, node.stop)
