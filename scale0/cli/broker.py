@@ -159,6 +159,24 @@ def source_offer(prepared: Prepared, broker: BrokerConfig | None = None) -> Offe
     )
 
 
+def _claimed(document: bytes) -> tuple[str | None, int | None]:
+    """The family and version a saved config names, so that the core recognises the config it
+    already runs (same version and sha256, K3) instead of judging it again: judged in full,
+    the same document at the same version was logged as a conflict with itself (issue 11 #6).
+    Anything unexpected gives (None, None): the core then checks the document in full."""
+    try:
+        tree = json.loads(document)
+    except ValueError:
+        return None, None
+    if not isinstance(tree, dict):
+        return None, None
+    family, version = tree.get("family"), tree.get("config_version")
+    return (
+        family if isinstance(family, str) else None,
+        version if isinstance(version, int) and not isinstance(version, bool) else None,
+    )
+
+
 def prepare(config_path: Path) -> Prepared:
     """Load the broker file, its trusted keys, and (for a config source) its network config.
 
@@ -181,12 +199,15 @@ def prepare(config_path: Path) -> Prepared:
         saved = None
     last_good = None
     if saved is not None:
+        claimed = _claimed(saved.document)
         last_good = Offer(
             config_type=ConfigType.JSON,
             document=saved.document,
             sha256=saved.sha256,
             signature=saved.signature,
             origin=saved.origin,
+            family=claimed[0],
+            config_version=claimed[1],
         )
     network: NetworkConfig | None = None
     signature: str | None = None

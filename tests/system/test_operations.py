@@ -204,3 +204,21 @@ def test_a_config_source_whose_ports_differ_from_its_entry_refuses_to_start(
     entry = network.brokers[0].backend
     assert "backend_port is 1" in done.stderr
     assert f"brokers[b1].backend in the network config is {entry}" in done.stderr
+
+
+def test_restarting_a_config_source_with_the_same_file_is_no_conflict(tmp_path: Path) -> None:
+    """issue 11 #6: the same document is not a conflict, whoever signed it and whenever."""
+    with operated_family(tmp_path) as family:
+        wait_until(everyone(family, 1), "the family runs v1")
+        edit_yaml(tmp_path / "network.yaml", config_version=2)
+        code, document = ctl(family, "reload-config", broker="b1")
+        assert code == 0 and document["result"]["applied"] is True, document
+        wait_until(everyone(family, 2), "v2 everywhere")
+        for name in ("b1", "b2", "b1"):
+            restart(family[name])
+            wait_until(everyone(family, 2), f"{name} back on v2")
+        time.sleep(1.0)  # a heartbeat or two: peers compare configs after a restart
+        for member in family.members:
+            assert logged(member, "config_conflict") == [], member.identity
+        code, document = ctl(family, "peers", broker="b3")
+        assert code == 0 and document["result"]["conflicts"] == [], document
