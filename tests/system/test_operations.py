@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from scale0.testing import (
     FAMILY_ADMINS,
     Family,
     FamilyMember,
+    pick_free_ports,
     start_family_member,
     write_family_configs,
 )
@@ -222,3 +224,88 @@ def test_restarting_a_config_source_with_the_same_file_is_no_conflict(tmp_path: 
             assert logged(member, "config_conflict") == [], member.identity
         code, document = ctl(family, "peers", broker="b3")
         assert code == 0 and document["result"]["conflicts"] == [], document
+
+
+def test_changing_the_config_reaches_every_broker(tmp_path: Path) -> None:
+    """docs/operations.md "Changing the config": edit, raise the version, reload or SIGHUP."""
+    with operated_family(tmp_path) as family:
+        wait_until(everyone(family, 1), "the family runs v1")
+        network_file = tmp_path / "network.yaml"
+        edit_yaml(network_file, config_version=2, request_timeout_ms=7000)
+        code, document = ctl(family, "reload-config", broker="b2")
+        assert code == 0, document
+        assert set(document["result"]["changed"]) == {"config_version", "request_timeout_ms"}
+        wait_until(everyone(family, 2), "v2 everywhere")
+        edit_yaml(network_file, config_version=3)
+        assert family["b1"].process is not None
+        os.kill(family["b1"].process.pid, signal.SIGHUP)
+        wait_until(everyone(family, 3), "v3 everywhere after SIGHUP")
+        code, document = ctl(family, "config", "get", broker="b3")
+        assert document["result"]["config"]["request_timeout_ms"] == 7000
+
+
+def test_adding_a_broker(tmp_path: Path) -> None:
+    """docs/operations.md "Adding a broker": its entry first, then it starts from a seed."""
+    with operated_family(tmp_path) as family:
+        wait_until(everyone(family, 1), "the family runs v1")
+        network_file = tmp_path / "network.yaml"
+        front, back, peer, config_pub = pick_free_ports(4)
+        tree = yaml.safe_load(network_file.read_text())
+        tree["brokers"].append(
+            {
+                "identity": "b4",
+                "frontend": f"tcp://127.0.0.1:{front}",
+                "backend": f"tcp://127.0.0.1:{back}",
+                "peer": f"tcp://127.0.0.1:{peer}",
+                "config_pub": f"tcp://127.0.0.1:{config_pub}",
+            }
+        )
+        tree["config_version"] = 2
+        network_file.write_text(yaml.safe_dump(tree))
+        code, document = ctl(family, "reload-config", broker="b1")
+        assert code == 0 and document["result"]["applied"] is True, document
+
+        home = tmp_path / "b4"
+        home.mkdir()
+        broker = yaml.safe_load(family["b3"].broker_file.read_text())
+        broker.update(
+            identity="b4",
+            frontend_port=front,
+            backend_port=back,
+            peer_port=peer,
+            config_pub_port=config_pub,
+        )
+        (home / "broker.yaml").write_text(yaml.safe_dump(broker))
+        b4 = FamilyMember("b4", home, home / "broker.yaml")
+        family.members.append(b4)  # stopped with the others
+        start_family_member(b4)
+        wait_until(everyone(family, 2), "b4 joined, v2 everywhere")
+        code, document = ctl(family, "peers", broker="b4")
+        linked = {p["broker_id"] for p in document["result"]["peers"] if p["linked"]}
+        assert linked == {"b1", "b2", "b3"}, document
+
+
+def test_removing_a_broker(tmp_path: Path) -> None:
+    """docs/operations.md "Removing a broker": disable, drop its entry, reload, stop it."""
+    with operated_family(tmp_path) as family:
+        wait_until(everyone(family, 1), "the family runs v1")
+        code, document = ctl(family, "disable", "--target", "b3", broker="b1")
+        assert code == 0 and document["result"]["state"] == "disabled", document
+        network_file = tmp_path / "network.yaml"
+        tree = yaml.safe_load(network_file.read_text())
+        tree["brokers"] = [b for b in tree["brokers"] if b["identity"] != "b3"]
+        tree["config_version"] = 2
+        network_file.write_text(yaml.safe_dump(tree))
+        code, document = ctl(family, "reload-config", broker="b1")
+        assert code == 0 and document["result"]["applied"] is True, document
+        for name in ("b1", "b2"):
+            wait_until(
+                lambda name=name: any(  # type: ignore[misc]
+                    e.get("peer") == "b3" for e in logged(family[name], "peer_removed")
+                ),
+                f"{name} closed its link to b3",
+            )
+        wait_until(lambda: bool(logged(family["b3"], "not_a_member")), "b3 knows it was removed")
+        assert family["b3"].stop() == 0
+        family.members.remove(family["b3"])
+        wait_until(everyone(family, 2), "b1 and b2 run v2")
