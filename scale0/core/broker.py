@@ -16,9 +16,10 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
  R6  With no ready worker a request waits (at most max_queued_requests per service, else 503 at
      once) until a worker is ready, or until its deadline: 503.
  R7  A request for a service no worker offers gets 404 at once, unless the service had a
-     worker within the last request_timeout_ms, the broker started less than that ago, or
-     the config lists it in `services`; mmi.service is answered from live state, other mmi.*
-     get 501 and scale0.* 404.
+     worker here or in a peer's table within the last request_timeout_ms (the failover grace:
+     a worker that moved registers again), the broker started less than that ago, or the
+     config lists it in `services`; such a request waits (R6) until its deadline.
+     mmi.service is answered from live state, other mmi.* get 501 and scale0.* 404.
  R8  A worker silent for liveness x its interval, or that says DISCONNECT, is lost: each of its
      requests is dispatched again (at most max_retries times), else answered 504.
  R9  A request in flight past its deadline is answered 504 and not retried (the worker may
@@ -81,7 +82,7 @@ changes state through ``set_state`` (disable/enable, §6.4).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -1378,6 +1379,7 @@ class Broker:
         if peer.routing_id is not None:
             self._peer_rids.pop(peer.routing_id, None)
             peer.routing_id = None
+        self._services_left(peer.table, now)
         peer.forget_table()
         if was_up:
             self.counters["peers_lost"] += 1
@@ -1621,8 +1623,15 @@ class Broker:
             return
         if not msg.full and msg.table_seq <= peer.table_seq:
             return  # old news
+        before = list(peer.table)
         peer.apply_table(msg.table_seq, msg.full, msg.services)
+        self._services_left([s for s in before if s not in peer.table], now)
         self._drain_to_peers(now, out)
+
+    def _services_left(self, services: Iterable[str], now: float) -> None:
+        """R7: services a peer no longer offers stay known for the failover grace."""
+        for service in services:
+            self._service_left[service] = now
 
     def _table_changed(self, services: Sequence[str], now: float) -> None:
         self._table.mark(services)
@@ -1743,6 +1752,7 @@ class Broker:
             out.append(Send(Channel.PEER, rid, ForwardReply(msg.ticket, 503, failure.body)))
             return
         self.counters["forwards_served"] += 1
+        self.counters["requests"] += 1  # one definition: docs/management.md "Counters"
         self._seq += 1
         pending = Pending(
             self._seq,
