@@ -613,8 +613,8 @@ def add_admin_commands(
         (
             "disable",
             "disable",
-            "Disable a broker: it refuses clients and requests (503) until enabled, and "
-            "requests waiting for a worker get 503. Needs the admin role.",
+            "Disable a broker: its workers, waiting requests and clients are moved to active "
+            "members (301) until enabled; requests at a worker finish. Needs the admin role.",
             False,
             True,
         ),

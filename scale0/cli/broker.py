@@ -2,9 +2,11 @@
 
 This module owns the command line, the start-up checks and the exit codes; the sockets are
 scale0.net.node's and every decision the core's. ``scale0-broker --config FILE
-[--endpoints-file PATH]``. Exit codes: 0 after SIGINT/SIGTERM (everyone was told DISCONNECT),
-1 when it cannot start (bad config, unusable key, port in use; the reason is on stderr),
-2 usage error (click's own). Logs are JSON lines on stderr (scale0.net.logs).
+[--endpoints-file PATH]``. SIGINT/SIGTERM stop it gracefully: no new work, requests in flight
+finish within ``shutdown_grace_ms``, everyone is told DISCONNECT (a second signal: at once).
+Exit codes: 0 after SIGINT/SIGTERM, 1 when it cannot start (bad config, unusable key, port in
+use; the reason is on stderr), 2 usage error (click's own). Logs are JSON lines on stderr
+(scale0.net.logs).
 
 A config source starts from its network config file, signed with its key; any other broker
 starts joining, from its seeds and config subscriptions. Either way the last good config saved
@@ -334,8 +336,11 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
             broker=prepared.broker.identity,
         )
     loop = asyncio.get_running_loop()
+    grace_s = prepared.broker.shutdown_grace_ms / 1000
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, node.stop)
+        # Graceful: new work refused, in-flight requests finish within the grace (a second
+        # signal stops at once); docs/operations.md "Stopping a broker".
+        loop.add_signal_handler(signum, node.drain, grace_s)
     if prepared.broker.config_source:
         loop.add_signal_handler(signal.SIGHUP, _reload, node, prepared)
     if prepared.last_good is not None:

@@ -9,7 +9,9 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      negotiation on record gets FORCENEGOTIATE (and is not acted on).
  R2  CHECKCONFIG naming our config_version gets CONFIGACK, anything else gets CONFIG: the
      client view of the network config in the asked config_type, with sha256 and signature.
- R3  A broker that is not active answers CHECKCONFIG and REQUEST with DISCONNECTERROR 503.
+ R3  A broker that is not active answers CHECKCONFIG and REQUEST with DISCONNECTERROR 503; a
+     disabled or draining one answers 301 naming an active peer's frontend (clients) or
+     backend (workers) when it knows one, so one seed is enough (docs/operations.md).
  R4  READY puts the worker in the LRU queue of each of its services; a new READY replaces them.
  R5  A REQUEST goes to the least recently used ready worker of its service; a worker of
      capacity N takes up to N requests at once.
@@ -39,6 +41,12 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      DISCONNECTERROR 400, registers nothing and ends the session; an empty READY takes no work.
  R16 A HEARTBEAT naming an older config_version gets FORCENEGOTIATE.
  R17 Shutdown tells every client and worker DISCONNECT, and every peer link.
+ R18 Disable (and Drain) move service away: each idle worker is told 301 to an active peer
+     (503 if none) and forgotten, a busy one as soon as its last request is answered; requests
+     waiting here go to a peer that offers the service, else their client is told to move
+     (301/503) and resends there; forwarded ones get FORWARDREPLY 503 (F8 routes them again).
+ R19 Drain (SIGTERM) is a disable that also tells each client DISCONNECT once it has nothing
+     in flight here, and says Drained once no request is in flight at all.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)
@@ -99,6 +107,8 @@ from scale0.core.effects import (
     ConfigOffered,
     ConfigRead,
     Connect,
+    Drain,
+    Drained,
     Effect,
     Event,
     FanOutDone,
@@ -304,6 +314,9 @@ class Broker:
         self.management = Management(self)
         #: The net layer's own counters (received, sent, dropped...), shared for ``status``.
         self.io_counters: dict[str, int] = {}
+        #: Drain (SIGTERM) ran: the broker is disabled and stops once nothing is in flight.
+        self.draining = False
+        self._drained_said = False
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -517,16 +530,86 @@ class Broker:
         if before == target:
             return Outcome(200, {"broker": self.identity, "state": before, "changed": False})
         self.state = target
-        if target == "disabled":
-            for service, queue in self._queues.items():
-                while queue:
-                    pending = queue.popleft()
-                    if pending.done:
-                        continue
-                    self._queued[service] -= 1
-                    self._fail(pending, 503, f"broker {self.identity} was disabled", out)
         out.append(Log("warning", "broker_state", {"from": before, "to": target, "by": by}))
+        if target == "disabled":
+            self._move_away(now, out)
         return Outcome(200, {"broker": self.identity, "state": target, "changed": True})
+
+    def _move_away(self, now: float, out: list[Effect]) -> None:
+        """R18: the broker stops serving; its waiting requests and idle workers go elsewhere."""
+        moved: set[bytes] = set()
+        for service, queue in self._queues.items():
+            while queue:
+                pending = queue.popleft()
+                if pending.done:
+                    continue
+                self._queued[service] -= 1
+                if pending.origin is not None:
+                    self._fail(pending, 503, f"broker {self.identity} is {self.state}", out)
+                    continue
+                peer = self._pick_peer(service, free=False)
+                if peer is not None:
+                    self._forward_to(peer, pending, out)
+                    continue
+                # Nobody here will run it: its client resends it where it is told to go.
+                self._retire(pending)
+                moved.add(pending.client)
+        for rid in moved:
+            self._move_client(rid, now, out)
+        for worker in list(self._pool.workers.values()):
+            if not worker.in_flight:
+                self._move_worker(worker.routing_id, now, out)
+        self._check_drained(out)
+
+    def _move_worker(self, rid: bytes, now: float, out: list[Effect]) -> None:
+        if self.draining:  # R17's DISCONNECT, early: it fails over at once
+            out.append(Send(Channel.BACKEND, rid, Disconnect(protocol=SIG_WORKER)))
+        else:
+            message = self._not_accepting(SIG_WORKER, Channel.BACKEND)
+            out.append(Send(Channel.BACKEND, rid, message))
+        self._forget(Channel.BACKEND, rid, now, out, reason="moved")
+
+    def _move_client(self, rid: bytes, now: float, out: list[Effect]) -> None:
+        if rid not in self._sessions[Channel.FRONTEND]:
+            return
+        if self.draining:
+            out.append(Send(Channel.FRONTEND, rid, Disconnect(protocol=SIG_CLIENT)))
+        else:
+            out.append(
+                Send(Channel.FRONTEND, rid, self._not_accepting(SIG_CLIENT, Channel.FRONTEND))
+            )
+        self._forget(Channel.FRONTEND, rid, now, out, reason="moved")
+
+    def _client_busy(self, rid: bytes) -> bool:
+        return any(p.client == rid and p.origin is None for p in self._requests.values())
+
+    def _drain(self, grace_ms: int, now: float, out: list[Effect]) -> None:
+        """R19: SIGTERM. Disable, tell idle clients DISCONNECT, finish what is in flight."""
+        if self.draining:
+            return
+        self.draining = True
+        out.append(
+            Log("info", "broker_draining", {"in_flight": len(self._inflight), "grace_ms": grace_ms})
+        )
+        if self.state == "active":
+            self.set_state("disabled", now, "shutdown", out)
+        elif self.state == "disabled":
+            self._move_away(now, out)
+        for rid in list(self._sessions[Channel.FRONTEND]):
+            if not self._client_busy(rid):
+                self._move_client(rid, now, out)
+        self._check_drained(out)
+
+    def _check_drained(self, out: list[Effect]) -> None:
+        if self.draining and not self._inflight and not self._drained_said:
+            self._drained_said = True
+            out.append(Drained())
+
+    def _after_answer(self, pending: Pending, out: list[Effect]) -> None:
+        """R19: a request was answered while draining: move its client once it is idle here."""
+        if pending.origin is None and not self._client_busy(pending.client):
+            self._move_client(pending.client, self._clock, out)
+        self._check_drained(out)
 
     def _sample(self, now: float, wall: float) -> None:
         self.metrics.maybe_sample(
@@ -558,6 +641,8 @@ class Broker:
             self._start(now, wall, out)
         elif isinstance(event, Shutdown):
             self._shutdown(out)
+        elif isinstance(event, Drain):
+            self._drain(event.grace_ms, now, out)
         elif isinstance(event, ManagementCall):
             self.management.checked(event, now, wall, out)
         elif isinstance(event, ManagementSubmit):
@@ -649,7 +734,7 @@ class Broker:
     ) -> None:
         protocol = _PROTOCOL[channel]
         if self.state != "active":
-            out.append(Send(channel, rid, self._not_accepting(protocol)))
+            out.append(Send(channel, rid, self._not_accepting(protocol, channel)))
             return
         client_id = msg.client_id or f"{self.identity}.{rid.hex()}"
         holder = self._client_ids.get((channel, client_id))
@@ -721,10 +806,30 @@ class Broker:
             )
         )
 
-    def _not_accepting(self, protocol: bytes) -> DisconnectError:
+    def _not_accepting(self, protocol: bytes, channel: Channel) -> DisconnectError:
+        """R3: 503, or (disabled, draining) 301 to an active peer's endpoint for this channel."""
+        if self.state == "disabled" and channel in (Channel.FRONTEND, Channel.BACKEND):
+            target = self._active_endpoint(channel)
+            if target is not None:
+                return DisconnectError(
+                    code=301,
+                    message=f"broker {self.identity} is {self.state}: go to {target}",
+                    endpoint=target,
+                    protocol=protocol,
+                )
         return DisconnectError(
             code=503, message=f"broker {self.identity} is {self.state}", protocol=protocol
         )
+
+    def _active_endpoint(self, channel: Channel) -> str | None:
+        """The frontend or backend of an active peer we are linked to (the first by id)."""
+        for broker_id in sorted(self._peers):
+            if not self._peers[broker_id].usable():
+                continue
+            entry = next((b for b in self.network.brokers if b.identity == broker_id), None)
+            if entry is not None:
+                return entry.frontend if channel is Channel.FRONTEND else entry.backend
+        return None
 
     def _skewed(
         self, channel: Channel, rid: bytes, sent: float, now: float, wall: float, out: list[Effect]
@@ -887,7 +992,9 @@ class Broker:
         if session is None:
             return
         if self.state != "active":
-            out.append(Send(Channel.FRONTEND, rid, self._not_accepting(SIG_CLIENT)))
+            out.append(
+                Send(Channel.FRONTEND, rid, self._not_accepting(SIG_CLIENT, Channel.FRONTEND))
+            )
             return
         self.counters["requests"] += 1
         key = (session.client_id.encode(), request_id)
@@ -1011,7 +1118,10 @@ class Broker:
         self._finish(pending, reply, out, now)
         if worker is not None:
             worker.in_flight.discard(ticket)
-            self._worker_free(worker, now, out)
+            if self.state != "active" and not worker.in_flight:
+                self._move_worker(rid, now, out)  # R18: its last request here is answered
+            else:
+                self._worker_free(worker, now, out)
 
     def _worker_partial(
         self, rid: bytes, msg: WorkerPartial, now: float, out: list[Effect]
@@ -1051,9 +1161,13 @@ class Broker:
         if pending.origin is not None:  # F7: the origin broker caches; we only answer it
             answer = ForwardReply(pending.origin, reply.status, reply.body)
             out.append(Send(Channel.PEER, pending.client, answer))
+            if self.draining:
+                self._check_drained(out)
             return
         self._cache.put(pending.key, reply, now)
         out.append(Send(Channel.FRONTEND, pending.client, reply))
+        if self.draining:
+            self._after_answer(pending, out)
 
     def _fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None:
         self.counters[f"errors_{status}"] = self.counters.get(f"errors_{status}", 0) + 1
@@ -1063,6 +1177,8 @@ class Broker:
             failure = ClientReply.failure(pending.service, pending.request_id, status, message)
             answer = ForwardReply(pending.origin, status, failure.body)
             out.append(Send(Channel.PEER, pending.client, answer))
+            if self.draining:
+                self._check_drained(out)
             return
         out.append(
             Send(
@@ -1071,6 +1187,8 @@ class Broker:
                 ClientReply.failure(pending.service, pending.request_id, status, message),
             )
         )
+        if self.draining:
+            self._after_answer(pending, out)
 
     def _reserved(self, rid: bytes, msg: ClientRequest, out: list[Effect]) -> None:
         """Reserved names (protocol.md §7.3): mmi.service from live state, the rest refused."""
@@ -1812,7 +1930,7 @@ class Broker:
     ) -> None:
         current = self.replica.current
         if self.state != "active" or current is None or not current.signature:
-            out.append(Send(Channel.PEER, rid, self._not_accepting(SIG_BROKER)))
+            out.append(Send(Channel.PEER, rid, self._not_accepting(SIG_BROKER, Channel.PEER)))
             return
         if msg.config_version == current.version:
             answer: Message = ConfigAck(

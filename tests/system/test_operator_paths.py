@@ -23,9 +23,11 @@ import pytest
 
 from scale0.net.client import Client
 from scale0.net.worker import Worker, WorkerThread
+from scale0.testing import start_family_member
 from tests.system.test_operations import (
     WAIT_S,
     ctl,
+    edit_yaml,
     everyone,
     logged,
     operated_family,
@@ -138,6 +140,129 @@ def _outcome(client: Client, service: str, body: bytes) -> object:
         return client.request(service, body)
     except Exception as exc:  # the test compares it: a ServiceNotFound is the defect
         return exc
+
+
+# ---- 3: disable keeps service -----------------------------------------------------------------
+
+
+def test_disabling_the_broker_of_the_only_worker_keeps_the_service(tmp_path: Path) -> None:
+    with operated_family(tmp_path) as family:
+        wait_until(everyone(family, 1), "the family runs v1")
+        with worker_at(family["b1"].endpoints["backend"], {"echo": echo}) as worker:
+            wait_until(offered_through(family, "b2", "echo"), "b2 sees echo at b1")
+            with (
+                Client(family["b2"].frontend, timeout=20.0) as elsewhere,
+                Client(family["b1"].frontend, timeout=20.0) as there,
+            ):
+                assert there.request("echo", b"before") == [b"before"]
+                code, document = ctl(family, "disable", "--target", "b1", broker="b2")
+                assert code == 0 and document["result"]["state"] == "disabled", document
+                # Clients at b1 and elsewhere are served: the worker moved to an active broker.
+                assert elsewhere.request("echo", b"elsewhere") == [b"elsewhere"]
+                assert there.request("echo", b"moved") == [b"moved"]
+                assert there.endpoint != family["b1"].frontend
+                assert worker.worker.endpoint != family["b1"].endpoints["backend"]
+                code, status = ctl(family, "status", broker="b1")
+                assert status["result"]["workers"] == 0, status
+
+
+# ---- 4: a disabled seed points the way --------------------------------------------------------
+
+
+def test_a_client_whose_only_seed_is_disabled_is_sent_to_an_active_broker(tmp_path: Path) -> None:
+    with operated_family(tmp_path) as family:
+        wait_until(everyone(family, 1), "the family runs v1")
+        with worker_at(family["b2"].endpoints["backend"], {"echo": echo}):
+            wait_until(offered_through(family, "b1", "echo"), "b1 sees echo at b2")
+            code, document = ctl(family, "disable", broker="b1")
+            assert code == 0 and document["result"]["state"] == "disabled", document
+            # A new client that knows only b1: negotiation there is answered 301 elsewhere.
+            with Client(family["b1"].frontend, timeout=20.0) as client:
+                assert client.request("echo", b"one seed") == [b"one seed"]
+                assert client.endpoint in {family["b2"].frontend, family["b3"].frontend}
+
+
+# ---- 5: graceful stop ----------------------------------------------------------------------------
+
+
+def test_sigterm_lets_the_request_in_flight_finish_once_then_everyone_moves(
+    tmp_path: Path,
+) -> None:
+    started = threading.Event()
+    release = threading.Event()
+    runs: list[bytes] = []
+
+    def slow(body: list[bytes]) -> list[bytes]:
+        runs.append(body[0])
+        started.set()
+        release.wait(WAIT_S)
+        return body
+
+    with operated_family(tmp_path) as family:
+        wait_until(everyone(family, 1), "the family runs v1")
+        b1 = family["b1"]
+        with (
+            worker_at(b1.endpoints["backend"], {"slow": slow}, capacity=4) as worker,
+            Client(b1.frontend, timeout=30.0) as client,
+        ):
+            answers: list[object] = []
+            asked = threading.Thread(
+                target=lambda: answers.append(_outcome(client, "slow", b"in flight"))
+            )
+            asked.start()
+            assert started.wait(WAIT_S)
+            assert b1.process is not None
+            os.kill(b1.process.pid, signal.SIGTERM)
+            wait_until(lambda: bool(logged(b1, "broker_draining")), "b1 drains")
+            release.set()
+            asked.join(30)
+            assert answers == [[b"in flight"]]
+            assert runs == [b"in flight"]  # finished where it ran, not run again elsewhere
+            assert b1.process.wait(30) == 0
+            # Client and worker moved at once, and are served elsewhere.
+            assert client.request("slow", b"after") == [b"after"]
+            assert client.endpoint != b1.frontend
+            assert worker.worker.endpoint != b1.endpoints["backend"]
+
+
+def test_sigterm_waits_at_most_the_grace_for_a_request_that_does_not_end(
+    tmp_path: Path,
+) -> None:
+    release = threading.Event()
+    started = threading.Event()
+    returned = threading.Event()
+
+    def stuck(body: list[bytes]) -> list[bytes]:
+        started.set()
+        release.wait(WAIT_S)
+        returned.set()
+        return body
+
+    with operated_family(tmp_path) as family:
+        b1 = family["b1"]
+        b1.stop()
+        edit_yaml(b1.broker_file, shutdown_grace_ms=500)
+        start_family_member(b1)
+        wait_until(everyone(family, 1), "the family runs v1")
+        try:
+            with (
+                worker_at(b1.endpoints["backend"], {"stuck": stuck}),
+                Client(b1.frontend, timeout=30.0) as client,
+            ):
+                asked = threading.Thread(target=lambda: _outcome(client, "stuck", b"x"))
+                asked.start()
+                assert started.wait(WAIT_S)
+                assert b1.process is not None
+                os.kill(b1.process.pid, signal.SIGTERM)
+                # It exits while the handler still runs: the grace bounds the wait.
+                assert b1.process.wait(WAIT_S) == 0
+                assert not returned.is_set()
+                # The last run's line (the first run stopped with nothing in flight).
+                assert logged(b1, "broker_drained")[-1]["unfinished"] == 1
+                release.set()
+                asked.join(30)
+        finally:
+            release.set()
 
 
 # ---- 8: counters agree ---------------------------------------------------------------------------
