@@ -90,7 +90,7 @@ changes state through ``set_state`` (disable/enable, §6.4).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -230,10 +230,14 @@ class Broker:
         seeds: Sequence[str] = (),
         config_subs: Sequence[str] = (),
         config_source: bool = False,
+        own_ports: Mapping[str, int] | None = None,
     ) -> None:
         """``network`` None: no config yet, the broker is joining (F1, F10) whatever ``state``
-        says; it becomes ``state`` (active unless disabled) once a config is applied."""
+        says; it becomes ``state`` (active unless disabled) once a config is applied.
+        ``own_ports`` (channel name -> port from the broker file, 0 unknown) are compared with
+        this broker's entry in every config applied (own_endpoint_mismatch)."""
         self.identity = identity
+        self._own_ports = dict(own_ports or {})
         self._wanted: State = "disabled" if state == "disabled" else "active"
         self.state: State = state if network is not None else "joining"
         self._boot_id = boot_id
@@ -1746,6 +1750,24 @@ class Broker:
         self._services_left([s for s in before if s not in peer.table], now)
         self._drain_to_peers(now, out)
 
+    def _endpoint_mismatches(self, network: NetworkConfig) -> list[str]:
+        """Where this broker's entry names other ports than it bound (its file's, not 0)."""
+        entry = next((b for b in network.brokers if b.identity == self.identity), None)
+        if entry is None:
+            return []
+        problems = []
+        for channel, own in sorted(self._own_ports.items()):
+            endpoint = getattr(entry, channel, None)
+            if not own or not isinstance(endpoint, str):
+                continue
+            port = endpoint.rpartition(":")[2]
+            if port.isdigit() and int(port) != own:
+                problems.append(
+                    f"{channel}_port is {own}, but brokers[{self.identity}].{channel} in config "
+                    f"v{network.config_version} is {endpoint}"
+                )
+        return problems
+
     def _services_left(self, services: Iterable[str], now: float) -> None:
         """R7: services a peer no longer offers stay known for the failover grace."""
         for service in services:
@@ -2044,6 +2066,10 @@ class Broker:
             )
         if self.identity not in {b.identity for b in config.network.brokers}:
             out.append(Log("error", "not_a_member", {"version": config.version}))
+        mismatches = self._endpoint_mismatches(config.network)
+        if mismatches:
+            # Clients and workers would be sent where this broker does not listen (issue 11 #7).
+            out.append(Log("error", "own_endpoint_mismatch", {"problems": mismatches}))
         if source != "disk" and config.signature:
             out.append(Persist(config.document(), config.sha256, config.signature, config.origin))
         self._plan_links(config.network, applied.plan, out)

@@ -196,6 +196,12 @@ class BrokerNode:
             seeds=broker_config.seeds,
             config_subs=broker_config.config_sub_ports,
             config_source=broker_config.config_source,
+            own_ports={
+                "frontend": broker_config.frontend_port,
+                "backend": broker_config.backend_port,
+                "peer": broker_config.peer_port,
+                "config_pub": broker_config.config_pub_port,
+            },
         )
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
         # Every socket the loop reads, by name: "frontend", "backend", "peer", "config" (SUB)

@@ -309,3 +309,30 @@ def test_removing_a_broker(tmp_path: Path) -> None:
         assert family["b3"].stop() == 0
         family.members.remove(family["b3"])
         wait_until(everyone(family, 2), "b1 and b2 run v2")
+
+
+def test_a_joining_broker_whose_ports_differ_from_its_entry_says_so(tmp_path: Path) -> None:
+    """issue 11 #7 for a broker that gets its config from the family: a loud log line."""
+    (other,) = pick_free_ports(1)
+    broker_files, _network_file, network = write_family_configs(
+        tmp_path, 3, sources=(0, 1), broker_overrides=[{}, {}, {"frontend_port": other}], **FAST
+    )
+    family = Family(
+        [FamilyMember(path.parent.name, path.parent, path) for path in broker_files],
+        network,
+        dict(FAMILY_ADMINS),
+    )
+    try:
+        for member in family.members:
+            start_family_member(member)
+        b3 = family["b3"]
+        wait_until(lambda: bool(logged(b3, "own_endpoint_mismatch")), "b3 logs the mismatch")
+        (line,) = logged(b3, "own_endpoint_mismatch")
+        assert line["level"] == "error"
+        entry = network.brokers[2].frontend
+        assert line["problems"] == [
+            f"frontend_port is {other}, but brokers[b3].frontend in config v1 is {entry}"
+        ]
+    finally:
+        for member in family.members:
+            member.stop()
