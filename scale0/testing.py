@@ -128,6 +128,20 @@ def write_configs(
     )
     if broker_overrides:
         broker = dataclasses.replace(broker, **dict(broker_overrides))
+
+        # A port fixed by the overrides is the one clients must be told (scale0-broker refuses
+        # a config source whose own ports differ from its entry).
+        def fixed(port: int, placeholder: str) -> str:
+            return f"tcp://127.0.0.1:{port}" if port else placeholder
+
+        entry = dataclasses.replace(
+            entry,
+            frontend=fixed(broker.frontend_port, entry.frontend),
+            backend=fixed(broker.backend_port, entry.backend),
+            peer=fixed(broker.peer_port, entry.peer),
+            config_pub=fixed(broker.config_pub_port, entry.config_pub),
+        )
+        network = dataclasses.replace(network, brokers=(entry,))
     network_file = directory / "network.yaml"
     broker_file = directory / "broker.yaml"
     network_file.write_bytes(dumps(network, "yaml"))

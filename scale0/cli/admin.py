@@ -174,6 +174,66 @@ CLIENT_COLUMNS: Final = (
 )
 
 
+PEER_COLUMNS: Final = (
+    ("broker_id", "PEER"),
+    ("endpoint", "ENDPOINT"),
+    ("linked", "LINKED"),
+    ("state", "STATE"),
+    ("config_version", "CONFIG"),
+    ("services", "SERVICES"),
+    ("forwarded", "FORWARDED"),
+)
+
+
+def _peer_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            **r,
+            "config_version": f"v{r.get('config_version')}",
+            "services": " ".join(f"{k}:{v}" for k, v in (r.get("services") or {}).items()) or "-",
+        }
+        for r in rows
+    ]
+
+
+def _peers_lines(result: Mapping[str, Any]) -> list[str]:
+    """list_peers: one line about the broker's own config, the peers' table, conflicts."""
+    lines = [
+        f"{result.get('broker')} ({result.get('state')}): config v{result.get('config_version')} "
+        f"sha256 {str(result.get('sha256') or '-')[:12]} from {result.get('origin') or '-'}"
+    ]
+    peers = [r for r in result.get("peers") or [] if isinstance(r, dict)]
+    lines.extend(table(_peer_rows(peers), PEER_COLUMNS) if peers else ["no peers"])
+    for conflict in result.get("conflicts") or []:
+        if isinstance(conflict, dict):
+            lines.append(
+                f"conflict at v{conflict.get('version')}: kept {str(conflict.get('kept'))[:12]} "
+                f"over {str(conflict.get('dropped'))[:12]} (from {conflict.get('origin')})"
+            )
+    return lines
+
+
+def _config_change_lines(result: Mapping[str, Any]) -> list[str]:
+    """reload_config / set_config: applied or not, what changed, what needs a restart."""
+    if result.get("applied"):
+        lines = [
+            f"applied: config v{result.get('config_version')} (was "
+            f"v{result.get('previous_version')}), sha256 {str(result.get('sha256'))[:12]}",
+            f"changed: {', '.join(result.get('changed') or []) or 'nothing'}",
+            f"restart needed: {', '.join(result.get('restart_needed') or []) or 'nothing'}",
+        ]
+        if result.get("conflict"):
+            lines.append(f"conflict: {_text(result.get('conflict'))}")
+        return lines
+    lines = [f"not applied: running config v{result.get('config_version')}"]
+    for key in ("reason", "note"):
+        if result.get(key):
+            lines.append(f"{key}: {result[key]}")
+    if result.get("asked"):
+        lines.append(f"asked: {_text(result['asked'])}")
+    return lines
+
+
 def _broker_row(status: Mapping[str, Any]) -> dict[str, Any]:
     return {
         **status,
@@ -243,6 +303,10 @@ def human_lines(command: str, result: JsonValue) -> list[str]:
         return [f"{result.get('broker')}: {result.get('state')}{changed}"]
     if command == "get_config":
         return json.dumps(result, indent=2, ensure_ascii=False).splitlines()
+    if command == "list_peers" and isinstance(result, dict):
+        return _peers_lines(result)
+    if command in ("reload_config", "set_config") and isinstance(result, dict):
+        return _config_change_lines(result)
     view = VIEWS.get(command)
     if view is not None and isinstance(result, dict) and view.key is not None:
         listed = result.get(view.key)
@@ -419,7 +483,11 @@ def _config_set(output: Callable[[], Output], json_param: click.Parameter) -> cl
         "changed and what needs a restart, or why it was refused."
     )
     return click.Command(
-        "set", callback=callback, params=params, help=help_text, short_help=help_text[:60]
+        "set",
+        callback=callback,
+        params=params,
+        help=help_text,
+        short_help="Apply a signed network config on a running broker (and its family).",
     )
 
 
@@ -545,8 +613,8 @@ def add_admin_commands(
         (
             "disable",
             "disable",
-            "Disable a broker: it refuses clients and requests (503) until enabled, and "
-            "requests waiting for a worker get 503. Needs the admin role.",
+            "Disable a broker: its workers, waiting requests and clients are moved to active "
+            "members (301) until enabled; requests at a worker finish. Needs the admin role.",
             False,
             True,
         ),

@@ -188,8 +188,10 @@ def _load_network(path: str) -> NetworkConfig:
 def main() -> None:
     """Administer Scale0: check, convert, hash and sign configs; make keys and password hashes.
 
-    Exit status: 0 on success, 1 when the input is bad (config problems, a signature that does
-    not verify, an unusable key), 2 on a usage error.
+    Exit status: 0 on success; 1 when the input is bad (config problems, a signature that does
+    not verify, an unusable key) or a broker refused or answered an error; 2 on a usage error;
+    3 when, with --family, some broker did not answer; 4 when the broker did not answer within
+    --timeout (docs/admin.md).
     """
 
 
@@ -197,6 +199,21 @@ def main() -> None:
 @_json_option
 def config() -> None:
     """Check, convert, hash, sign and verify config files (YAML, JSON, XML or ZFL)."""
+
+
+def _load_config(name: str) -> Config:
+    """Load a config file; a signature file given by mistake (a glob like conf/*) says so."""
+    if name.endswith(".sig"):
+        raise ConfigError(
+            [
+                Problem(
+                    "a signature file, not a config (scale0ctl config sign writes it): "
+                    f"check it with `scale0ctl config verify CONFIG --sig {name} --trusted PUB`",
+                    file=name,
+                )
+            ]
+        )
+    return load(name)
 
 
 @config.command("check", short_help="Validate config files.")
@@ -213,7 +230,7 @@ def check(out: Output, files: tuple[str, ...]) -> None:
     problems: list[Problem] = []
     for name in files:
         try:
-            loaded = load(name)
+            loaded = _load_config(name)
         except ConfigError as exc:
             out.problems(exc.problems)
             problems.extend(exc.problems)
@@ -231,19 +248,25 @@ def check(out: Output, files: tuple[str, ...]) -> None:
 
 @config.command("hash", short_help="Print the canonical sha256 of config files.")
 @_json_option
+@click.option(
+    "--same",
+    is_flag=True,
+    help="Exit 1 unless every FILE has one sha256 (the same config in several formats).",
+)
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @_reported
-def hash_(out: Output, files: tuple[str, ...]) -> None:
+def hash_(out: Output, files: tuple[str, ...], same: bool) -> None:
     """Print the sha256 of each FILE's canonical form, like sha256sum: HASH, two spaces, FILE.
 
     The hash is the config's identity: the same config has the same hash in every format, and
     it is what a signature covers. A file that does not load is reported and skipped (exit 1).
+    With --same, files whose hashes differ are a problem too (exit 1), each one named.
     """
     results: list[dict[str, Any]] = []
     problems: list[Problem] = []
     for name in files:
         try:
-            loaded = load(name)
+            loaded = _load_config(name)
         except ConfigError as exc:
             out.problems(exc.problems)
             problems.extend(exc.problems)
@@ -251,6 +274,17 @@ def hash_(out: Output, files: tuple[str, ...]) -> None:
         names = _identity(loaded)
         out.line(f"{names['sha256']}  {name}")
         results.append({"file": name, **names})
+    if same and len({r["sha256"] for r in results}) > 1:
+        first = results[0]
+        for other in results[1:]:
+            if other["sha256"] != first["sha256"]:
+                problem = Problem(
+                    f"sha256 {other['sha256'][:12]}... differs from {first['file']}'s "
+                    f"{first['sha256'][:12]}...: not the same config",
+                    file=other["file"],
+                )
+                out.problems([problem])
+                problems.append(problem)
     out.result({"files": results}, problems)
     if problems:
         click.get_current_context().exit(1)

@@ -4,13 +4,15 @@
 imported (the current directory is on the import path, as with ``python -m``) and served under
 each ``--service`` name, or under its own ``__name__`` when none is given; it follows the handler
 rules of scale0.net.worker (sync, async, or a generator that streams). SIGINT and SIGTERM stop
-the worker cleanly (DISCONNECT is sent). Exit codes: 0 after a signal, 2 usage error (including a
-handler that cannot be imported).
+the worker cleanly (DISCONNECT is sent). It logs one JSON line on stderr at start
+(``worker_starting``: endpoint, services, capacity, PID). Exit codes: 0 after a signal, 2 usage
+error (including a handler that cannot be imported).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -18,7 +20,7 @@ from types import FrameType
 
 import click
 
-from scale0.net.logs import configure
+from scale0.net.logs import LOGGER_NAME, configure, log_event
 from scale0.net.worker import Handler, Worker
 
 __all__ = ["load_handler", "main"]
@@ -109,4 +111,18 @@ def main(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    # One line at start, so whoever started it sees what it serves where (and how to stop it).
+    log_event(
+        logging.getLogger(LOGGER_NAME),
+        logging.INFO,
+        "worker_starting",
+        {
+            "endpoint": endpoint,
+            "services": list(names),
+            "handler": handler,
+            "capacity": capacity,
+            "pid": os.getpid(),
+            "stop": "Ctrl-C or SIGTERM",
+        },
+    )
     worker.run()

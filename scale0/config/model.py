@@ -112,6 +112,13 @@ class BrokerConfig:
     log_level: LogLevel = field(
         default="info", metadata=doc("Log level: debug | info | warning | error.")
     )
+    shutdown_grace_ms: int = field(
+        default=10_000,
+        metadata=doc(
+            "On SIGTERM or SIGINT, how long requests in flight may take to finish before the "
+            "broker exits; new work is refused at once (0: exit at once)."
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

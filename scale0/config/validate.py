@@ -169,6 +169,10 @@ def _network(c: NetworkConfig) -> Iterator[Finding]:
             yield "client_view", f"must include {needed!r}: clients track it"
 
 
+#: The longest a stopping broker waits for its requests in flight (10 minutes).
+MAX_SHUTDOWN_GRACE_MS = 600_000
+
+
 def check_broker(config: BrokerConfig) -> list[Finding]:
     return [*check_strings(config), *_broker(config)]
 
@@ -210,3 +214,8 @@ def _broker(c: BrokerConfig) -> Iterator[Finding]:
         yield "management.http_port", f"port {c.management.http_port} is out of range 0-65535"
     if not c.management.http_address:
         yield "management.http_address", "must not be empty"
+    if not 0 <= c.shutdown_grace_ms <= MAX_SHUTDOWN_GRACE_MS:
+        yield (
+            "shutdown_grace_ms",
+            f"must be between 0 and {MAX_SHUTDOWN_GRACE_MS}, got {c.shutdown_grace_ms}",
+        )

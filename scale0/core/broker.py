@@ -9,16 +9,19 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      negotiation on record gets FORCENEGOTIATE (and is not acted on).
  R2  CHECKCONFIG naming our config_version gets CONFIGACK, anything else gets CONFIG: the
      client view of the network config in the asked config_type, with sha256 and signature.
- R3  A broker that is not active answers CHECKCONFIG and REQUEST with DISCONNECTERROR 503.
+ R3  A broker that is not active answers CHECKCONFIG and REQUEST with DISCONNECTERROR 503; a
+     disabled or draining one answers 301 naming an active peer's frontend (clients) or
+     backend (workers) when it knows one, so one seed is enough (docs/operations.md).
  R4  READY puts the worker in the LRU queue of each of its services; a new READY replaces them.
  R5  A REQUEST goes to the least recently used ready worker of its service; a worker of
      capacity N takes up to N requests at once.
  R6  With no ready worker a request waits (at most max_queued_requests per service, else 503 at
      once) until a worker is ready, or until its deadline: 503.
  R7  A request for a service no worker offers gets 404 at once, unless the service had a
-     worker within the last request_timeout_ms, the broker started less than that ago, or
-     the config lists it in `services`; mmi.service is answered from live state, other mmi.*
-     get 501 and scale0.* 404.
+     worker here or in a peer's table within the last request_timeout_ms (the failover grace:
+     a worker that moved registers again), the broker started less than that ago, or the
+     config lists it in `services`; such a request waits (R6) until its deadline.
+     mmi.service is answered from live state, other mmi.* get 501 and scale0.* 404.
  R8  A worker silent for liveness x its interval, or that says DISCONNECT, is lost: each of its
      requests is dispatched again (at most max_retries times), else answered 504.
  R9  A request in flight past its deadline is answered 504 and not retried (the worker may
@@ -38,6 +41,12 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      DISCONNECTERROR 400, registers nothing and ends the session; an empty READY takes no work.
  R16 A HEARTBEAT naming an older config_version gets FORCENEGOTIATE.
  R17 Shutdown tells every client and worker DISCONNECT, and every peer link.
+ R18 Disable (and Drain) move service away: each idle worker is told 301 to an active peer
+     (503 if none) and forgotten, a busy one as soon as its last request is answered; requests
+     waiting here go to a peer that offers the service, else their client is told to move
+     (301/503) and resends there; forwarded ones get FORWARDREPLY 503 (F8 routes them again).
+ R19 Drain (SIGTERM) is a disable that also tells each client DISCONNECT once it has nothing
+     in flight here, and says Drained once no request is in flight at all.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)
@@ -82,7 +91,7 @@ changes state through ``set_state`` (disable/enable, §6.4).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -99,6 +108,8 @@ from scale0.core.effects import (
     ConfigOffered,
     ConfigRead,
     Connect,
+    Drain,
+    Drained,
     Effect,
     Event,
     FanOutDone,
@@ -220,10 +231,14 @@ class Broker:
         seeds: Sequence[str] = (),
         config_subs: Sequence[str] = (),
         config_source: bool = False,
+        own_ports: Mapping[str, int] | None = None,
     ) -> None:
         """``network`` None: no config yet, the broker is joining (F1, F10) whatever ``state``
-        says; it becomes ``state`` (active unless disabled) once a config is applied."""
+        says; it becomes ``state`` (active unless disabled) once a config is applied.
+        ``own_ports`` (channel name -> port from the broker file, 0 unknown) are compared with
+        this broker's entry in every config applied (own_endpoint_mismatch)."""
         self.identity = identity
+        self._own_ports = dict(own_ports or {})
         self._wanted: State = "disabled" if state == "disabled" else "active"
         self.state: State = state if network is not None else "joining"
         self._boot_id = boot_id
@@ -304,6 +319,9 @@ class Broker:
         self.management = Management(self)
         #: The net layer's own counters (received, sent, dropped...), shared for ``status``.
         self.io_counters: dict[str, int] = {}
+        #: Drain (SIGTERM) ran: the broker is disabled and stops once nothing is in flight.
+        self.draining = False
+        self._drained_said = False
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -517,16 +535,86 @@ class Broker:
         if before == target:
             return Outcome(200, {"broker": self.identity, "state": before, "changed": False})
         self.state = target
-        if target == "disabled":
-            for service, queue in self._queues.items():
-                while queue:
-                    pending = queue.popleft()
-                    if pending.done:
-                        continue
-                    self._queued[service] -= 1
-                    self._fail(pending, 503, f"broker {self.identity} was disabled", out)
         out.append(Log("warning", "broker_state", {"from": before, "to": target, "by": by}))
+        if target == "disabled":
+            self._move_away(now, out)
         return Outcome(200, {"broker": self.identity, "state": target, "changed": True})
+
+    def _move_away(self, now: float, out: list[Effect]) -> None:
+        """R18: the broker stops serving; its waiting requests and idle workers go elsewhere."""
+        moved: set[bytes] = set()
+        for service, queue in self._queues.items():
+            while queue:
+                pending = queue.popleft()
+                if pending.done:
+                    continue
+                self._queued[service] -= 1
+                if pending.origin is not None:
+                    self._fail(pending, 503, f"broker {self.identity} is {self.state}", out)
+                    continue
+                peer = self._pick_peer(service, free=False)
+                if peer is not None:
+                    self._forward_to(peer, pending, out)
+                    continue
+                # Nobody here will run it: its client resends it where it is told to go.
+                self._retire(pending)
+                moved.add(pending.client)
+        for rid in moved:
+            self._move_client(rid, now, out)
+        for worker in list(self._pool.workers.values()):
+            if not worker.in_flight:
+                self._move_worker(worker.routing_id, now, out)
+        self._check_drained(out)
+
+    def _move_worker(self, rid: bytes, now: float, out: list[Effect]) -> None:
+        if self.draining:  # R17's DISCONNECT, early: it fails over at once
+            out.append(Send(Channel.BACKEND, rid, Disconnect(protocol=SIG_WORKER)))
+        else:
+            message = self._not_accepting(SIG_WORKER, Channel.BACKEND)
+            out.append(Send(Channel.BACKEND, rid, message))
+        self._forget(Channel.BACKEND, rid, now, out, reason="moved")
+
+    def _move_client(self, rid: bytes, now: float, out: list[Effect]) -> None:
+        if rid not in self._sessions[Channel.FRONTEND]:
+            return
+        if self.draining:
+            out.append(Send(Channel.FRONTEND, rid, Disconnect(protocol=SIG_CLIENT)))
+        else:
+            out.append(
+                Send(Channel.FRONTEND, rid, self._not_accepting(SIG_CLIENT, Channel.FRONTEND))
+            )
+        self._forget(Channel.FRONTEND, rid, now, out, reason="moved")
+
+    def _client_busy(self, rid: bytes) -> bool:
+        return any(p.client == rid and p.origin is None for p in self._requests.values())
+
+    def _drain(self, grace_ms: int, now: float, out: list[Effect]) -> None:
+        """R19: SIGTERM. Disable, tell idle clients DISCONNECT, finish what is in flight."""
+        if self.draining:
+            return
+        self.draining = True
+        out.append(
+            Log("info", "broker_draining", {"in_flight": len(self._inflight), "grace_ms": grace_ms})
+        )
+        if self.state == "active":
+            self.set_state("disabled", now, "shutdown", out)
+        elif self.state == "disabled":
+            self._move_away(now, out)
+        for rid in list(self._sessions[Channel.FRONTEND]):
+            if not self._client_busy(rid):
+                self._move_client(rid, now, out)
+        self._check_drained(out)
+
+    def _check_drained(self, out: list[Effect]) -> None:
+        if self.draining and not self._inflight and not self._drained_said:
+            self._drained_said = True
+            out.append(Drained())
+
+    def _after_answer(self, pending: Pending, out: list[Effect]) -> None:
+        """R19: a request was answered while draining: move its client once it is idle here."""
+        if pending.origin is None and not self._client_busy(pending.client):
+            self._move_client(pending.client, self._clock, out)
+        self._check_drained(out)
 
     def _sample(self, now: float, wall: float) -> None:
         self.metrics.maybe_sample(
@@ -558,6 +646,8 @@ class Broker:
             self._start(now, wall, out)
         elif isinstance(event, Shutdown):
             self._shutdown(out)
+        elif isinstance(event, Drain):
+            self._drain(event.grace_ms, now, out)
         elif isinstance(event, ManagementCall):
             self.management.checked(event, now, wall, out)
         elif isinstance(event, ManagementSubmit):
@@ -649,7 +739,7 @@ class Broker:
     ) -> None:
         protocol = _PROTOCOL[channel]
         if self.state != "active":
-            out.append(Send(channel, rid, self._not_accepting(protocol)))
+            out.append(Send(channel, rid, self._not_accepting(protocol, channel)))
             return
         client_id = msg.client_id or f"{self.identity}.{rid.hex()}"
         holder = self._client_ids.get((channel, client_id))
@@ -721,10 +811,30 @@ class Broker:
             )
         )
 
-    def _not_accepting(self, protocol: bytes) -> DisconnectError:
+    def _not_accepting(self, protocol: bytes, channel: Channel) -> DisconnectError:
+        """R3: 503, or (disabled, draining) 301 to an active peer's endpoint for this channel."""
+        if self.state == "disabled" and channel in (Channel.FRONTEND, Channel.BACKEND):
+            target = self._active_endpoint(channel)
+            if target is not None:
+                return DisconnectError(
+                    code=301,
+                    message=f"broker {self.identity} is {self.state}: go to {target}",
+                    endpoint=target,
+                    protocol=protocol,
+                )
         return DisconnectError(
             code=503, message=f"broker {self.identity} is {self.state}", protocol=protocol
         )
+
+    def _active_endpoint(self, channel: Channel) -> str | None:
+        """The frontend or backend of an active peer we are linked to (the first by id)."""
+        for broker_id in sorted(self._peers):
+            if not self._peers[broker_id].usable():
+                continue
+            entry = next((b for b in self.network.brokers if b.identity == broker_id), None)
+            if entry is not None:
+                return entry.frontend if channel is Channel.FRONTEND else entry.backend
+        return None
 
     def _skewed(
         self, channel: Channel, rid: bytes, sent: float, now: float, wall: float, out: list[Effect]
@@ -887,7 +997,9 @@ class Broker:
         if session is None:
             return
         if self.state != "active":
-            out.append(Send(Channel.FRONTEND, rid, self._not_accepting(SIG_CLIENT)))
+            out.append(
+                Send(Channel.FRONTEND, rid, self._not_accepting(SIG_CLIENT, Channel.FRONTEND))
+            )
             return
         self.counters["requests"] += 1
         key = (session.client_id.encode(), request_id)
@@ -1011,7 +1123,10 @@ class Broker:
         self._finish(pending, reply, out, now)
         if worker is not None:
             worker.in_flight.discard(ticket)
-            self._worker_free(worker, now, out)
+            if self.state != "active" and not worker.in_flight:
+                self._move_worker(rid, now, out)  # R18: its last request here is answered
+            else:
+                self._worker_free(worker, now, out)
 
     def _worker_partial(
         self, rid: bytes, msg: WorkerPartial, now: float, out: list[Effect]
@@ -1051,9 +1166,13 @@ class Broker:
         if pending.origin is not None:  # F7: the origin broker caches; we only answer it
             answer = ForwardReply(pending.origin, reply.status, reply.body)
             out.append(Send(Channel.PEER, pending.client, answer))
+            if self.draining:
+                self._check_drained(out)
             return
         self._cache.put(pending.key, reply, now)
         out.append(Send(Channel.FRONTEND, pending.client, reply))
+        if self.draining:
+            self._after_answer(pending, out)
 
     def _fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None:
         self.counters[f"errors_{status}"] = self.counters.get(f"errors_{status}", 0) + 1
@@ -1063,6 +1182,8 @@ class Broker:
             failure = ClientReply.failure(pending.service, pending.request_id, status, message)
             answer = ForwardReply(pending.origin, status, failure.body)
             out.append(Send(Channel.PEER, pending.client, answer))
+            if self.draining:
+                self._check_drained(out)
             return
         out.append(
             Send(
@@ -1071,6 +1192,8 @@ class Broker:
                 ClientReply.failure(pending.service, pending.request_id, status, message),
             )
         )
+        if self.draining:
+            self._after_answer(pending, out)
 
     def _reserved(self, rid: bytes, msg: ClientRequest, out: list[Effect]) -> None:
         """Reserved names (protocol.md §7.3): mmi.service from live state, the rest refused."""
@@ -1383,6 +1506,7 @@ class Broker:
             # "before HELLO" (F2) for good. A restart (new HELLO) or DISCONNECT replaces it.
             self._peer_rids.pop(peer.routing_id, None)
             peer.routing_id = None
+        self._services_left(peer.table, now)
         peer.forget_table()
         if was_up:
             self.counters["peers_lost"] += 1
@@ -1626,8 +1750,33 @@ class Broker:
             return
         if not msg.full and msg.table_seq <= peer.table_seq:
             return  # old news
+        before = list(peer.table)
         peer.apply_table(msg.table_seq, msg.full, msg.services)
+        self._services_left([s for s in before if s not in peer.table], now)
         self._drain_to_peers(now, out)
+
+    def _endpoint_mismatches(self, network: NetworkConfig) -> list[str]:
+        """Where this broker's entry names other ports than it bound (its file's, not 0)."""
+        entry = next((b for b in network.brokers if b.identity == self.identity), None)
+        if entry is None:
+            return []
+        problems = []
+        for channel, own in sorted(self._own_ports.items()):
+            endpoint = getattr(entry, channel, None)
+            if not own or not isinstance(endpoint, str):
+                continue
+            port = endpoint.rpartition(":")[2]
+            if port.isdigit() and int(port) != own:
+                problems.append(
+                    f"{channel}_port is {own}, but brokers[{self.identity}].{channel} in config "
+                    f"v{network.config_version} is {endpoint}"
+                )
+        return problems
+
+    def _services_left(self, services: Iterable[str], now: float) -> None:
+        """R7: services a peer no longer offers stay known for the failover grace."""
+        for service in services:
+            self._service_left[service] = now
 
     def _table_changed(self, services: Sequence[str], now: float) -> None:
         self._table.mark(services)
@@ -1748,6 +1897,7 @@ class Broker:
             out.append(Send(Channel.PEER, rid, ForwardReply(msg.ticket, 503, failure.body)))
             return
         self.counters["forwards_served"] += 1
+        self.counters["requests"] += 1  # one definition: docs/management.md "Counters"
         self._seq += 1
         pending = Pending(
             self._seq,
@@ -1807,7 +1957,7 @@ class Broker:
     ) -> None:
         current = self.replica.current
         if self.state != "active" or current is None or not current.signature:
-            out.append(Send(Channel.PEER, rid, self._not_accepting(SIG_BROKER)))
+            out.append(Send(Channel.PEER, rid, self._not_accepting(SIG_BROKER, Channel.PEER)))
             return
         if msg.config_version == current.version:
             answer: Message = ConfigAck(
@@ -1921,6 +2071,10 @@ class Broker:
             )
         if self.identity not in {b.identity for b in config.network.brokers}:
             out.append(Log("error", "not_a_member", {"version": config.version}))
+        mismatches = self._endpoint_mismatches(config.network)
+        if mismatches:
+            # Clients and workers would be sent where this broker does not listen (issue 11 #7).
+            out.append(Log("error", "own_endpoint_mismatch", {"problems": mismatches}))
         if source != "disk" and config.signature:
             out.append(Persist(config.document(), config.sha256, config.signature, config.origin))
         self._plan_links(config.network, applied.plan, out)

@@ -65,6 +65,14 @@ class Shutdown:
 
 
 @dataclass(frozen=True, slots=True)
+class Drain:
+    """SIGTERM/SIGINT: stop taking work, move clients and workers away as their requests end,
+    and say ``Drained`` once nothing is in flight (the node bounds the wait, then Shutdown)."""
+
+    grace_ms: int = 0  # how long the node waits at most (shutdown_grace_ms), for the log
+
+
+@dataclass(frozen=True, slots=True)
 class Start:
     """The sockets are bound: connect the peer links, subscribe, publish (docs/protocol.md §5-6)."""
 
@@ -136,6 +144,7 @@ Event = (
     | Malformed
     | Tick
     | Shutdown
+    | Drain
     | Start
     | ConfigOffered
     | ManagementSubmit
@@ -237,6 +246,11 @@ class ReadConfig:
     request_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """After ``Drain``: no request is in flight any more; the node may stop now."""
+
+
 Effect = (
     Send
     | Log
@@ -248,4 +262,5 @@ Effect = (
     | Authenticate
     | FanOut
     | ReadConfig
+    | Drained
 )

@@ -11,7 +11,8 @@ Rules (tests/core/test_replica.py names a test after each):
  K1  A config applies only if it parses and validates, its sha256 matches its document, its
      signature verifies against a trusted key, and its family is ours (once we have one).
  K2  A higher config_version replaces the running config; a lower one is refused as stale.
- K3  An equal version with the same sha256 is the running config: nothing happens.
+ K3  An equal version with the same sha256 is the running config: nothing happens (also when
+     the offer named no version, or carries another valid signature).
  K4  An equal version with another sha256 is a conflict: the smaller sha256 is kept, by every
      broker, whichever arrived first; the conflict is recorded (bounded) for management.
  K5  Applying a config yields a plan: peers to connect and close, and the changes that cannot
@@ -251,6 +252,10 @@ class Replica:
             return Refused(
                 f"config_version {candidate.version} is older than the running {current.version}"
             )
+        if candidate.sha256 == current.sha256:
+            # K3 again, for an offer that named no version (a saved config, some peers): the
+            # same document, however signed, is the running config, not a conflict with it.
+            return Unchanged(f"config_version {current.version} is already running")
         # K4: equal version, other digest. Everybody keeps the smaller sha256.
         if candidate.sha256 < current.sha256:
             self.conflicts.append(

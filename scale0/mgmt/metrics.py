@@ -84,7 +84,7 @@ def render_metrics(status: Mapping[str, Any]) -> str:
     w.family(
         "scale0_requests_total",
         "counter",
-        "Client requests accepted.",
+        "Requests taken on: from clients and forwarded by peers (docs/management.md).",
         [({}, status.get("requests", 0))],
     )
     w.family(

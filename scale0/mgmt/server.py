@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, ClassVar, Final
 
+import tornado.http1connection
 import tornado.httpserver
+import tornado.httputil
 import tornado.netutil
 import tornado.web
 
@@ -56,8 +58,11 @@ CSRF_HEADER: Final = "X-CSRF-Token"
 #: A session ends after this long without a request, and at most this many live at once.
 SESSION_IDLE_S: Final = 30 * 60
 MAX_SESSIONS: Final = 256
-#: Largest JSON body the API reads.
+#: Largest JSON body the API reads; a longer one is answered 413.
 MAX_BODY_BYTES: Final = 64 * 1024
+#: Largest body read (and dropped) to answer 413 cleanly; beyond it the connection is closed,
+#: since reading more would let anyone make the broker read without end.
+MAX_DRAINED_BYTES: Final = 1024 * 1024
 #: How long an API call waits for the core beyond the command's own family timeout.
 CALL_SLACK_S: Final = 5.0
 
@@ -107,6 +112,98 @@ def api_routes() -> dict[str, set[str]]:
     for command in COMMANDS.values():
         routes[f"/api/{command.name}"] = {"get" if command.role == "read" else "post"}
     return routes
+
+
+class _TooLarge(tornado.httputil.HTTPMessageDelegate):
+    """A request whose Content-Length is over MAX_BODY_BYTES: drop its body, answer 413.
+
+    Tornado alone would close the connection mid-request (the client sees a reset); reading the
+    body (up to MAX_DRAINED_BYTES) before answering lets the client read a real answer.
+    """
+
+    def __init__(self, connection: tornado.httputil.HTTPConnection, length: int) -> None:
+        self.connection = connection
+        self.length = length
+
+    def data_received(self, chunk: bytes) -> None:
+        return None  # dropped: the answer does not depend on it
+
+    def finish(self) -> None:
+        body = json.dumps(
+            {
+                "code": 413,
+                "message": f"the body is {self.length} bytes; the limit is {MAX_BODY_BYTES}",
+            }
+        ).encode()
+        headers = tornado.httputil.HTTPHeaders(
+            {
+                "Content-Type": "application/json",
+                "Content-Length": str(len(body)),
+                **_SECURITY_HEADERS,
+            }
+        )
+        self.connection.write_headers(
+            tornado.httputil.ResponseStartLine("HTTP/1.1", 413, "Content Too Large"), headers, body
+        )
+        self.connection.finish()
+
+    def on_connection_close(self) -> None:
+        return None
+
+
+class _BodyLimit(tornado.httputil.HTTPMessageDelegate):
+    """Passes a request to the application unless its declared body is over the limit."""
+
+    def __init__(
+        self, app: tornado.web.Application, server: Any, connection: tornado.httputil.HTTPConnection
+    ) -> None:
+        self._app = app
+        self._server = server
+        self._connection = connection
+        self._inner: tornado.httputil.HTTPMessageDelegate | None = None
+
+    def headers_received(
+        self,
+        start_line: tornado.httputil.RequestStartLine | tornado.httputil.ResponseStartLine,
+        headers: tornado.httputil.HTTPHeaders,
+    ) -> Awaitable[None] | None:
+        declared = headers.get("Content-Length", "")
+        if declared.isdigit() and MAX_BODY_BYTES < int(declared) <= MAX_DRAINED_BYTES:
+            connection = self._connection
+            if isinstance(connection, tornado.http1connection.HTTP1Connection):
+                connection.set_max_body_size(MAX_DRAINED_BYTES)
+            self._inner = _TooLarge(connection, int(declared))
+            return None
+        self._inner = self._app.start_request(self._server, self._connection)
+        return self._inner.headers_received(start_line, headers)
+
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        if self._inner is None:  # tornado calls headers_received first; never here
+            return None
+        return self._inner.data_received(chunk)
+
+    def finish(self) -> None:
+        if self._inner is not None:
+            self._inner.finish()
+
+    def on_connection_close(self) -> None:
+        if self._inner is not None:
+            self._inner.on_connection_close()
+
+
+class _LimitedApp(tornado.httputil.HTTPServerConnectionDelegate):
+    """The application behind a 413 check on each request's declared body length."""
+
+    def __init__(self, app: tornado.web.Application) -> None:
+        self.app = app
+
+    def start_request(
+        self, server_conn: object, request_conn: tornado.httputil.HTTPConnection
+    ) -> tornado.httputil.HTTPMessageDelegate:
+        return _BodyLimit(self.app, server_conn, request_conn)
+
+    def on_close(self, server_conn: object) -> None:
+        self.app.on_close(server_conn)
 
 
 class ManagementServer:
@@ -168,7 +265,7 @@ class ManagementServer:
         self.port = sockets[0].getsockname()[1]
         self.allowed_hosts = _allowed_hosts(self.settings.http_address, self.port)
         self._server = tornado.httpserver.HTTPServer(
-            self.app, max_body_size=MAX_BODY_BYTES, xheaders=False
+            _LimitedApp(self.app), max_body_size=MAX_BODY_BYTES, xheaders=False
         )
         self._server.add_sockets(sockets)
         return self.url

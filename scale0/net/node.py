@@ -44,6 +44,8 @@ from scale0.core.effects import (
     ConfigOffered,
     ConfigRead,
     Connect,
+    Drain,
+    Drained,
     Effect,
     Event,
     FanOut,
@@ -194,6 +196,12 @@ class BrokerNode:
             seeds=broker_config.seeds,
             config_subs=broker_config.config_sub_ports,
             config_source=broker_config.config_source,
+            own_ports={
+                "frontend": broker_config.frontend_port,
+                "backend": broker_config.backend_port,
+                "peer": broker_config.peer_port,
+                "config_pub": broker_config.config_pub_port,
+            },
         )
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
         # Every socket the loop reads, by name: "frontend", "backend", "peer", "config" (SUB)
@@ -209,6 +217,8 @@ class BrokerNode:
         self._timer_deadline: float | None = None
         self._started = False
         self._stopped = False
+        self._draining = False
+        self._grace_timer: object | None = None
         self._closed = asyncio.Event()
         self._counters: dict[str, int] = {
             "received": 0,
@@ -329,12 +339,44 @@ class BrokerNode:
                 if self._timer is not None:
                     loop.remove_timeout(self._timer)
                     self._timer = None
+                if self._grace_timer is not None:
+                    loop.remove_timeout(self._grace_timer)
+                    self._grace_timer = None
                 self._feed(Shutdown())
                 self._log(logging.INFO, "broker_stopped", {"stats": self.stats()})
         finally:
             self.management.close()
             self._close_sockets(linger_ms=self._flush_ms)
             self._closed.set()
+
+    def drain(self, grace_s: float) -> None:
+        """Graceful stop (SIGTERM, SIGINT; docs/operations.md "Stopping a broker"): the core
+        takes no new work and moves clients and workers away as their requests end (R18-R19);
+        once nothing is in flight, or after ``grace_s``, :meth:`stop`. A second call stops at
+        once. Idempotent after stop."""
+        if self._stopped:
+            return
+        if not self._started or self._draining or grace_s <= 0:
+            self.stop()
+            return
+        self._draining = True
+        assert self._loop is not None  # set by start()
+        self._grace_timer = self._loop.call_later(grace_s, self._drained, -1)
+        self.feed(Drain(grace_ms=round(grace_s * 1000)))
+
+    def _drained(self, unfinished: int) -> None:
+        """Nothing is in flight any more (0), or the grace ran out (-1: count what is left)."""
+        if self._stopped:
+            return
+        if unfinished < 0:
+            unfinished = self.broker.stats()["in_flight"]
+        if self._grace_timer is not None and self._loop is not None:
+            self._loop.remove_timeout(self._grace_timer)
+            self._grace_timer = None
+        self._log(logging.INFO, "broker_drained", {"unfinished": unfinished})
+        # Stop after this round: the core's last answers are still in the outbox.
+        assert self._loop is not None
+        self._loop.add_callback(self.stop)
 
     def endpoint_names(self) -> dict[str, str]:
         """Bound endpoints by name, as --endpoints-file writes them (config_pub included)."""
@@ -764,6 +806,8 @@ class BrokerNode:
                     self.management.perform(effect)
                 elif isinstance(effect, ReadConfig):
                     self._read_config(effect)
+                elif isinstance(effect, Drained):
+                    self._drained(unfinished=0)
             except Exception:
                 self._counters["internal_errors"] += 1
                 self._log(

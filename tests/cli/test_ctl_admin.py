@@ -156,7 +156,7 @@ def test_family_lines_name_silent_and_refusing_brokers() -> None:
 
 
 def test_unknown_results_are_printed_generically() -> None:
-    lines = human_lines("list_peers", {"peers": [{"broker": "b2", "state": "up"}]})
+    lines = human_lines("list_things", {"things": [{"broker": "b2", "state": "up"}]})
     assert lines == ["BROKER  STATE", "b2      up"]
     assert human_lines("whatever", 5) == ["5"]
 

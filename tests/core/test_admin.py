@@ -35,7 +35,8 @@ from scale0.core.effects import (
 from scale0.crypto.passwords import hash_password
 from scale0.wire.admin import COMMAND_NAME, ManagementReply, ManagementRequest
 from scale0.wire.client import DisconnectError
-from tests.core.harness import FRONT, NETWORK, Harness, dispatched, only, replies, sends
+from scale0.wire.worker import WorkerReply
+from tests.core.harness import BACK, FRONT, NETWORK, Harness, dispatched, only, replies, sends
 
 # Cheap hashes keep the table tests fast; the timing test uses the default cost.
 ADMINS = (
@@ -47,6 +48,7 @@ A1 = b"\x00\x00\x00\x00\x01"
 A2 = b"\x00\x00\x00\x00\x02"
 C1 = b"\x00\x00\x00\x00\x11"
 W1 = b"\x00\x00\x00\x00\x21"
+W2 = b"\x00\x00\x00\x00\x22"
 
 
 def _entry(identity: str, port: int) -> BrokerEntry:
@@ -314,18 +316,40 @@ def test_validate_args_accepts_null_as_absent() -> None:
 # ---- M6: what the commands do ------------------------------------------------------------------
 
 
-def test_disable_answers_waiting_requests_503_and_refuses_new_ones() -> None:
+def test_disable_moves_a_waiting_requests_client_and_refuses_new_ones() -> None:
+    """R18: nothing will run the waiting request here, so its client is told to move (503: no
+    active peer to name) and resends it there; the request gets no answer here."""
     h = harness()
     h.client(C1)
     h.request(C1, b"r1")  # no worker: it waits
     effects = ask(h, "disable")
-    failed = only(replies(effects))[1]
-    assert (failed.request_id, failed.status) == (b"r1", 503)
-    refused = only(sends(h.request(C1, b"r2")))[1]
+    assert replies(effects) == []
+    moved = [m for rid, m in sends(effects, FRONT) if rid == C1]
+    assert len(moved) == 1 and isinstance(moved[0], DisconnectError) and moved[0].code == 503
+    refused = only(sends(h.client(C1)))[1]
     assert isinstance(refused, DisconnectError) and refused.code == 503
     ask(h, "enable")
+    h.client(C1)
     h.worker(W1)
     assert dispatched(h.request(C1, b"r3"))
+
+
+def test_disable_moves_idle_workers_at_once_and_busy_ones_after_their_reply() -> None:
+    h = harness()
+    h.client(C1)
+    h.worker(W1)
+    h.worker(W2)
+    (worker, job), *_ = dispatched(h.request(C1, b"r1"))
+    effects = ask(h, "disable")
+    idle = W2 if worker == W1 else W1
+    told = [m for rid, m in sends(effects, BACK) if rid == idle]
+    assert len(told) == 1 and isinstance(told[0], DisconnectError) and told[0].code == 503
+    assert h.broker.stats()["workers"] == 1
+    effects = h.send(BACK, worker, WorkerReply(ticket=job.ticket, status=200, body=(b"ok",)))
+    assert only(replies(effects))[1].body == (b"ok",)
+    told = [m for rid, m in sends(effects, BACK) if rid == worker]
+    assert len(told) == 1 and isinstance(told[0], DisconnectError)
+    assert h.broker.stats()["workers"] == 0
 
 
 def test_lists_and_status_describe_live_state() -> None:

@@ -10,6 +10,7 @@ import pytest
 from scale0.config.canonical import tree_sha256
 from scale0.config.formats import parse
 from scale0.core import broker as broker_module
+from scale0.core.effects import Drain, Drained
 from scale0.wire.client import (
     CheckConfig,
     ClientPartial,
@@ -22,7 +23,7 @@ from scale0.wire.client import (
     Heartbeat,
 )
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType
-from scale0.wire.worker import WorkerPartial
+from scale0.wire.worker import WorkerPartial, WorkerReply
 from tests.core.harness import BACK, FRONT, Harness, dispatched, only, replies, sends
 
 C1, C2 = b"\x00client1", b"\x00client2"
@@ -33,9 +34,9 @@ def error_of(reply: ClientReply) -> tuple[int, str]:
     return reply.status, json.loads(reply.body[0])["message"]
 
 
-def test_rules_header_lists_seventeen_rules() -> None:
+def test_rules_header_lists_nineteen_rules() -> None:
     doc = broker_module.__doc__ or ""
-    assert re.findall(r"^ R(\d+) ", doc, re.M) == [str(i) for i in range(1, 18)]
+    assert re.findall(r"^ R(\d+) ", doc, re.M) == [str(i) for i in range(1, 20)]
 
 
 # ---- R1, R2, R3: negotiation ------------------------------------------------------------------
@@ -532,6 +533,35 @@ def test_r17_shutdown_tells_everyone_disconnect() -> None:
     h.worker(W1)
     told = {(r, m.protocol) for r, m in sends(h.shutdown()) if isinstance(m, Disconnect)}
     assert told == {(C1, SIG_CLIENT), (W1, SIG_WORKER)}
+
+
+def test_r19_drain_finishes_what_is_in_flight_then_says_drained() -> None:
+    h = Harness()
+    h.client(C1)
+    h.client(C2)
+    h.worker(W1)
+    h.worker(W2)
+    (worker, job), *_ = dispatched(h.request(C1, b"r1"))
+    effects = h.broker.handle(Drain(grace_ms=1000), h.now, h.wall)
+    assert not any(isinstance(e, Drained) for e in effects)
+    told = {(r, type(m)) for r, m in sends(effects)}
+    idle_worker = W2 if worker == W1 else W1
+    # The idle client and the idle worker are told DISCONNECT at once; C1 and its worker wait.
+    assert told == {(C2, Disconnect), (idle_worker, Disconnect)}
+    refused = only(sends(h.request(C2, b"r2")))[1]
+    assert isinstance(refused, (DisconnectError, ForceNegotiate))
+    effects = h.send(BACK, worker, WorkerReply(ticket=job.ticket, status=200, body=(b"ok",)))
+    assert only(replies(effects))[1].body == (b"ok",)
+    told = {(r, type(m)) for r, m in sends(effects) if not isinstance(m, ClientReply)}
+    assert told == {(C1, Disconnect), (worker, Disconnect)}
+    assert [e for e in effects if isinstance(e, Drained)] == [Drained()]
+
+
+def test_r19_drain_with_nothing_in_flight_is_drained_at_once() -> None:
+    h = Harness()
+    h.client(C1)
+    effects = h.broker.handle(Drain(grace_ms=1000), h.now, h.wall)
+    assert Drained() in effects
 
 
 # ---- the rest ---------------------------------------------------------------------------------

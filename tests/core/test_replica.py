@@ -99,6 +99,16 @@ def test_k3_the_running_config_again_changes_nothing() -> None:
     assert isinstance(outcome, Unchanged)
 
 
+def test_k3_the_running_config_without_a_claimed_version_is_no_conflict() -> None:
+    """A restarted broker offers its saved config with no version options: judged in full, it
+    is still the running config, not a conflict with itself (issue 11 #6)."""
+    r = replica()
+    again = dataclasses.replace(offer_of(family_config(version=1)), config_version=None)
+    outcome = r.offer(again)
+    assert isinstance(outcome, Unchanged)
+    assert len(r.conflicts) == 0
+
+
 def _rivals() -> tuple[Offer, Offer]:
     one = family_config(version=4)
     two = dataclasses.replace(one, liveness=5)

@@ -248,11 +248,13 @@ def test_a_503_from_a_disabled_broker_moves_clients_and_workers_on(
         # Both know b1, b2, b3: after b1 comes b2, which answers 503 (§6.4), then b3.
         assert wait_until(registered_at(worker, back(third)))
         assert client.request("who", b"") == [b"mover"]
-        assert client.endpoint == front(third) and client.failovers == 2
-        assert worker.failovers == 2
+        assert client.endpoint == front(third) and client.failovers >= 2
+        assert worker.failovers >= 2
+    # The disabled broker points the way (R3): 301 to an active peer's frontend or backend.
     for endpoint in (front(disabled), back(disabled)):
         assert any(
-            f"leaving broker {endpoint} (DISCONNECTERROR 503 broker b2 is disabled)" in r.message
+            f"leaving broker {endpoint} (DISCONNECTERROR 301 broker b2 is disabled: go to "
+            in r.message
             for r in caplog.records
         )
 

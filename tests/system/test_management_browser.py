@@ -2,7 +2,7 @@
 driven by Selenium): log in, see the family, disable a broker from the page, see it change.
 
 The screenshots are test artifacts: ``test-artifacts/`` at the top of the tree (or
-``$SCALE0_TEST_ARTIFACTS``). .ci/run installs chromium and chromium-driver when missing; a
+``$SCALE0_TEST_ARTIFACTS``). tools/test installs chromium and chromium-driver when missing; a
 machine without them fails here, saying so, rather than skipping.
 """
 
@@ -49,7 +49,7 @@ def echo(body: list[bytes]) -> list[bytes]:
 def browser(tmp_path: Path) -> Iterator[WebDriver]:
     for path in (CHROMIUM, CHROMEDRIVER):
         assert shutil.which(path), (
-            f"{path} is missing: apt-get install chromium chromium-driver (.ci/run does)"
+            f"{path} is missing: apt-get install chromium chromium-driver (tools/test does)"
         )
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM

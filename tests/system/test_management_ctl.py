@@ -196,7 +196,7 @@ def test_family_wide_lists_ask_every_broker(family: Family, worker: WorkerThread
 # ---- disable, enable ---------------------------------------------------------------------------
 
 
-def test_disable_then_a_request_gets_503_then_enable_serves_again(
+def test_disable_then_a_request_gets_301_then_enable_serves_again(
     family: Family, worker: WorkerThread, ctx: zmq.Context[Any]
 ) -> None:
     wait_for_worker(family)
@@ -206,12 +206,16 @@ def test_disable_then_a_request_gets_503_then_enable_serves_again(
         try:
             assert code == 0, document
             assert document["result"] == {"broker": "b1", "state": "disabled", "changed": True}
+            # Refused with a 301 to an active member's frontend (§6.4): one seed is enough.
+            others = {family["b2"].frontend, family["b3"].frontend}
             early.send(ClientRequest("echo", b"after-disable", (b"hi",)))
             refused = early.recv(DisconnectError)
-            assert refused.code == 503 and "disabled" in refused.message
+            assert refused.code == 301 and "disabled" in refused.message
+            assert refused.endpoint in others
             late = s0p.Dealer(ctx, frontend, SIG_CLIENT)
             late.send(CheckConfig(config_type=ConfigType.JSON, protocol=SIG_CLIENT))
-            assert late.recv(DisconnectError).code == 503
+            redirected = late.recv(DisconnectError)
+            assert redirected.code == 301 and redirected.endpoint in others
             late.close()
             _, status = ctl_json(family, "status")
             assert status["result"]["state"] == "disabled"  # status still answers (§6.4)
