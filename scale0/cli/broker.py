@@ -39,6 +39,7 @@ from typing import Final
 import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from scale0.cli.options import config_option
 from scale0.config.canonical import canonical_json, config_sha256
 from scale0.config.errors import ConfigError
 from scale0.config.lastgood import read_last_good
@@ -365,13 +366,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
 
 
 @click.command(name=_PROG)
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The broker's own config file (any format: .yaml .json .xml .zfl).",
-)
+@config_option("The broker's own config file (any format: .yaml .json .xml .zfl).")
 @click.option(
     "--endpoints-file",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -26,6 +26,7 @@ from types import FrameType
 
 import click
 
+from scale0.cli.options import config_option, log_level_option
 from scale0.net.logs import configure, log_event
 from scale0.net.worker import Worker
 from scale0.tasks import vespid, zerotask
@@ -138,19 +139,8 @@ class Coordinator:
 
 
 @click.command(name="scale0-coordinator")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The coordinator's YAML or JSON config (docs/tasks.md §9).",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
+@config_option("The coordinator's YAML or JSON config (docs/tasks.md §9).")
+@log_level_option()
 def main(config_path: Path, log_level: str) -> None:
     """Serve the zerotask and vespid services of the task coordinator until SIGINT/SIGTERM."""
     configure(log_level)

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import click
 
+from scale0.cli.options import config_option, log_level_option
 from scale0.net.errors import Scale0Error
 from scale0.net.logs import configure, log_event
 from scale0.tasks.client import TaskClient, TaskError
@@ -278,19 +279,8 @@ class NodeAgent:
 
 
 @click.command(name="scale0-node")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The node's YAML or JSON config (docs/tasks.md §9).",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
+@config_option("The node's YAML or JSON config (docs/tasks.md §9).")
+@log_level_option()
 def main(config_path: Path, log_level: str) -> None:
     """Run tasks for the coordinator until SIGINT/SIGTERM."""
     configure(log_level)

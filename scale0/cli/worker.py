@@ -20,6 +20,7 @@ from types import FrameType
 
 import click
 
+from scale0.cli.options import log_level_option
 from scale0.net.logs import LOGGER_NAME, configure, log_event
 from scale0.net.worker import Handler, Worker
 
@@ -75,12 +76,7 @@ def load_handler(reference: str) -> Handler:
     help="Seconds between heartbeats (the broker may raise it).",
 )
 @click.option("--worker-id", default=None, help="Id to ask the broker for (default: assigned).")
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
+@log_level_option()
 def main(
     endpoint: str,
     handler: str,

@@ -28,6 +28,7 @@ from scale0.testing import (
     Family,
     FamilyMember,
     pick_free_ports,
+    running_family,
     start_family_member,
     write_family_configs,
 )
@@ -42,21 +43,10 @@ FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
 @contextlib.contextmanager
 def operated_family(tmp_path: Path, **network: Any) -> Iterator[Family]:
     """b1, b2 (config sources) and b3 (joins from b1), each restartable by itself."""
-    broker_files, _network_file, config = write_family_configs(
-        tmp_path, 3, sources=(0, 1), **{**FAST, **network}
-    )
-    family = Family(
-        [FamilyMember(path.parent.name, path.parent, path) for path in broker_files],
-        config,
-        dict(FAMILY_ADMINS),
-    )
-    try:
-        for member in family.members:
-            start_family_member(member)
+    with running_family(
+        tmp_path, 3, management=False, sources=(0, 1), **{**FAST, **network}
+    ) as family:
         yield family
-    finally:
-        for member in family.members:
-            member.stop()
 
 
 def ctl(family: Family, *args: str, broker: str = "b1") -> tuple[int, dict[str, Any]]:
