@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,24 +116,48 @@ def moved(text: str, ports: dict[str, str]) -> str:
     return PORT_RE.sub(lambda m: ports.get(m.group(1), m.group(1)), text)
 
 
+_NOT_SOURCE = {".git", ".venv", "var", "build", "dist", "test-artifacts"}
+
+
+def _source_files() -> list[str]:
+    """The tree's files: what git tracks in a checkout; in a plain copy (tools/test-fallback
+    runs the tests in one), every file outside the ignored build and cache directories."""
+    if (REPO / ".git").exists():
+        tracked = subprocess.run(
+            ["git", "ls-files", "-z"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout.decode()
+        return list(filter(None, tracked.split("\0")))
+    names: list[str] = []
+    for path in sorted(REPO.rglob("*")):
+        parts = path.relative_to(REPO).parts
+        if path.is_file() and not any(
+            part in _NOT_SOURCE
+            or part.startswith(".")
+            or part.endswith(".egg-info")
+            or part == "__pycache__"
+            for part in parts[:-1]
+        ):
+            names.append(path.relative_to(REPO).as_posix())
+    return names
+
+
 def sandbox(directory: Path) -> Path:
-    """A copy of the files git tracks, with this worktree's .venv linked in."""
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout.decode()
+    """A copy of the tree's files, with the environment running these tests as its .venv."""
     root = directory / "repo"
-    for name in filter(None, tracked.split("\0")):
+    for name in _source_files():
         source = REPO / name
         if not source.is_file():
             continue  # deleted in the work tree, not yet committed
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
-    (root / ".venv").symlink_to(REPO / ".venv")
+    # The README's `. .venv/bin/activate` must reach the Scale0 under test: this interpreter's
+    # environment (the checkout's .venv under tools/test; another venv under tools/test-fallback).
+    (root / ".venv").symlink_to(Path(sys.prefix))
     return root
 
 
