@@ -6,12 +6,9 @@ version on, and the replicas must agree on it at every step.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +17,9 @@ import yaml
 
 from scale0.crypto.keys import generate_keypair
 from scale0.testing import Family, running_family
+from tests.system.ctl import RUN_TIMEOUT_S, WAIT_S, ctl_json, wait_until
 
 pytestmark = pytest.mark.system
-
-RUN_TIMEOUT_S = 60
-WAIT_S = 20.0
 
 
 @pytest.fixture
@@ -33,38 +28,6 @@ def family(tmp_path: Path) -> Iterator[Family]:
         tmp_path, management=False, default_heartbeat_interval_ms=200, liveness=5
     ) as started:
         yield started
-
-
-def ctl_json(family: Family, *args: str, broker: str = "b1") -> tuple[int, dict[str, Any]]:
-    path = shutil.which("scale0ctl")
-    assert path is not None, "scale0ctl is not installed"
-    password, _ = family.admins["admin"]
-    result = subprocess.run(
-        [path, *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-        env={
-            **os.environ,
-            "SCALE0_AUTH_ID": "admin",
-            "SCALE0_AUTH_PASSWORD": password,
-            "SCALE0_BROKER": family[broker].frontend,
-        },
-        check=False,
-    )
-    document = json.loads(result.stdout)
-    assert isinstance(document, dict), result.stdout
-    return result.returncode, document
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {WAIT_S} s: {what}")
 
 
 def versions(family: Family) -> dict[str, int]:

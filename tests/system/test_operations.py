@@ -32,11 +32,11 @@ from scale0.testing import (
     start_family_member,
     write_family_configs,
 )
+from tests.system.ctl import RUN_TIMEOUT_S, wait_until
+from tests.system.ctl import ctl_json as ctl
 
 pytestmark = pytest.mark.system
 
-RUN_TIMEOUT_S = 60
-WAIT_S = 20.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
 
 
@@ -47,39 +47,6 @@ def operated_family(tmp_path: Path, **network: Any) -> Iterator[Family]:
         tmp_path, 3, management=False, sources=(0, 1), **{**FAST, **network}
     ) as family:
         yield family
-
-
-def ctl(family: Family, *args: str, broker: str = "b1") -> tuple[int, dict[str, Any]]:
-    """``scale0ctl ARGS --json`` against ``broker``, as the admin; (exit code, the JSON)."""
-    path = shutil.which("scale0ctl")
-    assert path is not None, "scale0ctl is not installed"
-    password, _ = family.admins["admin"]
-    done = subprocess.run(
-        [path, *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-        env={
-            **os.environ,
-            "SCALE0_AUTH_ID": "admin",
-            "SCALE0_AUTH_PASSWORD": password,
-            "SCALE0_BROKER": family[broker].frontend,
-        },
-        check=False,
-    )
-    document = json.loads(done.stdout)
-    assert isinstance(document, dict), done.stdout
-    return done.returncode, document
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def states(family: Family, broker: str = "b1") -> dict[str, tuple[str, int]]:

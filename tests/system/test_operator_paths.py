@@ -24,15 +24,9 @@ import pytest
 from scale0.net.client import Client
 from scale0.net.worker import Worker, WorkerThread
 from scale0.testing import start_family_member
-from tests.system.test_operations import (
-    WAIT_S,
-    ctl,
-    edit_yaml,
-    everyone,
-    logged,
-    operated_family,
-    wait_until,
-)
+from tests.system.ctl import WAIT_S, wait_until
+from tests.system.ctl import ctl_json as ctl
+from tests.system.test_operations import edit_yaml, everyone, logged, operated_family
 
 pytestmark = pytest.mark.system
 
