@@ -29,9 +29,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-from scale0.config.model import Admin, AdminRole, BrokerEntry
+from scale0.config.model import Admin, AdminRole, BrokerEntry, NetworkConfig
 from scale0.config.schema import to_tree
 from scale0.core.effects import (
     Authenticate,
@@ -46,13 +46,13 @@ from scale0.core.effects import (
     ReadConfig,
     Send,
 )
-from scale0.core.replica import Applied, Conflict, Offer, Unchanged
+from scale0.core.lifecycle import Change
+from scale0.core.replica import Applied, Conflict, Offer, Unchanged, Verdict
+from scale0.core.states import BrokerInput
 from scale0.crypto.passwords import dummy_verify, verify_password
 from scale0.wire.admin import ManagementReply, ManagementRequest
 from scale0.wire.frames import ConfigType, JsonValue
-
-if TYPE_CHECKING:
-    from scale0.core.broker import Broker
+from scale0.wire.peer import BrokerState
 
 __all__ = [
     "COMMANDS",
@@ -98,6 +98,66 @@ def check_credentials(admins: tuple[Admin, ...], auth_id: str, password: str) ->
     return found if verify_password(password, found.password_hash) else None
 
 
+# ---- what management sees of a broker ----------------------------------------------------------
+
+
+class Managed(Protocol):
+    """What management reads of a broker and asks of it: scale0.core.broker.Broker is one.
+
+    Management depends on this and nothing else of the broker (it does not import it), so a
+    command is written against what it may touch, and a test can hold a command to it.
+    """
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def network(self) -> NetworkConfig: ...
+
+    @property
+    def state(self) -> BrokerState: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def signature(self) -> str | None: ...
+
+    @property
+    def config_source(self) -> bool: ...
+
+    @property
+    def config_version(self) -> int: ...
+
+    def status(self, now: float, wall: float) -> dict[str, JsonValue]: ...
+
+    def client_table(self, now: float) -> list[JsonValue]: ...
+
+    def worker_table(self, now: float) -> list[JsonValue]: ...
+
+    def service_table(self) -> list[JsonValue]: ...
+
+    def peers_view(self) -> list[JsonValue]: ...
+
+    def config_view(self) -> dict[str, JsonValue]: ...
+
+    def change_state(
+        self, change: BrokerInput, now: float, by: str, out: list[Effect]
+    ) -> Change: ...
+
+    def fetch_config(self, wall: float, out: list[Effect]) -> list[str]: ...
+
+    def offer_config(
+        self, offer: Offer, source: str, now: float, wall: float
+    ) -> tuple[Verdict, list[Effect]]: ...
+
+    def is_banned(self, routing_id: bytes, now: float) -> bool: ...
+
+    def count_error(
+        self, channel: Channel, sender: bytes, reply_to: bytes, now: float, out: list[Effect]
+    ) -> bool: ...
+
+
 # ---- the command table -------------------------------------------------------------------------
 
 
@@ -114,7 +174,7 @@ class Outcome:
 class Call:
     """What a handler gets: the broker, validated args, the clock and who is asking."""
 
-    broker: Broker
+    broker: Managed
     args: dict[str, JsonValue]
     now: float
     wall: float
@@ -308,7 +368,7 @@ def _reload_config(call: Call) -> Outcome | None:
         200,
         {
             "applied": False,
-            "config_version": broker.replica.version,
+            "config_version": broker.config_version,
             "asked": list[JsonValue](asked),
             "note": "not a config source: it asked its peers; a newer config applies when it "
             "arrives (config_applied in its log, and get_config)",
@@ -317,7 +377,7 @@ def _reload_config(call: Call) -> Outcome | None:
 
 
 def config_outcome(
-    broker: Broker, offer: Offer, source: str, now: float, wall: float, out: list[Effect]
+    broker: Managed, offer: Offer, source: str, now: float, wall: float, out: list[Effect]
 ) -> Outcome:
     """Offer a config and say what happened: applied (with what changed and what needs a
     restart), unchanged, refused with the reason, or lost a conflict."""
@@ -339,7 +399,7 @@ def config_outcome(
     if isinstance(outcome, Unchanged):
         return Outcome(
             200,
-            {"applied": False, "config_version": broker.replica.version, "reason": outcome.reason},
+            {"applied": False, "config_version": broker.config_version, "reason": outcome.reason},
         )
     if isinstance(outcome, Conflict):
         return Outcome(
@@ -351,12 +411,19 @@ def config_outcome(
     return Outcome(400, {"applied": False}, f"config refused: {outcome.reason}")
 
 
+def _change_state(call: Call, change: BrokerInput) -> Outcome:
+    done = call.broker.change_state(change, call.now, call.auth_id, call.out)
+    if done.code != 200:
+        return Outcome(done.code, None, done.why)
+    return Outcome(200, done.view(call.broker.identity))
+
+
 def _disable(call: Call) -> Outcome:
-    return call.broker.set_state("disabled", call.now, call.auth_id, call.out)
+    return _change_state(call, BrokerInput.DISABLE)
 
 
 def _enable(call: Call) -> Outcome:
-    return call.broker.set_state("active", call.now, call.auth_id, call.out)
+    return _change_state(call, BrokerInput.ENABLE)
 
 
 COMMANDS: Final[dict[str, Command]] = {
@@ -468,7 +535,7 @@ class Management:
 
     __slots__ = ("_authenticating", "_broker", "_fan_outs", "_token", "commands")
 
-    def __init__(self, broker: Broker, commands: Mapping[str, Command] = COMMANDS) -> None:
+    def __init__(self, broker: Managed, commands: Mapping[str, Command] = COMMANDS) -> None:
         self._broker = broker
         self.commands = commands
         self._authenticating: dict[bytes, int] = {}
@@ -735,7 +802,7 @@ class Management:
 
 
 def _family_outcome(
-    broker: Broker, waiting: _Waiting, answers: Mapping[str, ManagementReply | None]
+    broker: Managed, waiting: _Waiting, answers: Mapping[str, ManagementReply | None]
 ) -> Outcome:
     """One entry per broker of the network config, in its order, and who did not answer."""
     brokers: list[JsonValue] = []

@@ -39,12 +39,12 @@ __all__ = [
     "Applied",
     "Conflict",
     "Offer",
-    "Outcome",
     "Plan",
     "Refused",
     "Replica",
     "SignedConfig",
     "Unchanged",
+    "Verdict",
     "plan_change",
 ]
 
@@ -127,7 +127,8 @@ class Conflict:
     origin: str
 
 
-Outcome = Applied | Unchanged | Refused | Conflict
+#: How the replica judged an offer (K1-K5); management answers with it (set_config, reload).
+Verdict = Applied | Unchanged | Refused | Conflict
 
 
 def _peers(network: NetworkConfig, identity: str) -> dict[str, BrokerEntry]:
@@ -189,7 +190,7 @@ class Replica:
         current = self.current
         return current is not None and current.version == version and current.sha256 == sha256
 
-    def offer(self, offer: Offer) -> Outcome:
+    def offer(self, offer: Offer) -> Verdict:
         outcome = self._judge(offer)
         key = {
             Applied: "applied",
@@ -200,7 +201,7 @@ class Replica:
         self.counters[key] += 1
         return outcome
 
-    def _judge(self, offer: Offer) -> Outcome:
+    def _judge(self, offer: Offer) -> Verdict:
         current = self.current
         # K3, cheaply: a republish of what we run is recognised before any parsing.
         if (
