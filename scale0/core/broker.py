@@ -46,7 +46,9 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      waiting here go to a peer that offers the service, else their client is told to move
      (301/503) and resends there; forwarded ones get FORWARDREPLY 503 (F8 routes them again).
  R19 Drain (SIGTERM) is a disable that also tells each client DISCONNECT once it has nothing
-     in flight here, and says Drained once no request is in flight at all.
+     in flight here, and says Drained once no request is in flight at all. A draining broker
+     is not enabled again (503), and a joining one that drains becomes disabled, not active,
+     if its config comes.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)
@@ -141,7 +143,7 @@ from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
 from scale0.core.sessions import Sessions
 from scale0.core.states import BrokerInput
-from scale0.core.timers import BeatDue, Periodic, RequestDue, SessionDue, TimerKey
+from scale0.core.timers import BeatDue, Periodic, SessionDue
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
@@ -249,10 +251,11 @@ class Broker:
         self._message(Channel.BACKEND, WorkerPartial, dispatch.worker_partial)
         self._message(Channel.BACKEND, Ready, dispatch.ready)
 
+        # A RequestDue is the request's number: its type at run time is int.
         self._on_timer: dict[
-            type[TimerKey] | Periodic, Callable[[Any, float, float, list[Effect]], None]
+            type[Any] | Periodic, Callable[[Any, float, float, list[Effect]], None]
         ] = {
-            RequestDue: lambda key, now, wall, out: dispatch.deadline(key, now, out),
+            int: lambda key, now, wall, out: dispatch.deadline(key, now, out),
             SessionDue: lambda key, now, wall, out: sessions.expire(key, now, out),
             BeatDue: dispatch.beat,
             Periodic.SWEEP: lambda key, now, wall, out: self._sweep(now, wall),
@@ -430,7 +433,7 @@ class Broker:
         requests = self.dispatch.requests
         while True:
             key = timers.head()
-            if type(key) is not RequestDue or key.seq in requests:
+            if not isinstance(key, int) or key in requests:
                 return timers.next_due()
             timers.drop_head()
 

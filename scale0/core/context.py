@@ -16,7 +16,7 @@ from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.config.schema import to_tree
 from scale0.core.effects import Channel
 from scale0.core.metrics import Metrics
-from scale0.core.timers import TimerHeap, TimerKey
+from scale0.core.timers import RequestDue, TimerHeap, TimerKey
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType
 from scale0.wire.peer import BrokerState
 
@@ -147,10 +147,10 @@ class Core:
 
     # ---- numbering -------------------------------------------------------------------------
 
-    def next_seq(self) -> int:
+    def next_seq(self) -> RequestDue:
         """A new request's number among those this broker holds (its timer key)."""
         self._seq += 1
-        return self._seq
+        return RequestDue(self._seq)
 
     def next_ticket(self) -> bytes:
         """A ticket for one dispatch or forward: unique across this broker's boots."""

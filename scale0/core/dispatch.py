@@ -46,21 +46,21 @@ class WaitQueue:
     queues' lengths. Every change to a queue goes through here, so the two never disagree.
     """
 
-    __slots__ = ("_counts", "_queues")
+    __slots__ = ("_queues", "counts")
 
     def __init__(self) -> None:
         self._queues: dict[str, deque[Pending]] = {}
-        self._counts: dict[str, int] = {}
+        self.counts: dict[str, int] = {}  # service -> requests really waiting (read only)
 
     def count(self, service: str) -> int:
-        return self._counts.get(service, 0)
+        return self.counts.get(service, 0)
 
     def total(self) -> int:
-        return sum(self._counts.values())
+        return sum(self.counts.values())
 
     def services(self) -> set[str]:
         """The services some request waits for."""
-        return {s for s, n in self._counts.items() if n}
+        return {s for s, n in self.counts.items() if n}
 
     def queued(self) -> list[str]:
         """The services with a queue, waiting requests or not (a snapshot)."""
@@ -74,7 +74,7 @@ class WaitQueue:
             queue.appendleft(pending)
         else:
             queue.append(pending)
-        self._counts[pending.service] = self._counts.get(pending.service, 0) + 1
+        self.counts[pending.service] = self.counts.get(pending.service, 0) + 1
 
     def pop(self, service: str) -> Pending | None:
         """The first request still waiting for ``service`` (answered ones are dropped)."""
@@ -82,7 +82,7 @@ class WaitQueue:
         while queue:
             pending = queue.popleft()
             if not pending.done:
-                self._counts[service] -= 1
+                self.counts[service] -= 1
                 return pending
         return None
 
@@ -90,11 +90,11 @@ class WaitQueue:
         """Return ``kept`` (popped from ``service``'s queue, in order) to its front."""
         queue = self._queues.setdefault(service, deque())
         queue.extendleft(reversed(kept))
-        self._counts[service] = self._counts.get(service, 0) + len(kept)
+        self.counts[service] = self.counts.get(service, 0) + len(kept)
 
     def expired(self, pending: Pending) -> None:
         """``pending`` no longer waits (it is being answered): its entry is skipped later."""
-        self._counts[pending.service] -= 1
+        self.counts[pending.service] -= 1
 
     def forwarded_to_us(self, service: str) -> Iterator[Pending]:
         """Take out, in order, the live requests peers forwarded us that wait for ``service``."""
@@ -103,7 +103,7 @@ class WaitQueue:
             return
         for pending in [p for p in queue if p.origin is not None and not p.done]:
             queue.remove(pending)
-            self._counts[service] -= 1
+            self.counts[service] -= 1
             yield pending
 
 
@@ -178,9 +178,10 @@ class Dispatch:
         """Give queued requests to a worker with spare capacity, then list it as ready."""
         if self.family.peers:
             self.family.table_changed(worker.services, now)
+        waiting = self.waiting
         for service in worker.services:
-            while worker.spare > 0:
-                pending = self.waiting.pop(service)
+            while worker.spare > 0 and waiting.counts.get(service):
+                pending = waiting.pop(service)
                 if pending is None:
                     break
                 self.dispatch_to(worker, pending, now, out)
@@ -267,13 +268,13 @@ class Dispatch:
         pending.started = now
         self.requests[pending.seq] = pending
         self.live[key] = pending
-        core.timers.push(deadline, RequestDue(pending.seq))
+        core.timers.push(deadline, pending.seq)
         self.route(pending, now, out, front=False)
 
     def take(self, pending: Pending, now: float, out: list[Effect]) -> None:
         """A request a peer forwarded us (F7): held and routed like our own, never forwarded."""
         self.requests[pending.seq] = pending
-        self.core.timers.push(pending.deadline, RequestDue(pending.seq))
+        self.core.timers.push(pending.deadline, pending.seq)
         self.route(pending, now, out, front=False)
 
     def _known(self, service: str, now: float) -> bool:
@@ -322,7 +323,7 @@ class Dispatch:
         if pending.attempt <= self.core.network.max_retries:
             self.core.counters["retries"] += 1
             pending.deadline = now + self.core.timeout_s
-            self.core.timers.push(pending.deadline, RequestDue(pending.seq))
+            self.core.timers.push(pending.deadline, pending.seq)
             self.route(pending, now, out, front=True)
         else:
             self.fail(pending, status, f"{why} after {pending.attempt} attempt(s)", out)
@@ -351,7 +352,9 @@ class Dispatch:
         now: float,
         out: list[Effect],
     ) -> None:
-        self.sessions.seen(Channel.BACKEND, routing_id, now)
+        session = self.sessions.workers.get(routing_id)
+        if session is not None:
+            session.last_seen = now  # inline: the hot path (sessions.seen does the same)
         worker = self.pool.workers.get(routing_id)
         pending = self.inflight.get(ticket)
         if pending is None or pending.worker != routing_id:
@@ -455,7 +458,7 @@ class Dispatch:
 
     def deadline(self, key: RequestDue, now: float, out: list[Effect]) -> None:
         """R6, R9: a request past its deadline is answered 503 (waiting) or 504 (running)."""
-        pending = self.requests.get(key.seq)
+        pending = self.requests.get(key)
         if pending is None or pending.done:
             return
         if pending.deadline > now:
@@ -477,7 +480,7 @@ class Dispatch:
 
     def is_live(self, key: RequestDue) -> bool:
         """Whether a request timer still watches a request (else it is dropped unfired)."""
-        return key.seq in self.requests
+        return key in self.requests
 
     def services_left(self, services: Iterable[str], now: float) -> None:
         """R7: services a peer (or our last worker) no longer offers stay known for a while."""

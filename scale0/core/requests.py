@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from scale0.core.timers import RequestDue
 from scale0.wire.client import ClientReply
 
 # A request's identity across retries: (who asked, request_id). "Who" is the client_id the
@@ -20,7 +21,7 @@ RequestKey = tuple[bytes, bytes]
 class Pending:
     """One client request: waiting for a worker (``ticket`` None) or dispatched to one."""
 
-    seq: int
+    seq: RequestDue  # also its deadline's timer key
     client: bytes  # routing id to answer; updated when the client retries from a new connection
     key: RequestKey
     service: str

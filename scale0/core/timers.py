@@ -11,7 +11,7 @@ import heapq
 import itertools
 from collections.abc import Iterator
 from enum import Enum
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, NewType, TypeVar
 
 from scale0.core.effects import Channel
 
@@ -54,10 +54,9 @@ class TimerHeap(Generic[K]):
 # ---- what a broker's timers watch (scale0.core.broker) ---------------------------------------
 
 
-class RequestDue(NamedTuple):
-    """A request's deadline (R6, R9): ``seq`` names it among the requests the broker holds."""
-
-    seq: int
+#: A request's deadline (R6, R9): the request's own number (``Pending.seq``) among those the
+#: broker holds, so arming one for every request allocates nothing (docs/performance.md).
+RequestDue = NewType("RequestDue", int)
 
 
 class SessionDue(NamedTuple):
