@@ -103,5 +103,5 @@ def test_only_admins_create_tasks_when_admins_from_is_set(tmp_path: Path) -> Non
                 assert boss.wait_complete("job")["success"] == "ok"
                 assert boss.info("job")["command"] == "task-info-response"
     log = coord.stderr.read_text()
-    assert "task submission refused" in log
+    assert "task request refused" in log
     assert "'viewer'" in log
