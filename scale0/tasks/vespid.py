@@ -69,8 +69,13 @@ def task_info(book: Book, task: TaskRecord) -> dict[str, Any]:
             "node": task.node,
             "explain": book.explain(task),
             "protocol": task.protocol.value,
+            "reruns": task.reruns,
+            "refused": task.refused,
+            "error": task.error,
         }
     )
+    if task.protocol is Protocol.ZEROTASK:
+        info.update({"method": task.method, "params": task.params, "owner": task.owner})
     return info
 
 
@@ -133,8 +138,17 @@ def _operator(
 def _cancel(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
     name = _name(message)
     _operator(book, message, f"task-cancel {name!r}")
+    before = book.task(name)
     task = book.cancel(name, now)
-    return {"name": task.name, "status": vespid_status(task.state), "state": task.state.value}
+    return {
+        "name": task.name,
+        "status": vespid_status(task.state),
+        "state": task.state.value,
+        "success": None if task.success is None else task.success.label,
+        "was": before.state.value,
+        "attempt": before.attempt,
+        "node": before.node if before.state is TaskState.RUNNING else None,
+    }
 
 
 def list_row(task: TaskRecord) -> dict[str, Any]:

@@ -173,6 +173,10 @@ def test_cancel_and_list() -> None:
         "name": "t",
         "status": "complete",
         "state": "complete",
+        "success": "terminated",
+        "was": "pending",
+        "attempt": 0,
+        "node": None,
     }
     assert send(book, {"command": "task-info", "name": "t"})["success"] == "terminated"
     listed = send(book, {"command": "task-list", "state": "complete"})
