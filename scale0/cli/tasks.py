@@ -9,7 +9,7 @@ Credentials are sent when there are some; a coordinator without ``admins_from`` 
 
 Exit codes (docs/admin.md): 0 success; 1 refused (unknown task, a finished task cancelled,
 forbidden, bad credentials file); 2 usage; 4 no answer (the broker did not answer within
-``--timeout``, or no coordinator serves the service).
+``--timeout``, or no coordinator serves the service in the family).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from scale0.config.errors import Problem
 from scale0.net.errors import (
     RequestTimeout,
     Scale0Error,
+    ServiceNotFound,
     ServiceUnavailable,
     WorkerLost,
 )
@@ -129,11 +130,9 @@ def ask(
     message = dict(fields)
     if credentials is not None:
         message.update(auth_id=credentials.auth_id, auth_password=credentials.password)
+    client = TaskClient(broker, vespid_service=service, timeout=timeout_s, retry_s=timeout_s)
     try:
-        with TaskClient(
-            broker, vespid_service=service, timeout=timeout_s, retry_s=timeout_s
-        ) as client:
-            return client.command(command, **message)
+        return client.command(command, **message)
     except TaskError as exc:
         hint = ""
         if exc.code == ErrorCode.FORBIDDEN and credentials is None:
@@ -145,13 +144,19 @@ def ask(
             f"{command} refused: {exc.message}{hint}", code=exc.code, error=_slug(exc.code)
         ) from None
     except RequestTimeout:
+        if client.broker_answered:
+            raise TasksFailed(
+                f"no task coordinator serving {service!r} answered through {broker} within "
+                f"{timeout_s:g} s (is scale0-coordinator running, with that vespid_service?)",
+                EXIT_NO_ANSWER,
+            ) from None
         raise TasksFailed(
             f"no answer from {broker} within {timeout_s:g} s", EXIT_NO_ANSWER
         ) from None
-    except ServiceUnavailable:
+    except (ServiceNotFound, ServiceUnavailable):
         raise TasksFailed(
             f"no task coordinator serves {service!r} in the family of {broker} "
-            "(is scale0-coordinator running?)",
+            "(is scale0-coordinator running, with that vespid_service?)",
             EXIT_NO_ANSWER,
         ) from None
     except WorkerLost:
@@ -160,6 +165,8 @@ def ask(
         ) from None
     except Scale0Error as exc:
         raise TasksFailed(f"{broker}: {exc}") from None
+    finally:
+        client.close()
 
 
 # ---- the four commands: (vespid command, fields) and how their answer is printed ----
