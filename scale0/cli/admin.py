@@ -27,7 +27,7 @@ from scale0.config.canonical import canonical_json, config_sha256
 from scale0.config.errors import ConfigError, Problem
 from scale0.config.loader import load
 from scale0.config.signature import default_signature_path, read_signature
-from scale0.core.admin import MAX_FAMILY_TIMEOUT_MS, MIN_FAMILY_TIMEOUT_MS
+from scale0.core.commands import MAX_FAMILY_TIMEOUT_MS, MIN_FAMILY_TIMEOUT_MS
 from scale0.crypto.keys import SignatureError
 from scale0.net.admin import NoAnswer, Refused, call
 from scale0.wire.frames import JsonValue

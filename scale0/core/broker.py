@@ -86,7 +86,7 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
  F13 A disabled broker keeps saying HELLO and HEARTBEAT (state disabled) and forwards nothing.
 
 Management (MANAGEMENTREQ and the HTTP server) has its own rules, M1-M6, in
-scale0/core/admin.py; it sees the broker through the narrow ``Managed`` interface defined there
+scale0/core/admin.py; it sees the broker through the narrow ``Managed`` interface of commands.py
 (its queries, ``status``, ``client_table``, ..., and ``change_state`` for disable/enable, §6.4).
 
 Where each rule lives. ``Broker`` is a façade: it holds the rooms below, wires them to each other
@@ -98,11 +98,15 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
   scale0/core/dispatch.py     requests and workers: WaitQueue, in flight, reply cache, the pool
                               (R4-R11, R14, R15); the hot path
   scale0/core/guard.py        error scores and bans (R13)
-  scale0/core/family.py       links, HELLO, tables, forwarding (F1-F9, F12, F13)
+  scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13)
+  scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9)
   scale0/core/replication.py  config offers, what an applied config does (F4, F10, F11)
   scale0/core/lifecycle.py    the broker's state and moving work away (R3, R17-R19)
   scale0/core/states.py       the two state machines as tables: broker state, peer link
   scale0/core/views.py        status and the management tables
+  scale0/core/admin.py        management requests (M1-M6); commands.py, the command table
+The rooms never import each other: each names what it asks of the others by a Protocol in
+scale0/core/ports.py, and only this façade wires them (import-linter contract core-rooms).
 """
 
 from __future__ import annotations
@@ -136,13 +140,14 @@ from scale0.core.effects import (
     Tick,
 )
 from scale0.core.family import Family
+from scale0.core.forwarding import Forwarding
 from scale0.core.guard import Guard
-from scale0.core.lifecycle import Change, Lifecycle
+from scale0.core.lifecycle import Lifecycle
 from scale0.core.metrics import Metrics
 from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
 from scale0.core.sessions import Sessions
-from scale0.core.states import BrokerInput
+from scale0.core.states import BrokerInput, Change
 from scale0.core.timers import BeatDue, Periodic, SessionDue
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
@@ -198,6 +203,7 @@ class Broker:
         self.dispatch = Dispatch(core)
         self.guard = Guard(core, self.sessions.forget)
         self.family = Family(core, seeds)
+        self.forwarding = Forwarding(core)
         self.replication = Replication(
             core,
             trusted_keys=trusted_keys,
@@ -208,15 +214,19 @@ class Broker:
             own_ports=own_ports or {},
         )
         self.lifecycle = Lifecycle(core)
-        # The rooms know each other: each asks the others for what it does not own.
-        self.sessions.dispatch = self.lifecycle.dispatch = self.dispatch
-        self.replication.family = self.lifecycle.family = self.family
-        self.dispatch.family = self.sessions.family = self.family
-        self.family.dispatch = self.dispatch
-        self.dispatch.lifecycle = self.replication.lifecycle = self.lifecycle
-        self.dispatch.sessions = self.family.sessions = self.lifecycle.sessions = self.sessions
-        self.replication.sessions = self.sessions
-        self.family.replication = self.replication
+        # The rooms know each other only here: each asks the others, through the Protocols of
+        # scale0/core/ports.py, for what it does not own.
+        sessions, dispatch, peers = self.sessions, self.dispatch, self.family
+        forwarding, lifecycle, replication = self.forwarding, self.lifecycle, self.replication
+        sessions.dispatch = peers.dispatch = forwarding.dispatch = dispatch
+        lifecycle.dispatch = dispatch
+        dispatch.sessions = peers.sessions = lifecycle.sessions = sessions
+        replication.sessions = sessions
+        sessions.family = dispatch.family = forwarding.family = peers
+        lifecycle.family = replication.family = peers
+        dispatch.forwarding = peers.forwarding = lifecycle.forwarding = forwarding
+        dispatch.lifecycle = replication.lifecycle = lifecycle
+        peers.replication = replication
         self.management = Management(self)
         #: The net layer's own counters (received, sent, dropped...), shared for ``status``.
         self.io_counters: dict[str, int] = {}
@@ -240,7 +250,6 @@ class Broker:
             Channel.FRONTEND: {},
             Channel.BACKEND: {},
         }
-        sessions, dispatch = self.sessions, self.dispatch
         for channel in (Channel.FRONTEND, Channel.BACKEND):
             self._message(channel, Heartbeat, sessions.heartbeat)
             self._message(channel, CheckConfig, self._check_config)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from scale0.config.canonical import canonical_json, config_sha256, tree_sha256
-from scale0.config.formats import Format, render
+from scale0.config.formats import CONFIG_TYPE_FORMATS, render
 from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.config.schema import to_tree
 from scale0.core.effects import Channel
@@ -48,12 +48,6 @@ COUNTERS = (
 
 #: The signature a client or worker channel speaks (the peer channels speak SIG_BROKER).
 PROTOCOL: Mapping[Channel, bytes] = {Channel.FRONTEND: SIG_CLIENT, Channel.BACKEND: SIG_WORKER}
-
-_FORMATS: Mapping[ConfigType, Format] = {
-    ConfigType.JSON: "json",
-    ConfigType.XML: "xml",
-    ConfigType.ZFL: "zfl",
-}
 
 
 class Core:
@@ -119,7 +113,7 @@ class Core:
             typed = config_type is ConfigType.JSON
             tree = to_tree(self.network, typed=typed)
             view = {key: tree[key] for key in self.network.client_view if key in tree}
-            document = render(view, _FORMATS[config_type], kind="network")
+            document = render(view, CONFIG_TYPE_FORMATS[config_type], kind="network")
             self._views[config_type] = document
         return document
 
@@ -141,7 +135,7 @@ class Core:
                 document = canonical_json(self.network)
             else:
                 tree = to_tree(self.network, typed=False)
-                document = render(tree, _FORMATS[config_type], kind="network")
+                document = render(tree, CONFIG_TYPE_FORMATS[config_type], kind="network")
             self._wholes[config_type] = document
         return document
 

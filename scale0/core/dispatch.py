@@ -12,13 +12,12 @@ The hot path (docs/performance.md) is :meth:`Dispatch.client_request` and
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from scale0.core.context import Core
 from scale0.core.effects import Channel, Effect, Log, Send
-from scale0.core.requests import Pending, ReplyCache, RequestKey
+from scale0.core.ports import FamilyPort, ForwardingPort, LifecyclePort, SessionsPort
+from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
 from scale0.core.timers import BeatDue, RequestDue
 from scale0.core.workers import Worker, WorkerPool
 from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
@@ -26,99 +25,26 @@ from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, is_reserved_service
 from scale0.wire.peer import BrokerState, ForwardPartial, ForwardReply
 from scale0.wire.worker import Ready, WorkerPartial, WorkerRequest
 
-if TYPE_CHECKING:
-    from scale0.core.family import Family
-    from scale0.core.lifecycle import Lifecycle
-    from scale0.core.sessions import Sessions
-
-__all__ = ["Dispatch", "WaitQueue"]
+__all__ = ["Dispatch"]
 
 REPLY_CACHE_ENTRIES = 10_000
 REPLY_CACHE_BYTES = 64 << 20
 REPLY_CACHE_AGE_S = 60.0
 
 
-class WaitQueue:
-    """Requests waiting for a worker, first in first out per service (R6).
-
-    An answered request (its deadline passed, or it was moved) stays in its queue until it is
-    reached and is then skipped: so :meth:`count` is what really waits, kept apart from the
-    queues' lengths. Every change to a queue goes through here, so the two never disagree.
-    """
-
-    __slots__ = ("_queues", "counts")
-
-    def __init__(self) -> None:
-        self._queues: dict[str, deque[Pending]] = {}
-        self.counts: dict[str, int] = {}  # service -> requests really waiting (read only)
-
-    def count(self, service: str) -> int:
-        return self.counts.get(service, 0)
-
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    def services(self) -> set[str]:
-        """The services some request waits for."""
-        return {s for s, n in self.counts.items() if n}
-
-    def queued(self) -> list[str]:
-        """The services with a queue, waiting requests or not (a snapshot)."""
-        return [s for s, q in self._queues.items() if q]
-
-    def push(self, pending: Pending, *, front: bool = False) -> None:
-        queue = self._queues.get(pending.service)
-        if queue is None:
-            queue = self._queues[pending.service] = deque()
-        if front:
-            queue.appendleft(pending)
-        else:
-            queue.append(pending)
-        self.counts[pending.service] = self.counts.get(pending.service, 0) + 1
-
-    def pop(self, service: str) -> Pending | None:
-        """The first request still waiting for ``service`` (answered ones are dropped)."""
-        queue = self._queues.get(service)
-        while queue:
-            pending = queue.popleft()
-            if not pending.done:
-                self.counts[service] -= 1
-                return pending
-        return None
-
-    def put_back(self, service: str, kept: list[Pending]) -> None:
-        """Return ``kept`` (popped from ``service``'s queue, in order) to its front."""
-        queue = self._queues.setdefault(service, deque())
-        queue.extendleft(reversed(kept))
-        self.counts[service] = self.counts.get(service, 0) + len(kept)
-
-    def expired(self, pending: Pending) -> None:
-        """``pending`` no longer waits (it is being answered): its entry is skipped later."""
-        self.counts[pending.service] -= 1
-
-    def forwarded_to_us(self, service: str) -> Iterator[Pending]:
-        """Take out, in order, the live requests peers forwarded us that wait for ``service``."""
-        queue = self._queues.get(service)
-        if not queue:
-            return
-        for pending in [p for p in queue if p.origin is not None and not p.done]:
-            queue.remove(pending)
-            self.counts[service] -= 1
-            yield pending
-
-
 class Dispatch:
     """Requests waiting, in flight and answered; the worker pool; the failover grace (R7)."""
 
-    family: Family
-    lifecycle: Lifecycle
-    sessions: Sessions
+    family: FamilyPort
+    forwarding: ForwardingPort
+    lifecycle: LifecyclePort
+    sessions: SessionsPort
 
     def __init__(self, core: Core) -> None:
         self.core = core
         self.pool = WorkerPool()
         self.waiting = WaitQueue()
-        self.requests: dict[int, Pending] = {}  # by seq: every request not answered yet
+        self.requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered yet
         self.inflight: dict[bytes, Pending] = {}  # by ticket: at a worker or a peer
         self.live: dict[RequestKey, Pending] = {}  # by key: our own clients' (R10)
         self.service_left: dict[str, float] = {}  # service -> when its last worker went (R7)
@@ -205,7 +131,7 @@ class Dispatch:
             if pending is not None:
                 self.route_again(pending, now, out, 504, "worker lost")
         if gone and family.peers:
-            family.orphaned(gone, now, out)
+            self.forwarding.orphaned(gone, now, out)
 
     def beat(self, key: BeatDue, now: float, wall: float, out: list[Effect]) -> None:
         """R11: the broker's HEARTBEAT to a worker, with the interval it enforces."""
@@ -300,11 +226,12 @@ class Dispatch:
         family = self.family
         if family.peers and pending.origin is None and core.state is BrokerState.ACTIVE:
             # F6: a peer with free slots; else wait here if we offer it; else any peer that does.
-            peer = family.pick_peer(service, free=True)
+            forwarding = self.forwarding
+            peer = forwarding.pick_peer(service, free=True)
             if peer is None and not self.pool.offers(service):
-                peer = family.pick_peer(service, free=False)
+                peer = forwarding.pick_peer(service, free=False)
             if peer is not None:
-                family.forward_to(peer, pending, out)
+                forwarding.forward_to(peer, pending, out)
                 return
         elif pending.origin is not None and not self.pool.offers(service):
             self.fail(pending, 404, f"no worker for {service!r} on {core.identity}", out)

@@ -10,19 +10,18 @@ scale0/core/states.py. Messages from peers arrive on two channels: our peer ROUT
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from scale0.config.model import NetworkConfig
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Channel, Close, Connect, Effect, Log, Send
 from scale0.core.peers import LocalTable, Peer
+from scale0.core.ports import DispatchPort, ForwardingPort, ReplicationPort, SessionsPort
 from scale0.core.replica import Plan
-from scale0.core.requests import Pending
 from scale0.core.states import PeerInput, PeerLink
 from scale0.core.timers import Periodic
 from scale0.wire.client import (
     CheckConfig,
-    ClientReply,
     Config,
     ConfigAck,
     Disconnect,
@@ -42,11 +41,6 @@ from scale0.wire.peer import (
     TableWorker,
 )
 
-if TYPE_CHECKING:
-    from scale0.core.dispatch import Dispatch
-    from scale0.core.replication import Replication
-    from scale0.core.sessions import Sessions
-
 __all__ = ["TABLE_COMMIT_S", "Family"]
 
 #: Worker changes are gathered this long into one table version before peers hear of them.
@@ -62,9 +56,10 @@ LinkHandler = Callable[[Peer, Any, float, float, list[Effect]], None]
 class Family:
     """What this broker knows of the other members, and what it says to them."""
 
-    dispatch: Dispatch
-    replication: Replication
-    sessions: Sessions
+    dispatch: DispatchPort
+    forwarding: ForwardingPort
+    replication: ReplicationPort
+    sessions: SessionsPort
 
     def __init__(self, core: Core, seeds: Sequence[str]) -> None:
         self.core = core
@@ -340,10 +335,10 @@ class Family:
         """What comes back on our own link to ``peer``: answers to what we sent on it."""
         if isinstance(message, ForwardReply):
             self._heard(peer, now, out)
-            self._forward_reply_in(peer, message, now, out)
+            self.forwarding.reply_in(peer, message, now, out)
         elif isinstance(message, ForwardPartial):
             self._heard(peer, now, out)
-            self._forward_partial_in(peer, message, now, out)
+            self.forwarding.partial_in(peer, message, now, out)
         elif isinstance(message, Hello):
             self._link_hello(peer, message, now, out)
         elif isinstance(message, DisconnectError):
@@ -401,6 +396,17 @@ class Family:
         out: list[Effect],
     ) -> None:
         self._peer_down(peer, now, out, PeerInput.LOST, "disconnect")  # F12
+
+    def _forward_in(
+        self,
+        peer: Peer,
+        routing_id: bytes,
+        msg: Forward,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        self.forwarding.forward_in(peer, routing_id, msg, now, out)
 
     def _check_config_in(
         self,
@@ -503,7 +509,7 @@ class Family:
         before = list(peer.table)
         peer.apply_table(msg.table_seq, msg.full, msg.services)
         self.dispatch.services_left([s for s in before if s not in peer.table], now)
-        self.drain_to_peers(now, out)
+        self.forwarding.drain_to_peers(now, out)
 
     def table_changed(self, services: Sequence[str], now: float) -> None:
         """Workers of ``services`` changed: peers hear of it in the next table version."""
@@ -537,137 +543,6 @@ class Family:
         for peer in self.peers.values():
             if peer.push_to and peer.routing_id is not None and peer.link is not PeerLink.DOWN:
                 out.append(Send(Channel.PEER, peer.routing_id, table))
-
-    # ---- forwarding (F6-F9) ----------------------------------------------------------------
-
-    def pick_peer(self, service: str, *, free: bool) -> Peer | None:
-        """The usable peer offering ``service`` with the most free slots (F6); with ``free``,
-        only one that has some. Our estimate of its slots drops by one per forward."""
-        best: Peer | None = None
-        best_slots = 0
-        for peer in self.peers.values():
-            if not peer.usable() or not peer.offers(service):
-                continue
-            slots = peer.free.get(service, 0)
-            if (free and slots <= 0) or (best is not None and slots <= best_slots):
-                continue
-            best, best_slots = peer, slots
-        return best
-
-    def forward_to(self, peer: Peer, pending: Pending, out: list[Effect]) -> None:
-        ticket = self.core.next_ticket()
-        pending.ticket = ticket
-        pending.peer = peer.broker_id
-        pending.attempt += 1
-        peer.forwarded.add(ticket)
-        peer.free[pending.service] = peer.free.get(pending.service, 0) - 1
-        self.dispatch.inflight[ticket] = pending
-        self.core.counters["forwarded"] += 1
-        forward = Forward(ticket, pending.service, self.core.identity, pending.body)
-        out.append(Send(Channel.LINK, peer.broker_id.encode(), forward))
-
-    def drain_to_peers(self, now: float, out: list[Effect]) -> None:
-        """F9: requests waiting here go to peers whose tables now show free slots.
-
-        Requests forwarded to us stay (F6: never forwarded again) without holding up the
-        ones behind them; the first request no peer can take ends the pass, in order.
-        """
-        if self.core.state is not BrokerState.ACTIVE:
-            return
-        waiting = self.dispatch.waiting
-        offers = self.dispatch.pool.offers
-        for service in waiting.queued():
-            if not any(p.usable() and p.offers(service) for p in self.peers.values()):
-                continue
-            kept: list[Pending] = []
-            while (pending := waiting.pop(service)) is not None:
-                if pending.origin is not None:
-                    kept.append(pending)
-                    continue
-                peer = self.pick_peer(service, free=True)
-                if peer is None and not offers(service):
-                    peer = self.pick_peer(service, free=False)
-                if peer is None:
-                    kept.append(pending)
-                    break
-                self.forward_to(peer, pending, out)
-            waiting.put_back(service, kept)
-
-    def orphaned(self, services: Sequence[str], now: float, out: list[Effect]) -> None:
-        """F7, F9: the last local worker of ``services`` is gone. What peers forwarded to us
-        and waits for one goes back to its origin (404, so it routes it again, F8); what our
-        own clients asked goes to a peer that offers the service."""
-        identity = self.core.identity
-        for service in services:
-            for pending in list(self.dispatch.waiting.forwarded_to_us(service)):
-                why = f"no worker for {service!r} on {identity}"
-                self.dispatch.fail(pending, 404, why, out)
-        self.drain_to_peers(now, out)
-
-    def _forward_in(
-        self,
-        peer: Peer,
-        routing_id: bytes,
-        msg: Forward,
-        now: float,
-        wall: float,
-        out: list[Effect],
-    ) -> None:
-        """F7: a peer forwards us a request; we run it here, or say why not at once."""
-        core = self.core
-        if core.state is not BrokerState.ACTIVE:
-            why = f"broker {core.identity} is {core.state.value}"
-            failure = ClientReply.failure(msg.service, b"", 503, why)
-            out.append(Send(Channel.PEER, routing_id, ForwardReply(msg.ticket, 503, failure.body)))
-            return
-        core.counters["forwards_served"] += 1
-        core.counters["requests"] += 1  # one definition: docs/management.md "Counters"
-        pending = Pending(
-            core.next_seq(),
-            routing_id,
-            (b"\x00" + peer.broker_id.encode(), msg.ticket),
-            msg.service,
-            b"",
-            msg.body,
-            now + core.timeout_s,
-            origin=msg.ticket,
-            started=now,
-        )
-        self.dispatch.take(pending, now, out)
-
-    def _forward_reply_in(
-        self, peer: Peer, msg: ForwardReply, now: float, out: list[Effect]
-    ) -> None:
-        dispatch = self.dispatch
-        pending = dispatch.inflight.get(msg.ticket)
-        if pending is None or pending.peer != peer.broker_id:
-            self.core.counters["dropped"] += 1  # unknown ticket: dropped silently (§5.4)
-            return
-        del dispatch.inflight[msg.ticket]
-        peer.forwarded.discard(msg.ticket)
-        if msg.status in (404, 503) and not pending.done:
-            # F8: it could not take it after all. Count its slots as none until its next table.
-            peer.free[pending.service] = 0
-            if msg.status == 404:
-                peer.table.pop(pending.service, None)
-            why = f"peer {peer.broker_id} refused"
-            dispatch.route_again(pending, now, out, msg.status, why)
-            return
-        peer.free[pending.service] = peer.free.get(pending.service, 0) + 1
-        reply = ClientReply(
-            service=pending.service, request_id=pending.request_id, status=msg.status, body=msg.body
-        )
-        dispatch.finish(pending, reply, out, now)
-
-    def _forward_partial_in(
-        self, peer: Peer, msg: ForwardPartial, now: float, out: list[Effect]
-    ) -> None:
-        pending = self.dispatch.inflight.get(msg.ticket)
-        if pending is None or pending.peer != peer.broker_id:
-            self.core.counters["dropped"] += 1
-            return
-        pending.deadline = now + self.core.timeout_s
-        self.dispatch.relay_partial(pending, msg.body, out)
 
     def services(self) -> Iterable[str]:
         """The services some usable peer offers."""

@@ -8,48 +8,25 @@ its conditions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from scale0.core.context import Core
 from scale0.core.effects import Channel, Drained, Effect, Log, Send
+from scale0.core.ports import DispatchPort, FamilyPort, ForwardingPort, SessionsPort
 from scale0.core.requests import Pending
-from scale0.core.states import BrokerInput, broker_next
+from scale0.core.states import BrokerInput, Change, broker_next
 from scale0.wire.client import Disconnect
-from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, JsonValue
+from scale0.wire.frames import SIG_CLIENT, SIG_WORKER
 from scale0.wire.peer import BrokerState
 
-if TYPE_CHECKING:
-    from scale0.core.dispatch import Dispatch
-    from scale0.core.family import Family
-    from scale0.core.sessions import Sessions
-
-__all__ = ["Change", "Lifecycle"]
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """How a requested change of state went: ``code`` 200 (done or nothing to do) or 503."""
-
-    code: int
-    before: BrokerState
-    after: BrokerState
-    why: str = ""
-
-    @property
-    def changed(self) -> bool:
-        return self.before is not self.after
-
-    def view(self, identity: str) -> dict[str, JsonValue]:
-        return {"broker": identity, "state": self.after.value, "changed": self.changed}
+__all__ = ["Lifecycle"]
 
 
 class Lifecycle:
     """State changes, and the moving away of work that disabling and draining mean."""
 
-    dispatch: Dispatch
-    family: Family
-    sessions: Sessions
+    dispatch: DispatchPort
+    family: FamilyPort
+    forwarding: ForwardingPort
+    sessions: SessionsPort
 
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -78,7 +55,7 @@ class Lifecycle:
         """R18: the broker stops serving; its waiting requests and idle workers go elsewhere."""
         core = self.core
         dispatch = self.dispatch
-        family = self.family
+        forwarding = self.forwarding
         moved: set[bytes] = set()
         for service in dispatch.waiting.queued():
             while (pending := dispatch.waiting.pop(service)) is not None:
@@ -86,9 +63,9 @@ class Lifecycle:
                     why = f"broker {core.identity} is {core.state.value}"
                     dispatch.fail(pending, 503, why, out)
                     continue
-                peer = family.pick_peer(service, free=False)
+                peer = forwarding.pick_peer(service, free=False)
                 if peer is not None:
-                    family.forward_to(peer, pending, out)
+                    forwarding.forward_to(peer, pending, out)
                     continue
                 # Nobody here will run it: its client resends it where it is told to go.
                 dispatch.retire(pending)

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from scale0.config.canonical import canonical_json, config_sha256
 from scale0.config.errors import ConfigError
-from scale0.config.formats import Format
+from scale0.config.formats import CONFIG_TYPE_FORMATS
 from scale0.config.loader import loads
 from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.crypto.keys import SignatureError, verify_config
@@ -50,12 +50,6 @@ __all__ = [
 
 #: Conflicts remembered for management; older ones are dropped.
 MAX_CONFLICTS = 32
-
-_FORMATS: dict[ConfigType, Format] = {
-    ConfigType.JSON: "json",
-    ConfigType.XML: "xml",
-    ConfigType.ZFL: "zfl",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +214,7 @@ class Replica:
         try:
             network = loads(
                 offer.document,
-                _FORMATS[offer.config_type],
+                CONFIG_TYPE_FORMATS[offer.config_type],
                 kind="network",
                 source=f"config from {offer.origin}",
             )

@@ -9,7 +9,6 @@ told FORCENEGOTIATE, and a joining broker becomes active (or disabled, as its fi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -26,6 +25,7 @@ from scale0.core.effects import (
     Subscribe,
 )
 from scale0.core.peers import Peer
+from scale0.core.ports import FamilyPort, LifecyclePort, SessionsPort
 from scale0.core.replica import (
     Applied,
     Conflict,
@@ -43,20 +43,15 @@ from scale0.wire.configsync import PublishedConfig
 from scale0.wire.frames import SIG_BROKER, ConfigType, JsonValue, Message
 from scale0.wire.peer import BrokerState
 
-if TYPE_CHECKING:
-    from scale0.core.family import Family
-    from scale0.core.lifecycle import Lifecycle
-    from scale0.core.sessions import Sessions
-
 __all__ = ["Replication"]
 
 
 class Replication:
     """The config replica of one broker and everything that follows a config applied."""
 
-    family: Family
-    lifecycle: Lifecycle
-    sessions: Sessions
+    family: FamilyPort
+    lifecycle: LifecyclePort
+    sessions: SessionsPort
 
     def __init__(
         self,

@@ -9,11 +9,10 @@ timer left by an earlier session of the same routing id does nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from scale0.core.connections import Session
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Channel, Effect, Send
+from scale0.core.ports import DispatchPort, FamilyPort
 from scale0.core.timers import BeatDue, SessionDue
 from scale0.wire.client import (
     CheckConfig,
@@ -27,31 +26,14 @@ from scale0.wire.client import (
 from scale0.wire.frames import SIG_CLIENT
 from scale0.wire.peer import BrokerState
 
-if TYPE_CHECKING:
-    from scale0.core.dispatch import Dispatch
-    from scale0.core.family import Family
-
-__all__ = ["Session", "Sessions"]
-
-
-@dataclass(slots=True, eq=False)
-class Session:
-    """A negotiated client or worker connection (R1)."""
-
-    routing_id: bytes
-    channel: Channel
-    client_id: str
-    config_version: int
-    last_seen: float
-    timeout_s: float  # silent this long = gone (liveness x interval)
-    gen: int  # tells a live timer entry from one left by an earlier session
+__all__ = ["Sessions"]
 
 
 class Sessions:
     """The client and worker sessions of one broker, and the negotiation that opens them."""
 
-    dispatch: Dispatch
-    family: Family
+    dispatch: DispatchPort
+    family: FamilyPort
 
     def __init__(self, core: Core) -> None:
         self.core = core

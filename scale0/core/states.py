@@ -11,15 +11,18 @@ The broker's state is :class:`scale0.wire.peer.BrokerState`, the type HELLO and 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
+from scale0.wire.frames import JsonValue
 from scale0.wire.peer import BrokerState
 
 __all__ = [
     "BROKER_TRANSITIONS",
     "PEER_TRANSITIONS",
     "BrokerInput",
+    "Change",
     "PeerInput",
     "PeerLink",
     "broker_next",
@@ -63,6 +66,23 @@ BROKER_TRANSITIONS: Final[Mapping[tuple[BrokerState, BrokerInput], BrokerState |
 def broker_next(state: BrokerState, change: BrokerInput) -> BrokerState | None:
     """The state ``change`` leads to from ``state`` (None: refused, nothing changes)."""
     return BROKER_TRANSITIONS[state, change]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """How a requested change of state went: ``code`` 200 (done or nothing to do) or 503."""
+
+    code: int
+    before: BrokerState
+    after: BrokerState
+    why: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.before is not self.after
+
+    def view(self, identity: str) -> dict[str, JsonValue]:
+        return {"broker": identity, "state": self.after.value, "changed": self.changed}
 
 
 class PeerLink(Enum):

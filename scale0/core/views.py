@@ -5,22 +5,56 @@ Read-only: nothing here changes the broker. Each function takes the broker's roo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from scale0.core.context import Core
 from scale0.core.metrics import LATENCY_BUCKETS_S, Histogram
+from scale0.core.ports import DispatchPort, FamilyPort, GuardPort, SessionsPort
 from scale0.wire.frames import JsonValue
 
-if TYPE_CHECKING:
-    from scale0.core.broker import Broker
+__all__ = [
+    "Viewed",
+    "client_table",
+    "service_table",
+    "services",
+    "stats",
+    "status",
+    "worker_table",
+]
 
-__all__ = ["client_table", "service_table", "services", "stats", "status", "worker_table"]
+
+class Viewed(Protocol):
+    """What the views read of a broker: scale0.core.broker.Broker is one."""
+
+    @property
+    def core(self) -> Core: ...
+
+    @property
+    def sessions(self) -> SessionsPort: ...
+
+    @property
+    def dispatch(self) -> DispatchPort: ...
+
+    @property
+    def guard(self) -> GuardPort: ...
+
+    @property
+    def family(self) -> FamilyPort: ...
+
+    @property
+    def io_counters(self) -> dict[str, int]: ...
+
+    @property
+    def config_source(self) -> bool: ...
+
+    def config_view(self) -> dict[str, JsonValue]: ...
 
 
-def stats(broker: Broker) -> dict[str, int]:
+def stats(broker: Viewed) -> dict[str, int]:
     """The counters with the sizes of what the broker holds."""
     dispatch = broker.dispatch
     return {
-        **broker.counters,
+        **broker.core.counters,
         "clients": len(broker.sessions.clients),
         "workers": len(dispatch.pool.workers),
         "in_flight": len(dispatch.inflight),
@@ -31,7 +65,7 @@ def stats(broker: Broker) -> dict[str, int]:
     }
 
 
-def services(broker: Broker) -> dict[str, dict[str, int]]:
+def services(broker: Viewed) -> dict[str, dict[str, int]]:
     """Per service: workers offering it, ready workers, requests waiting."""
     pool = broker.dispatch.pool
     waiting = broker.dispatch.waiting
@@ -46,11 +80,11 @@ def services(broker: Broker) -> dict[str, dict[str, int]]:
     }
 
 
-def service_table(broker: Broker) -> list[JsonValue]:
+def service_table(broker: Viewed) -> list[JsonValue]:
     """Per service: workers, ready and busy workers, queue depth, answers and latency."""
     pool = broker.dispatch.pool
     waiting = broker.dispatch.waiting
-    metrics = broker.metrics
+    metrics = broker.core.metrics
     names = set(pool.services()) | waiting.services() | set(metrics.services)
     rows: list[JsonValue] = []
     for name in sorted(names):
@@ -80,7 +114,7 @@ def service_table(broker: Broker) -> list[JsonValue]:
     return rows
 
 
-def client_table(broker: Broker, now: float) -> list[JsonValue]:
+def client_table(broker: Viewed, now: float) -> list[JsonValue]:
     """The client sessions: id, connection, how long silent, requests waiting or running."""
     open_requests: dict[bytes, int] = {}
     for pending in broker.dispatch.requests.values():
@@ -99,7 +133,7 @@ def client_table(broker: Broker, now: float) -> list[JsonValue]:
     ]
 
 
-def worker_table(broker: Broker, now: float) -> list[JsonValue]:
+def worker_table(broker: Viewed, now: float) -> list[JsonValue]:
     """The READY workers: id, services, capacity, requests running, heartbeat, silence."""
     sessions = broker.sessions.workers
     rows: list[dict[str, JsonValue]] = []
@@ -121,7 +155,7 @@ def worker_table(broker: Broker, now: float) -> list[JsonValue]:
     return list(rows)
 
 
-def status(broker: Broker, now: float, wall: float) -> dict[str, JsonValue]:
+def status(broker: Viewed, now: float, wall: float) -> dict[str, JsonValue]:
     """The ``status`` command: state, config, the /metrics counters, services, history."""
     core = broker.core
     counts = stats(broker)
@@ -155,7 +189,7 @@ def status(broker: Broker, now: float, wall: float) -> dict[str, JsonValue]:
         "config_source": broker.config_source,
         "peers": len(peers),
         "peers_up": sum(1 for p in peers.values() if p.status == "up"),
-        "config_conflicts": broker.replication.view()["conflicts"],
+        "config_conflicts": broker.config_view()["conflicts"],
         "services": service_table(broker),
         "history": [dict(sample) for sample in core.metrics.history],
     }

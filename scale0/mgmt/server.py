@@ -41,7 +41,7 @@ import tornado.netutil
 import tornado.web
 
 from scale0.config.model import ManagementSettings
-from scale0.core.admin import COMMANDS, Command
+from scale0.core.commands import COMMANDS, Command
 from scale0.core.effects import Channel, ManagementSubmit
 from scale0.mgmt.http import SECURITY_HEADERS, allowed_hosts, base_url, bind
 from scale0.mgmt.metrics import render_metrics
