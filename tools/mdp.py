@@ -107,6 +107,27 @@ MAJORTOMO = Dialect(
 DIALECTS = {"0.1": MDP01, "0.2": MDP02, "majortomo": MAJORTOMO}
 
 
+def request_header(dialect: Dialect, service: bytes) -> list[bytes]:
+    """The frames of a client's REQUEST before its body."""
+    head = [b""] if dialect.delimiter else []
+    head.append(dialect.client)
+    if dialect.request is not None:
+        head.append(dialect.request)
+    head.append(service)
+    return head
+
+
+def reply_header(dialect: Dialect, service: bytes) -> list[bytes]:
+    """The frames of a broker's final reply to a client before its body."""
+    head = [b""] if dialect.delimiter else []
+    head.append(dialect.client)
+    if dialect.final is not None:
+        head.append(dialect.final)
+    if dialect.reply_service:
+        head.append(service)
+    return head
+
+
 class MdpError(Exception):
     """A malformed or unexpected Majordomo message (the text names what is wrong)."""
 
@@ -145,14 +166,8 @@ class Client:
         self.dropped = 0
 
     def header(self, service: bytes) -> list[bytes]:
-        """The frames of a REQUEST before its body (the bench builds requests from it)."""
-        d = self.dialect
-        head = [b""] if d.delimiter else []
-        head.append(d.client)
-        if d.request is not None:
-            head.append(d.request)
-        head.append(service)
-        return head
+        """The frames of a REQUEST before its body."""
+        return request_header(self.dialect, service)
 
     def send(self, service: bytes, body: Sequence[bytes]) -> None:
         self.socket.send_multipart([*self.header(service), *body])
