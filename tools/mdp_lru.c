@@ -305,18 +305,30 @@ static void send_moved(void *socket, zmq_msg_t *msg, int more) {
     }
 }
 
-static void send_worker_header(worker_t *w, int command, int more) {
-    send_const(backend, w->id, w->id_len, 1);
-    if (w->delimiter) {
+static void send_header(void *id, size_t id_len, int dialect, int delimiter, int command,
+                        int more) {
+    send_const(backend, id, id_len, 1);
+    if (delimiter) {
         send_const(backend, EMPTY, 0, 1);
     }
-    send_const(backend, w->dialect == W_MDP01 ? SIG_W01 : SIG_W02, 6, 1);
+    send_const(backend, dialect == W_MDP01 ? SIG_W01 : SIG_W02, 6, 1);
     send_const(backend, &CMD[command], 1, more);
+}
+
+static void send_worker_header(worker_t *w, int command, int more) {
+    send_header(w->id, w->id_len, w->dialect, w->delimiter, command, more);
 }
 
 static void send_disconnect(int index) {
     worker_t *w = &workers[index];
     send_worker_header(w, w->dialect == W_MDP01 ? 5 : 6, 0);
+    st_disconnects++;
+}
+
+/* DISCONNECT to a sender that is not (or no longer) a registered worker. */
+static void disconnect_stranger(zmq_msg_t *id, int dialect, int delimiter) {
+    send_header(zmq_msg_data(id), zmq_msg_size(id), dialect, delimiter, dialect == W_MDP01 ? 5 : 6,
+                0);
     st_disconnects++;
 }
 
@@ -539,11 +551,13 @@ static int on_worker(zmq_msg_t *f, int n, double now) {
         return 0;
     case 3: /* PARTIAL client empty body... */
     case 4: /* FINAL / REPLY client empty body... */
-        if (index < 0 || !workers[index].busy) {
-            if (index >= 0) {
-                send_disconnect(index);
-                remove_worker(index);
-            }
+        if (index < 0) {
+            disconnect_stranger(&f[0], dialect, at == 2);
+            return 0;
+        }
+        if (!workers[index].busy) {
+            send_disconnect(index);
+            remove_worker(index);
             return 0;
         }
         if (n < rest + 2 || !is_empty(&f[rest + 1])) {
@@ -567,14 +581,7 @@ static int on_worker(zmq_msg_t *f, int n, double now) {
         return 1;
     case 5: /* HEARTBEAT */
         if (index < 0) {
-            /* a worker we do not know (or forgot): tell it to start over */
-            int temp = add_worker(zmq_msg_data(&f[0]), zmq_msg_size(&f[0]));
-            if (temp >= 0) {
-                workers[temp].dialect = dialect;
-                workers[temp].delimiter = at == 2;
-                send_disconnect(temp);
-                remove_worker(temp);
-            }
+            disconnect_stranger(&f[0], dialect, at == 2); /* unknown or forgotten: start over */
         }
         return 0;
     case 6: /* DISCONNECT: send it nothing more */
@@ -586,6 +593,8 @@ static int on_worker(zmq_msg_t *f, int n, double now) {
         if (index >= 0) {
             send_disconnect(index);
             remove_worker(index);
+        } else {
+            disconnect_stranger(&f[0], dialect, at == 2);
         }
         return 0;
     }
