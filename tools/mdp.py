@@ -27,6 +27,7 @@ counted in ``dropped`` and otherwise ignored, never raised out of a receive loop
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -312,21 +313,20 @@ class Worker:
             raise MdpError("worker is closed")
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                now = time.monotonic()
-                if now >= self.broker_expires:
-                    self.reconnects += 1
-                    self._connect()
-                    continue
-                if now >= self.heartbeat_at:
-                    self._send([self.dialect.heartbeat])
-                if now >= deadline:
-                    return None
-                wait_s = min(deadline, self.heartbeat_at, self.broker_expires) - now
-                self.socket.poll(max(1, int(wait_s * 1000) + 1))
+            now = time.monotonic()
+            if now >= self.broker_expires:
+                self.reconnects += 1
+                self._connect()
                 continue
+            if now >= self.heartbeat_at:
+                self._send([self.dialect.heartbeat])
+            # Poll first: a receive that fails raises, which costs more than the poll.
+            wait_s = min(deadline, self.heartbeat_at, self.broker_expires) - now
+            if not self.socket.poll(max(0, math.ceil(wait_s * 1000))):
+                if time.monotonic() >= deadline:
+                    return None
+                continue
+            frames = self.socket.recv_multipart()
             self.broker_expires = time.monotonic() + self.heartbeat_interval_s * self.liveness
             try:
                 request = self._parse(frames)
