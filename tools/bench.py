@@ -34,7 +34,9 @@ It prints throughput, round-trip p50/p99, the middle process's CPU time per requ
 from /proc; "main+other" splits it into the main thread and the rest, i.e. libzmq's I/O
 thread), the broker's loop wake-ups per request (Scale0: its ``net_wakeups`` / ``requests``
 counters from the stats it logs when it stops; c-lru: its ``stats`` line), and the ratios of
-throughput against ``proxy`` and of throughput and CPU per request against ``c-lru``. Only
+throughput against ``proxy`` and of throughput and CPU per request against ``c-lru``, and
+"drivers µs/req": the CPU of the client process and the worker processes per request (on a
+machine with few cores they compete with the broker for it). Only
 ratios within one invocation are meaningful: absolute numbers drift on shared machines. Workers
 and clients speak raw frames so the numbers measure the broker, not Scale0's client library.
 """
@@ -176,6 +178,7 @@ def run_client(
     payload: bytes,
     middle_pid: int | None,
     also: tuple[int, ...] = (),
+    drivers: tuple[int, ...] = (),
 ) -> dict[str, float]:
     """``middle_pid``: the process whose CPU is measured (main thread apart); ``also``: more
     processes whose CPU counts towards the total (the second broker of the family case).
@@ -209,12 +212,16 @@ def run_client(
         cpu_before += sum(cpu_seconds(pid) for pid in also)
         # The middle's main thread (tid = pid) apart from the rest (libzmq's I/O thread).
         main_before = cpu_seconds(middle_pid, middle_pid) if middle_pid else 0.0
+        # The drivers: this client process and the worker processes.
+        drivers_before = time.process_time() + sum(cpu_seconds(pid) for pid in drivers)
         started = time.perf_counter()
         drive(sock, requests, window, payload, rtts, first_id=warmup)
         elapsed = time.perf_counter() - started
         cpu = (cpu_seconds(middle_pid) if middle_pid else 0.0) - cpu_before
         cpu += sum(cpu_seconds(pid) for pid in also)
         main = (cpu_seconds(middle_pid, middle_pid) - main_before) if middle_pid else 0.0
+        driving = time.process_time() + sum(cpu_seconds(pid) for pid in drivers)
+        driving -= drivers_before
     finally:
         sock.close()
         ctx.term()
@@ -225,6 +232,7 @@ def run_client(
         "p99_us": rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1e6,
         "cpu_us_per_request": cpu / requests * 1e6,
         "main_thread_us_per_request": main / requests * 1e6,
+        "drivers_us_per_request": driving / requests * 1e6,
     }
 
 
@@ -294,7 +302,9 @@ def case_direct(workers: int, capacity: int, **client: Any) -> dict[str, float]:
     procs = [start(echo_worker, e, zmq.ROUTER, True) for e in endpoints]
     try:
         time.sleep(0.2)  # let the client's connects finish before timing
-        return run_client(endpoints, negotiate=False, middle_pid=None, **client)
+        return run_client(
+            endpoints, middle_pid=None, drivers=tuple(p.pid or 0 for p in procs), **client
+        )
     finally:
         for p in procs:
             p.kill()
@@ -308,7 +318,13 @@ def case_proxy(workers: int, capacity: int, *, dialect_key: str, **client: Any) 
     procs = [start(proxy_echo_worker, back, dialect_key) for _ in range(workers)]
     try:
         time.sleep(0.2)
-        return run_client([front], dialect=DIALECTS[dialect_key], middle_pid=proxy.pid, **client)
+        return run_client(
+            [front],
+            dialect=DIALECTS[dialect_key],
+            middle_pid=proxy.pid,
+            drivers=tuple(p.pid or 0 for p in procs),
+            **client,
+        )
     finally:
         for p in [*procs, proxy]:
             p.kill()
@@ -324,7 +340,11 @@ def case_c_lru(
         try:
             time.sleep(0.2)
             result = run_client(
-                [broker.frontend], dialect=DIALECTS[dialect_key], middle_pid=broker.pid, **client
+                [broker.frontend],
+                dialect=DIALECTS[dialect_key],
+                middle_pid=broker.pid,
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
             )
         finally:
             for p in procs:
@@ -345,7 +365,11 @@ def case_majortomo(
         try:
             time.sleep(0.2)
             return run_client(
-                [broker.frontend], dialect=DIALECTS[dialect_key], middle_pid=broker.pid, **client
+                [broker.frontend],
+                dialect=DIALECTS[dialect_key],
+                middle_pid=broker.pid,
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
             )
         finally:
             for p in procs:
@@ -369,7 +393,11 @@ def case_scale0(
         try:
             time.sleep(0.2)
             result = run_client(
-                [broker.endpoints["frontend"]], negotiate=True, middle_pid=broker.pid, **client
+                [broker.endpoints["frontend"]],
+                negotiate=True,
+                middle_pid=broker.pid,
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
             )
         finally:
             for p in procs:
@@ -404,6 +432,7 @@ def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
                 negotiate=True,
                 middle_pid=b1.pid,
                 also=(b2.pid,),
+                drivers=tuple(p.pid or 0 for p in procs),
                 **client,
             )
         finally:
@@ -585,7 +614,8 @@ def notes(args: argparse.Namespace, names: list[str], skipped: dict[str, str]) -
     load = os.getloadavg()[0]
     lines.append(
         f"machine: {cores} cores, load {load:.1f} at the start; the client, the workers and the "
-        "broker share them, so a broker that needs less CPU leaves more to its drivers"
+        "broker share them, so a broker that needs less CPU leaves more to its drivers: req/s "
+        f"can be at most {cores} s / (µs CPU/req + drivers µs/req), less under other load"
     )
     return lines
 
@@ -692,7 +722,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'case':9} {'driver':6} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} "
         f"{'p99 µs':>8} {'µs CPU/req':>10} {'main+other':>11} {'x proxy':>8} {'x c-lru':>8} "
-        f"{'CPU x c-lru':>11} {'wakeups/req':>11}"
+        f"{'CPU x c-lru':>11} {'wakeups/req':>11} {'drivers µs/req':>14}"
     )
     lines = [head]
     for row in rows:
@@ -707,7 +737,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{row['throughput']:>9.0f} {row['p50_us']:>8.0f} {row['p99_us']:>8.0f} "
             f"{cpu:>10} {split:>11} {ratio(row, 'throughput_vs_proxy'):>8} "
             f"{ratio(row, 'throughput_vs_c_lru'):>8} {ratio(row, 'cpu_vs_c_lru'):>11} "
-            f"{wakeups:>11}"
+            f"{wakeups:>11} {row['drivers_us_per_request']:>14.1f}"
         )
     return "\n".join(lines)
 
