@@ -24,13 +24,15 @@
  * is single-threaded by the RFC and holds a request). Requests for a service without a ready
  * worker wait in a FIFO (at most MAX_QUEUED in all, then dropped); they do not expire.
  * Unexpected commands (READY twice, REPLY while idle, anything before READY) get DISCONNECT.
+ * Not here, as a floor needs none of it: mmi.* services, request expiry, error replies to
+ * clients (a request for a service no worker serves waits), more than MAX_WORKERS workers.
  *
  * Usage: mdp-lru [-i heartbeat_ms] [-l liveness] FRONTEND BACKEND
  *   binds both (tcp://127.0.0.1:* picks a port), prints "frontend <endpoint>" and
  *   "backend <endpoint>" on stdout, and on SIGTERM/SIGINT prints one "stats ..." line on
  *   stderr and exits 0.
  *
- * Built by tools/mdp_peers.py against the libzmq pyzmq loads. No zmq.h is needed: when it is
+ * Built by tools/mdp_brokers.py against the libzmq pyzmq loads. No zmq.h is needed: when it is
  * missing, the few declarations below stand in (libzmq's stable 4.x ABI; zmq_msg_t is its
  * documented 64-byte opaque struct).
  */
