@@ -254,3 +254,48 @@ def test_c_broker_disconnects_a_worker_that_replies_unasked(
     assert dealer.poll(int(TIMEOUT_S * 1000))
     assert dealer.recv_multipart() == [b"", b"MDPW01", b"\x05"]
     dealer.close()
+
+
+def test_c_broker_survives_garbage_and_serves_on(
+    c_broker: RunningBroker, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    """Malformed messages on both sockets are dropped (RFC 7: "SHOULD respond to invalid
+    messages by dropping them"); the broker goes on serving a well-formed worker and client."""
+    garbage = [
+        [b""],
+        [b"", b""],
+        [b"", b"MDPC01"],
+        [b"x", b"MDPC01", SERVICE, b"body"],
+        [b"", b"MDPC02", b"\x07", SERVICE, b"body"],
+        [b"", b"MDPC02", b"\x01"],
+        [b"", b"MDPW01"],
+        [b"", b"MDPW01", b"\x01"],
+        [b"", b"MDPW01", b"\x01", SERVICE, b"extra"],
+        [b"", b"MDPW02", b"\xff"],
+        [b"", b"MDPW01", b"\x03\x03"],
+        [b"", b"MDPC01", SERVICE, *[b"f"] * 70],  # over the broker's 64 frames
+    ]
+    worker = Worker(c_broker.backend, SERVICE, MDP01, context=ctx, heartbeat_interval_s=0.1)
+    client = Client(c_broker.frontend, MDP01, context=ctx)
+    with serving(worker):
+        # Worker side: garbage, then a HEARTBEAT from a stranger, which is answered with
+        # DISCONNECT; on one connection, so the garbage was handled before the answer came.
+        back = ctx.socket(zmq.DEALER)
+        back.linger = 0
+        back.connect(c_broker.backend)
+        for frames in garbage:
+            back.send_multipart(frames)
+        back.send_multipart([b"", b"MDPW01", b"\x04"])
+        answers = []
+        while back.poll(500):
+            answers.append(back.recv_multipart())
+        assert answers, "no DISCONNECT for the stranger's HEARTBEAT"
+        assert answers[-1] == [b"", b"MDPW01", b"\x05"]
+        back.close()
+        # Client side: garbage, then a request on the same connection, which is answered.
+        for frames in garbage:
+            client.socket.send_multipart(frames)
+        assert client.request(SERVICE, [b"still"], TIMEOUT_S) == [b"echo:still"]
+        assert client.dropped == 0
+    assert c_broker.process.poll() is None, "the broker died"
+    client.close()
