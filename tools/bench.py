@@ -584,11 +584,16 @@ def notes(args: argparse.Namespace, names: list[str], skipped: dict[str, str]) -
         "every request (ratios only compare within this run)"
     ]
     mdp = [n for n in names if n in MDP_CASES]
+    brokers = [n for n in mdp if n != "proxy"]
     if mdp:
+        behind = (
+            f"; behind {' and '.join(brokers)} the same tools/mdp.py worker processes "
+            if brokers
+            else ""
+        )
         lines.append(
-            f"MDP driver ({', '.join(mdp)}): one tools/mdp.py client speaking {dialect.name}; "
-            "behind c-lru and majortomo the same tools/mdp.py worker processes (capacity 1 by "
-            "MDP's definition)"
+            f"MDP driver ({', '.join(mdp)}): one tools/mdp.py client speaking {dialect.name}"
+            + (behind + "(capacity 1 by MDP's definition)" if brokers else "")
         )
     if "proxy" in names:
         lines.append(
