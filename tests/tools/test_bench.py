@@ -1,5 +1,6 @@
 """tools/bench's client: every request it sends, warm-up and timed phase together, carries a
-request id it never used before, so no broker answers one from its reply cache.
+request id it never used before, so no broker answers one from its reply cache. And each
+Majordomo case of the bench runs end to end.
 
 The client runs against a real ROUTER on 127.0.0.1 (in a thread of this process) that records
 every request id and answers in the framing the client speaks: S0P/1, and each Majordomo one.
@@ -7,15 +8,18 @@ every request id and answers in the framing the client speaks: S0P/1, and each M
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import zmq
 
 from tools import bench
 from tools.mdp import DIALECTS, Dialect, reply_header, request_header
+from tools.mdp_brokers import BrokerUnavailable, build_c_broker
 
 REQUESTS = 1500  # plus the client's 1000 warm-up requests
 
@@ -74,3 +78,25 @@ def test_bench_sends_a_fresh_request_id_every_time(framing: str) -> None:
     assert len(seen) == REQUESTS + 1000
     assert len(set(seen)) == len(seen), "a request id was sent twice"
     assert result["throughput"] > 0
+
+
+@pytest.mark.parametrize("case", ["proxy", "c-lru", "majortomo"])
+def test_bench_majordomo_cases_run_on_the_same_drivers(case: str, tmp_path: Path) -> None:
+    """Each Majordomo case of tools/bench, end to end and small: its broker process, MDP worker
+    processes and the MDP client; every request answered, the broker's CPU measured."""
+    run = bench.CASES[case]
+    if case == "c-lru":
+        try:
+            binary = build_c_broker(tmp_path)
+        except BrokerUnavailable as e:
+            if "gcc not found" in str(e):
+                pytest.skip(str(e))
+            raise
+        run = functools.partial(run, binary=binary)
+    result = run(1, 1, dialect_key="majortomo", requests=300, window=20, payload=b"x" * 100)
+    assert result["throughput"] > 0
+    # /proc counts CPU in clock ticks (10 ms): 300 requests through zmq.proxy may cost none.
+    assert result["cpu_us_per_request"] >= 0
+    assert result["drivers_us_per_request"] > 0  # includes this process, timed finely
+    if case == "c-lru":
+        assert result["wakeups_per_request"] > 0
