@@ -8,13 +8,12 @@ its conditions.
 
 from __future__ import annotations
 
-from scale0.core.context import Core
+from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Channel, Drained, Effect, Log, Send
 from scale0.core.ports import DispatchPort, FamilyPort, ForwardingPort, SessionsPort
 from scale0.core.requests import Pending
 from scale0.core.states import BrokerInput, Change, broker_next
-from scale0.wire.client import Disconnect
-from scale0.wire.frames import SIG_CLIENT, SIG_WORKER
+from scale0.wire.client import Disconnect, DisconnectError
 from scale0.wire.peer import BrokerState
 
 __all__ = ["Lifecycle"]
@@ -78,22 +77,22 @@ class Lifecycle:
         self.check_drained(out)
 
     def move_worker(self, routing_id: bytes, now: float, out: list[Effect]) -> None:
-        if self.core.draining:  # R17's DISCONNECT, early: it fails over at once
-            out.append(Send(Channel.BACKEND, routing_id, Disconnect(protocol=SIG_WORKER)))
-        else:
-            message = self.family.not_accepting(SIG_WORKER, Channel.BACKEND)
-            out.append(Send(Channel.BACKEND, routing_id, message))
-        self.sessions.forget(Channel.BACKEND, routing_id, now, out, "moved")
+        self._move(Channel.BACKEND, routing_id, now, out)
 
     def move_client(self, routing_id: bytes, now: float, out: list[Effect]) -> None:
-        if routing_id not in self.sessions.clients:
-            return
+        if routing_id in self.sessions.clients:
+            self._move(Channel.FRONTEND, routing_id, now, out)
+
+    def _move(self, channel: Channel, routing_id: bytes, now: float, out: list[Effect]) -> None:
+        """R18: 301 to an active peer (503 if none); R17's DISCONNECT, early, when stopping, so
+        that it fails over at once. Either way its session here ends."""
+        protocol = PROTOCOL[channel]
         if self.core.draining:
-            out.append(Send(Channel.FRONTEND, routing_id, Disconnect(protocol=SIG_CLIENT)))
+            message: Disconnect | DisconnectError = Disconnect(protocol=protocol)
         else:
-            message = self.family.not_accepting(SIG_CLIENT, Channel.FRONTEND)
-            out.append(Send(Channel.FRONTEND, routing_id, message))
-        self.sessions.forget(Channel.FRONTEND, routing_id, now, out, "moved")
+            message = self.family.not_accepting(protocol, channel)
+        out.append(Send(channel, routing_id, message))
+        self.sessions.forget(channel, routing_id, now, out, "moved")
 
     def drain(self, grace_ms: int, now: float, out: list[Effect]) -> None:
         """R19: SIGTERM. Disable, tell idle clients DISCONNECT, finish what is in flight."""
