@@ -102,6 +102,7 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
   scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9)
   scale0/core/replication.py  config offers, what an applied config does (F4, F10, F11)
   scale0/core/lifecycle.py    the broker's state and moving work away (R3, R17-R19)
+  scale0/core/majordomo.py    Majordomo clients and workers, an adapter at the edge (D1-D4)
   scale0/core/states.py       the two state machines as tables: broker state, peer link
   scale0/core/views.py        status and the management tables
   scale0/core/admin.py        management requests (M1-M6); commands.py, the command table
@@ -143,6 +144,7 @@ from scale0.core.family import Family
 from scale0.core.forwarding import Forwarding
 from scale0.core.guard import Guard
 from scale0.core.lifecycle import Lifecycle
+from scale0.core.majordomo import Majordomo
 from scale0.core.metrics import Metrics
 from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
@@ -152,6 +154,14 @@ from scale0.core.timers import BeatDue, Periodic, SessionDue
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
+from scale0.wire.mdp import (
+    MdpClientRequest,
+    MdpWorkerDisconnect,
+    MdpWorkerHeartbeat,
+    MdpWorkerPartial,
+    MdpWorkerReady,
+    MdpWorkerReply,
+)
 from scale0.wire.peer import BrokerState
 from scale0.wire.worker import Ready, WorkerPartial, WorkerReply
 
@@ -214,6 +224,7 @@ class Broker:
             own_ports=own_ports or {},
         )
         self.lifecycle = Lifecycle(core)
+        self.majordomo = Majordomo(core)
         # The rooms know each other only here: each asks the others, through the Protocols of
         # scale0/core/ports.py, for what it does not own.
         sessions, dispatch, peers = self.sessions, self.dispatch, self.family
@@ -227,6 +238,8 @@ class Broker:
         dispatch.forwarding = peers.forwarding = lifecycle.forwarding = forwarding
         dispatch.lifecycle = replication.lifecycle = lifecycle
         peers.replication = replication
+        mdp = self.majordomo
+        mdp.dispatch, mdp.family, mdp.sessions = dispatch, peers, sessions
         self.management = Management(self)
         #: The net layer's own counters (received, sent, dropped...), shared for ``status``.
         self.io_counters: dict[str, int] = {}
@@ -259,6 +272,12 @@ class Broker:
         self._message(Channel.BACKEND, WorkerReply, self._worker_reply)
         self._message(Channel.BACKEND, WorkerPartial, dispatch.worker_partial)
         self._message(Channel.BACKEND, Ready, dispatch.ready)
+        self._message(Channel.FRONTEND, MdpClientRequest, mdp.client_request)
+        self._message(Channel.BACKEND, MdpWorkerReady, mdp.worker_ready)
+        self._message(Channel.BACKEND, MdpWorkerReply, mdp.worker_reply)
+        self._message(Channel.BACKEND, MdpWorkerPartial, mdp.worker_partial)
+        self._message(Channel.BACKEND, MdpWorkerHeartbeat, mdp.worker_heartbeat)
+        self._message(Channel.BACKEND, MdpWorkerDisconnect, mdp.worker_disconnect)
 
         # A RequestDue is the request's number: its type at run time is int.
         self._on_timer: dict[
@@ -294,6 +313,8 @@ class Broker:
         handler = self._on_event.get(type(event))
         if handler is not None:
             handler(event, now, wall, out)
+        if self.majordomo.speaks:
+            self.majordomo.translate(out)
         return out
 
     # The hot path's entry points (docs/performance.md): the same rules as handle(Received(...))
@@ -313,6 +334,8 @@ class Broker:
         self.core.clock = now
         out: list[Effect] = []
         self.dispatch.client_request(routing_id, service, request_id, body, now, out)
+        if self.majordomo.speaks:
+            self.majordomo.translate(out)
         return out
 
     def handle_reply(
@@ -322,6 +345,8 @@ class Broker:
         self.core.clock = now
         out: list[Effect] = []
         self.dispatch.worker_reply(routing_id, ticket, status, body, now, out)
+        if self.majordomo.speaks:
+            self.majordomo.translate(out)
         return out
 
     def _received(self, event: Received, now: float, wall: float, out: list[Effect]) -> None:
@@ -332,7 +357,7 @@ class Broker:
         table = self._on_message.get(channel)
         handler = table.get(type(message)) if table is not None else None
         if handler is None:
-            # Majordomo frames are decoded by the wire layer but not routed yet (protocol.md §10).
+            # Decoded, but not a message this channel takes (protocol.md §2.4): dropped, counted.
             self.core.counters["dropped"] += 1
             details = {"command": message.COMMAND.decode(), "channel": channel.value}
             out.append(Log("info", "unsupported_message", details))
@@ -414,6 +439,7 @@ class Broker:
     def _sweep(self, now: float, wall: float) -> None:
         self.guard.sweep(now)
         self.dispatch.sweep(now)
+        self.majordomo.sweep()
         dispatch = self.dispatch
         self.core.metrics.maybe_sample(
             now,

@@ -371,17 +371,37 @@ class Dispatch:
         body: tuple[bytes, ...],
         out: list[Effect],
     ) -> None:
-        """Reserved names (protocol.md §7.3): mmi.service from live state, the rest refused."""
+        """Reserved names (protocol.md §7.3): the MMI services from the live state of the whole
+        family (our workers and every usable peer's table), the rest refused."""
+        name = body[0].decode("utf-8", "replace") if body else ""
         if service == "mmi.service":
-            name = body[0].decode("utf-8", "replace") if body else ""
-            answer = b"200" if self.pool.offers(name) else b"404"
-            reply = ClientReply(service=service, request_id=request_id, status=200, body=(answer,))
+            answer: tuple[bytes, ...] = (b"200" if self._workers_of(name) else b"404",)
+        elif service == "mmi.workers":
+            answer = (b"%d" % self._workers_of(name),)
+        elif service == "mmi.services":
+            names = set(self.pool.services())
+            for peer in self.family.peers.values():
+                if peer.usable():
+                    names.update(peer.table)
+            answer = tuple(sorted(n.encode() for n in names))
+        else:
+            answer = ()
+        if service in ("mmi.service", "mmi.workers", "mmi.services"):
+            reply = ClientReply(service=service, request_id=request_id, status=200, body=answer)
         elif service.startswith("mmi."):
             reply = ClientReply.failure(service, request_id, 501, "MMI service unknown")
         else:
             reply = ClientReply.failure(service, request_id, 404, "no broker service")
         self.core.metrics.reply(reply.status)
         out.append(Send(Channel.FRONTEND, routing_id, reply))
+
+    def _workers_of(self, service: str) -> int:
+        """Workers offering ``service`` here and at every usable peer (its table's rows)."""
+        count = sum(1 for w in self.pool.workers.values() if service in w.services)
+        for peer in self.family.peers.values():
+            if peer.usable():
+                count += len(peer.table.get(service, ()))
+        return count
 
     def deadline(self, key: RequestDue, now: float, out: list[Effect]) -> None:
         """R6, R9: a request past its deadline is answered 503 (waiting) or 504 (running)."""

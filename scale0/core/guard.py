@@ -14,7 +14,8 @@ from collections.abc import Callable
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Channel, Effect, Log, Malformed, Send
 from scale0.wire.client import DisconnectError
-from scale0.wire.frames import SIG_BROKER, SIG_CLIENT
+from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, Message
+from scale0.wire.mdp import MDP_SIGNATURES, MDPW01, MDPW02, MdpWorkerDisconnect
 
 __all__ = ["Forget", "Guard"]
 
@@ -63,10 +64,15 @@ class Guard:
         protocol = PROTOCOL.get(event.channel, SIG_BROKER)
         if self.count_error(event.channel, routing_id, routing_id, now, out):
             return
-        message = DisconnectError(
+        message: Message | None = DisconnectError(
             code=event.error.code, message=str(event.error), protocol=protocol
         )
-        out.append(Send(event.channel, routing_id, message))
+        if event.signature in (MDPW01, MDPW02) and event.channel is Channel.BACKEND:
+            message = MdpWorkerDisconnect(protocol=event.signature)  # §2.4: in its version
+        elif event.signature in MDP_SIGNATURES:
+            message = None  # §2.4: a Majordomo client has no error command
+        if message is not None:
+            out.append(Send(event.channel, routing_id, message))
         self._forget(event.channel, routing_id, now, out, "malformed")  # §2.4: the session ends
 
     def count_error(

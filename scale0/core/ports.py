@@ -23,6 +23,7 @@ from scale0.core.timers import RequestDue
 from scale0.core.workers import WorkerPool
 from scale0.wire.client import CheckConfig, ClientReply, Config, ConfigAck, DisconnectError
 from scale0.wire.peer import Forward, ForwardPartial, ForwardReply
+from scale0.wire.worker import Ready, WorkerPartial
 
 __all__ = [
     "DispatchPort",
@@ -46,6 +47,8 @@ class SessionsPort(Protocol):
     ) -> Session | None: ...
 
     def seen(self, channel: Channel, routing_id: bytes, now: float) -> None: ...
+
+    def adopt(self, channel: Channel, routing_id: bytes, now: float) -> Session: ...
 
     def skewed(
         self,
@@ -98,6 +101,46 @@ class DispatchPort(Protocol):
     def services_left(self, services: Iterable[str], now: float) -> None: ...
 
     def client_busy(self, routing_id: bytes) -> bool: ...
+
+    def client_request(
+        self,
+        routing_id: bytes,
+        service: str,
+        request_id: bytes,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
+    ) -> None: ...
+
+    def ready(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        msg: Ready,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None: ...
+
+    def worker_reply(
+        self,
+        routing_id: bytes,
+        ticket: bytes,
+        status: int,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
+    ) -> None: ...
+
+    def worker_partial(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        msg: WorkerPartial,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None: ...
 
 
 class GuardPort(Protocol):

@@ -58,6 +58,25 @@ class Sessions:
         session.last_seen = now
         return session
 
+    def adopt(self, channel: Channel, routing_id: bytes, now: float) -> Session:
+        """A Majordomo sender's session (§10, D1 of scale0/core/majordomo.py): it has no
+        CHECKCONFIG, so its first valid message opens one, on the running config."""
+        session = self.by_channel[channel].get(routing_id)
+        if session is not None:
+            session.last_seen = now
+            return session
+        core = self.core
+        client_id = f"{core.identity}.{routing_id.hex()}"
+        self._gen += 1
+        timeout_s = core.interval_s * core.network.liveness
+        session = Session(
+            routing_id, channel, client_id, core.network.config_version, now, timeout_s, self._gen
+        )
+        self.by_channel[channel][routing_id] = session
+        self._client_ids[(channel, client_id)] = routing_id
+        core.timers.push(now + timeout_s, SessionDue(channel, routing_id, session.gen))
+        return session
+
     def seen(self, channel: Channel, routing_id: bytes, now: float) -> None:
         """Any message from ``routing_id`` keeps its session alive (a worker's REPLY, PARTIAL)."""
         session = self.by_channel[channel].get(routing_id)
