@@ -25,6 +25,7 @@ from scale0.wire import (
     ConfigAck,
     ConfigType,
     DisconnectError,
+    Heartbeat,
     ManagementReply,
     ManagementRequest,
 )
@@ -49,7 +50,11 @@ def echo(body: list[bytes]) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Family]:
-    with running_family(tmp_path_factory.mktemp("family"), management=False) as started:
+    # liveness 10: the raw test clients below do not heartbeat while a scale0ctl process starts
+    # (seconds on a loaded machine), and their sessions must outlive it.
+    with running_family(
+        tmp_path_factory.mktemp("family"), management=False, liveness=10
+    ) as started:
         yield started
 
 
@@ -153,6 +158,8 @@ def test_services_workers_and_clients_list_live_state(
         code, clients = ctl_json(family, "clients")
         assert code == 0
         assert "alice" in [c["client_id"] for c in clients["result"]["clients"]]
+        client.send(Heartbeat(time.time(), 1, protocol=SIG_CLIENT))  # alive, as a client is
+        client.recv(Heartbeat, heartbeats=True)
         text = ctl(family, "clients")
         assert text.returncode == 0 and "alice" in text.stdout
         assert text.stdout.splitlines()[0].split() == ["CLIENT", "REQUESTS", "IDLE_S", "CONFIG"]
