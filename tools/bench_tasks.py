@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scale0.tasks.client import TaskClient
+from scale0.tasks.client import TaskClient, TaskError
+from scale0.tasks.errors import ErrorCode
 from scale0.testing import running_broker
 from tests.tasks.postgres import running_postgres
 from tests.tasks.processes import coordinator, node, running, wait_until
@@ -35,7 +36,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def bench(store: str, tasks: int, clients: int) -> dict[str, float | str]:
+def collect(client: TaskClient, ids: list[str]) -> None:
+    """Every result of ``ids``: a parked ``client_task_wait`` on the first one not known
+    complete, then one JSON-RPC batch of ``client_task_result`` for all that are left; those
+    answering not-finished stay for the next round."""
+    left = list(ids)
+    limit = time.monotonic() + 120
+    while left:
+        if time.monotonic() > limit:
+            raise TimeoutError(f"{len(left)} results missing after 120 s")
+        client.call("client_task_wait", [client.client_id, left[0], 5000])
+        answers = client.call_batch(
+            [("client_task_result", [client.client_id, task]) for task in left]
+        )
+        still = []
+        for task, answer in zip(left, answers, strict=True):
+            if isinstance(answer, TaskError):
+                if answer.code != ErrorCode.NOT_FINISHED:
+                    raise answer
+                still.append(task)
+        left = still
+
+
+def bench(store: str, tasks: int, clients: int, batch: int, slots: int) -> dict[str, float | str]:
     with tempfile.TemporaryDirectory(prefix="scale0-bench-tasks-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "broker").mkdir()
@@ -55,7 +78,7 @@ def bench(store: str, tasks: int, clients: int) -> dict[str, float | str]:
                         f"n{i}",
                         frontend,
                         capabilities={"memory": 1000, "cores": 2},
-                        slots=8,
+                        slots=slots,
                         poll_wait_ms=200,
                     )
                     for i in range(3)
@@ -73,21 +96,30 @@ def bench(store: str, tasks: int, clients: int) -> dict[str, float | str]:
                         try:
                             with TaskClient(frontend) as client:
                                 client.connect(f"bench{index}")
-                                ids = [client.submit("noop", None) for _ in range(per_client)]
-                                for task in ids:
-                                    client.result(task, wait_s=120)
+                                if batch <= 1:  # one request per submit, two per result
+                                    ids = [client.submit("noop", None) for _ in range(per_client)]
+                                    for task in ids:
+                                        client.result(task, wait_s=120)
+                                    return
+                                for first in range(0, per_client, batch):
+                                    count = min(batch, per_client - first)
+                                    ids = client.submit_many([("noop", None)] * count)
+                                    collect(client, ids)
                         except BaseException as exc:
                             errors.append(exc)
 
                     threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-                    cpu_before = cpu_seconds(coord.pid)
+                    procs = {"coordinator": [coord.pid], "broker": [broker.pid]}
+                    procs["nodes"] = [n.pid for n in nodes]
+                    procs["bench"] = [os.getpid()]
+                    before = {k: sum(cpu_seconds(p) for p in v) for k, v in procs.items()}
                     started = time.perf_counter()
                     for thread in threads:
                         thread.start()
                     for thread in threads:
                         thread.join()
                     elapsed = time.perf_counter() - started
-                    cpu = cpu_seconds(coord.pid) - cpu_before
+                    cpu = {k: sum(cpu_seconds(p) for p in v) - before[k] for k, v in procs.items()}
                     if errors:
                         raise errors[0]
                     done = per_client * clients
@@ -95,8 +127,10 @@ def bench(store: str, tasks: int, clients: int) -> dict[str, float | str]:
                         "store": store,
                         "tasks": done,
                         "clients": clients,
+                        "batch": batch,
+                        "slots": slots,
                         "tasks_per_s": done / elapsed,
-                        "coordinator_cpu_ms_per_task": 1000 * cpu / done,
+                        **{f"{k}_cpu_ms_per_task": 1000 * v / done for k, v in cpu.items()},
                     }
         finally:
             if server_cm is not None:
@@ -110,17 +144,38 @@ def main() -> int:
     parser.add_argument(
         "--store", nargs="+", choices=["sqlite", "postgresql"], default=["sqlite", "postgresql"]
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="tasks per client request: 1 = submit, wait and fetch each task on its own; N = "
+        "submit N in one JSON-RPC batch, then fetch their results in batches (several values: "
+        "one row each, alternated --repeat times)",
+    )
+    parser.add_argument("--slots", type=int, default=8, help="zerotask calls at once per node")
+    parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows = [bench(store, args.tasks, args.clients) for store in args.store]
+    rows = [
+        bench(store, args.tasks, args.clients, batch, args.slots)
+        for _ in range(args.repeat)
+        for store in args.store
+        for batch in args.batch
+    ]
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"{'store':<11} {'tasks':>6} {'clients':>7} {'tasks/s':>9} {'coord CPU ms/task':>18}")
+    print(
+        f"{'store':<11} {'tasks':>6} {'clients':>7} {'batch':>5} {'tasks/s':>8}  "
+        "CPU ms/task: coordinator broker nodes bench(clients)"
+    )
     for row in rows:
         print(
-            f"{row['store']:<11} {row['tasks']:>6} {row['clients']:>7} "
-            f"{row['tasks_per_s']:>9.0f} {row['coordinator_cpu_ms_per_task']:>18.2f}"
+            f"{row['store']:<11} {row['tasks']:>6} {row['clients']:>7} {row['batch']:>5} "
+            f"{row['tasks_per_s']:>8.0f}  {row['coordinator_cpu_ms_per_task']:>23.2f} "
+            f"{row['broker_cpu_ms_per_task']:>6.2f} {row['nodes_cpu_ms_per_task']:>5.2f} "
+            f"{row['bench_cpu_ms_per_task']:>15.2f}"
         )
     return 0
 

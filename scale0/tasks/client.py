@@ -179,6 +179,28 @@ class TaskClient:
             args.update(auth_id=self.auth_id, auth_password=self.auth_password)
         return str(self.call("client_new_task", args))
 
+    def submit_many(self, calls: list[tuple[str, Any]]) -> list[str]:
+        """Several client_new_task in one JSON-RPC batch (one round trip, one commit): the
+        task ids, in order (fresh uuids, so a resend is safe). The first refusal raises
+        its TaskError; the tasks before it in the batch are created."""
+        me = self._me()
+        ids = [uuid.uuid4().hex for _ in calls]
+        batch: list[tuple[str, list[Any] | dict[str, Any]]] = []
+        for task, (method, params) in zip(ids, calls, strict=True):
+            args: dict[str, Any] = {
+                "client_id": me,
+                "method": method,
+                "params": params,
+                "task_id": task,
+            }
+            if self.auth_id is not None:
+                args.update(auth_id=self.auth_id, auth_password=self.auth_password)
+            batch.append(("client_new_task", args))
+        for answer in self.call_batch(batch):
+            if isinstance(answer, TaskError):
+                raise answer
+        return ids
+
     def status(self, task_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("client_task_status", [self._me(), task_id])
         return result
