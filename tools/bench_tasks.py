@@ -12,8 +12,11 @@ one sitting.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sqlite3
+import statistics
 import sys
 import tempfile
 import threading
@@ -34,6 +37,19 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def phases(db: Path) -> tuple[float, float]:
+    """Median milliseconds of a task from create to assignment, and from assignment to its
+    result being stored (SQLite only: read from the coordinator's store)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = [json.loads(data) for (data,) in conn.execute("SELECT data FROM tasks")]
+    rows = [r for r in rows if r.get("time_finish") and r.get("time_start")]
+    if not rows:
+        return 0.0, 0.0
+    queued = statistics.median(r["time_start"] - r["time_create"] for r in rows)
+    ran = statistics.median(r["time_finish"] - r["time_start"] for r in rows)
+    return 1000 * queued, 1000 * ran
 
 
 def collect(client: TaskClient, ids: list[str]) -> None:
@@ -123,6 +139,8 @@ def bench(store: str, tasks: int, clients: int, batch: int, slots: int) -> dict[
                     if errors:
                         raise errors[0]
                     done = per_client * clients
+                    db = tmp / "coordinator" / "tasks.db"
+                    queued, ran = phases(db) if store == "sqlite" else (0.0, 0.0)
                     return {
                         "store": store,
                         "tasks": done,
@@ -130,6 +148,8 @@ def bench(store: str, tasks: int, clients: int, batch: int, slots: int) -> dict[
                         "batch": batch,
                         "slots": slots,
                         "tasks_per_s": done / elapsed,
+                        "queued_ms": queued,
+                        "ran_ms": ran,
                         **{f"{k}_cpu_ms_per_task": 1000 * v / done for k, v in cpu.items()},
                     }
         finally:
@@ -175,7 +195,8 @@ def main() -> int:
             f"{row['store']:<11} {row['tasks']:>6} {row['clients']:>7} {row['batch']:>5} "
             f"{row['tasks_per_s']:>8.0f}  {row['coordinator_cpu_ms_per_task']:>23.2f} "
             f"{row['broker_cpu_ms_per_task']:>6.2f} {row['nodes_cpu_ms_per_task']:>5.2f} "
-            f"{row['bench_cpu_ms_per_task']:>15.2f}"
+            f"{row['bench_cpu_ms_per_task']:>15.2f}   median ms queued {row['queued_ms']:.1f}, "
+            f"ran {row['ran_ms']:.1f}"
         )
     return 0
 

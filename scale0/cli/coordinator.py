@@ -84,7 +84,7 @@ class Coordinator:
         except Exception:
             log_event(log, logging.CRITICAL, "store_commit_failed", exc_info=True)
             os._exit(EXIT_STORE_FAILED)
-        for key in self.book.woken():
+        for key in self.book.woken(time.time()):
             event = self._wake.get(key)
             if event is not None:
                 event.set()

@@ -54,6 +54,7 @@ class PollWait:
     request_id: Any
     kind: str = "node"
     client: Any = None
+    room: Any = None
 
     @property
     def key(self) -> str:
@@ -222,7 +223,7 @@ def _cancel(book: Book, args: dict[str, Any], now: float) -> Any:
 
 
 def _node_poll(book: Book, args: dict[str, Any], now: float) -> Any:
-    return book.poll(args["node_id"], args["active"], now)
+    return book.poll(args["node_id"], args["active"], now, args["room"])
 
 
 _B = "zerotask.broker."
@@ -298,6 +299,7 @@ METHODS: Final[dict[str, Method]] = {
             Param("node_id", "any"),
             Param("wait_ms", "int", False),
             Param("active", "list", False),
+            Param("room", "int", False),
         ),
         _node_poll,
     ),
@@ -343,11 +345,19 @@ def _one(book: Book, request: object, now: float, polls: list[PollWait]) -> dict
             wait = args["wait_ms"] or 0
             if not 0 <= wait <= MAX_WAIT_MS:
                 raise Refused(ErrorCode.INVALID_PARAMS, f"wait_ms must be 0..{MAX_WAIT_MS}")
-            messages = book.poll(args["node_id"], args["active"], now)
+            messages = book.poll(args["node_id"], args["active"], now, args["room"])
             if messages or wait == 0:
                 result: Any = messages
             else:
-                polls.append(PollWait(args["node_id"], wait / 1000, args["active"], request_id))
+                polls.append(
+                    PollWait(
+                        args["node_id"],
+                        wait / 1000,
+                        args["active"],
+                        request_id,
+                        room=args["room"],
+                    )
+                )
                 return None
         elif name == _B + "client_task_wait" and not notification:
             wait = args["wait_ms"] or 0
@@ -423,7 +433,7 @@ def finish_poll(book: Book, wait: PollWait, now: float) -> bytes:
         if wait.kind == "task":
             messages: Any = _status(book.owned_task(wait.client, wait.node))
         else:
-            messages = book.poll(wait.node, wait.active, now)
+            messages = book.poll(wait.node, wait.active, now, wait.room)
     except Refused as exc:
         return _dump(_error(exc.code, exc.message, wait.request_id, exc.data))
     return _dump({"jsonrpc": "2.0", "result": messages, "id": wait.request_id})
