@@ -171,8 +171,9 @@ class TaskRecord:
     refused: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The stored form (plain JSON types)."""
-        data = dataclasses.asdict(self)
+        """The stored form (plain JSON types). Shallow: the nested values (params, result...)
+        are the record's own, which nothing changes in place (records are replaced whole)."""
+        data = {name: getattr(self, name) for name in _TASK_FIELDS}
         data["protocol"] = self.protocol.value
         data["state"] = self.state.value
         data["success"] = None if self.success is None else self.success.label
@@ -187,6 +188,9 @@ class TaskRecord:
         values["success"] = severity_from(values.get("success"))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in values.items() if key in names})
+
+
+_TASK_FIELDS: Final = tuple(f.name for f in dataclasses.fields(TaskRecord))
 
 
 @dataclass(frozen=True, slots=True)
