@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -74,7 +75,26 @@ def collect(client: TaskClient, ids: list[str]) -> None:
         left = still
 
 
-def bench(store: str, tasks: int, clients: int, batch: int, slots: int) -> dict[str, float | str]:
+def bench(
+    store: str, tasks: int, clients: int, batch: int, slots: int, tree: Path | None = None
+) -> dict[str, Any]:
+    """One row; with ``tree`` the processes import scale0 from there (PYTHONPATH first)."""
+    outer = os.environ.get("PYTHONPATH")
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree.resolve())
+    try:
+        row = bench_once(store, tasks, clients, batch, slots)
+    finally:
+        if tree is not None:
+            if outer is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = outer
+    row["tree"] = "this" if tree is None else str(tree)
+    return row
+
+
+def bench_once(store: str, tasks: int, clients: int, batch: int, slots: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="scale0-bench-tasks-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "broker").mkdir()
@@ -100,7 +120,7 @@ def bench(store: str, tasks: int, clients: int, batch: int, slots: int) -> dict[
                     for i in range(3)
                 ]
                 with running(coord, *nodes), TaskClient(frontend) as probe:
-                    probe.connect("probe")
+                    probe.connect()  # a fresh id: a resend after a slow start is safe (K3)
                     probe.result(probe.submit("noop", None))  # everything is up
                     wait_until(
                         lambda: probe.command("task-list")["counts"]["nodes"] == 3, 30, "3 nodes"
@@ -176,23 +196,32 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=8, help="zerotask calls at once per node")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--base-tree",
+        type=Path,
+        help="also run every row with the coordinator and nodes imported from this source tree "
+        "(git archive <commit> scale0 | tar -x -C DIR), alternating with this one",
+    )
     args = parser.parse_args()
+    trees: list[Path | None] = [args.base_tree, None] if args.base_tree else [None]
     rows = [
-        bench(store, args.tasks, args.clients, batch, args.slots)
+        bench(store, args.tasks, args.clients, batch, args.slots, tree)
         for _ in range(args.repeat)
         for store in args.store
         for batch in args.batch
+        for tree in trees
     ]
     if args.json:
         print(json.dumps(rows))
         return 0
     print(
-        f"{'store':<11} {'tasks':>6} {'clients':>7} {'batch':>5} {'tasks/s':>8}  "
+        f"{'tree':<14} {'store':<11} {'tasks':>6} {'clients':>7} {'batch':>5} {'tasks/s':>8}  "
         "CPU ms/task: coordinator broker nodes bench(clients)"
     )
     for row in rows:
         print(
-            f"{row['store']:<11} {row['tasks']:>6} {row['clients']:>7} {row['batch']:>5} "
+            f"{str(row['tree'])[-14:]:<14} {row['store']:<11} {row['tasks']:>6} "
+            f"{row['clients']:>7} {row['batch']:>5} "
             f"{row['tasks_per_s']:>8.0f}  {row['coordinator_cpu_ms_per_task']:>23.2f} "
             f"{row['broker_cpu_ms_per_task']:>6.2f} {row['nodes_cpu_ms_per_task']:>5.2f} "
             f"{row['bench_cpu_ms_per_task']:>15.2f}   median ms queued {row['queued_ms']:.1f}, "
