@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
 
@@ -34,7 +33,6 @@ from scale0.net.worker import Worker
 from scale0.tasks import vespid, zerotask
 from scale0.tasks.auth import Authorizer
 from scale0.tasks.book import Book
-from scale0.tasks.messages import Changes
 from scale0.tasks.report import report
 from scale0.tasks.settings import ConfigFileError, CoordinatorConfig, load_coordinator
 from scale0.tasks.store import SQLiteStore, Store, StoreError
@@ -55,10 +53,7 @@ class Coordinator:
         snapshot = self.store.load()
         self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
         self._wake: dict[str, asyncio.Event] = {}
-        #: The batch collecting changes now, whether one is being written, the writer thread.
-        self._open: asyncio.Future[None] | None = None
-        self._writing = False
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="scale0-store")
+        self._flush: asyncio.Future[None] | None = None
         self.stats = {"batches": 0}
         if config.admins is not None:
             self.book.authorizer = Authorizer(config.admins, config.submit_roles)
@@ -82,53 +77,34 @@ class Coordinator:
             heartbeat_interval=config.heartbeat_interval_s,
         )
 
-    def _write(self, changes: Changes) -> None:
-        """Write one batch in one transaction (D1), in the writer thread; a failure ends the
-        process at once (exit 70): nothing of this batch has been answered yet."""
+    def commit(self) -> None:
+        """Write what changed in one transaction (D1), then wake the nodes that have news."""
+        changes = self.book.take_changes()
+        self.stats["batches"] += 1
         try:
             self.store.commit(changes)
         except Exception:
             log_event(log, logging.CRITICAL, "store_commit_failed", exc_info=True)
             os._exit(EXIT_STORE_FAILED)
-
-    async def committed(self) -> None:
-        """Wait until everything this request changed (and everything before it) is committed.
-
-        Group commit, pipelined: the requests handled while no write is under way share the
-        next transaction (one fsync); while one is being written (in the writer thread, so the
-        loop keeps deciding), the requests that arrive form the next one, written as soon as
-        the first returns. Batches are written one at a time and in order, and a request
-        waits for the batch still open when it asks (so for every change it may have seen),
-        so no reply reveals anything that is not on disk (D1)."""
-        if self._open is None:
-            self._open = asyncio.get_running_loop().create_future()
-            if not self._writing:
-                asyncio.get_running_loop().call_soon(self._start_write)
-        await asyncio.shield(self._open)
-
-    def _start_write(self) -> None:
-        batch, self._open = self._open, None
-        if batch is None or self._writing:
-            self._open = batch
-            return
-        self._writing = True
-        changes = self.book.take_changes()
-        done = asyncio.get_running_loop().run_in_executor(self._writer, self._write, changes)
-        done.add_done_callback(lambda _: self._written(batch))
-
-    def _written(self, batch: asyncio.Future[None]) -> None:
-        """A batch is on disk: answer its requests, wake the parked polls that have news (they
-        answer after the batch then open, D1), and start writing the next batch."""
-        self._writing = False
-        self.stats["batches"] += 1
-        if not batch.done():
-            batch.set_result(None)
         for key in self.book.woken(time.time()):
             event = self._wake.get(key)
             if event is not None:
                 event.set()
-        if self._open is not None:
-            self._start_write()
+
+    async def committed(self) -> None:
+        """Wait until what this request changed is committed (group commit: every request the
+        worker handed over in one loop turn shares one transaction and one fsync)."""
+        if self._flush is None:
+            loop = asyncio.get_running_loop()
+            self._flush = loop.create_future()
+            loop.call_soon(self._flush_now)
+        await asyncio.shield(self._flush)
+
+    def _flush_now(self) -> None:
+        flush, self._flush = self._flush, None
+        self.commit()
+        if flush is not None and not flush.done():
+            flush.set_result(None)
 
     async def serve_zerotask(self, body: list[bytes]) -> bytes:
         outcome = zerotask.handle(self.book, b"".join(body), time.time())
@@ -155,7 +131,7 @@ class Coordinator:
         while True:
             await asyncio.sleep(self.config.tick_s)
             self.book.tick(time.time())
-            await self.committed()
+            self.commit()
 
     async def run_async(self) -> None:
         ticker = asyncio.get_running_loop().create_task(self.ticker())
@@ -173,7 +149,6 @@ class Coordinator:
             ticker.cancel()
             if self.http is not None:
                 self.http.stop()
-            self._writer.shutdown(wait=True)  # a batch being written ends first
             log_event(log, logging.INFO, "coordinator_stopped", self.stats)
             self.store.close()
 
