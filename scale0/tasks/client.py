@@ -206,13 +206,17 @@ class TaskClient:
         return result
 
     def result(self, task_id: str, wait_s: float = 30.0) -> Any:
-        """client_task_result once ``client_task_wait`` says the task is complete (waiting up
-        to ``wait_s``; TaskError not-finished after that)."""
+        """The task's result once ``client_task_wait`` says it is complete (waiting up to
+        ``wait_s``): the wait's own ``result`` when it carries one, else client_task_result
+        (TaskError task-failed for a failed task, not-finished after ``wait_s``)."""
         limit = time.monotonic() + wait_s
         while True:
             left_ms = int(max(0.0, limit - time.monotonic()) * 1000)
             status = self.call("client_task_wait", [self._me(), task_id, min(left_ms, 5000)])
-            if (isinstance(status, dict) and status.get("state") == "complete") or left_ms == 0:
+            complete = isinstance(status, dict) and status.get("state") == "complete"
+            if complete and "result" in status:
+                return status["result"]
+            if complete or left_ms == 0:
                 return self.call("client_task_result", [self._me(), task_id])
 
     def cancel(self, task_id: str) -> dict[str, Any]:

@@ -285,9 +285,16 @@ def test_client_task_wait_parks_until_the_task_completes() -> None:
     assert "task:t" not in book.woken(1.2)  # drained
     response = json.loads(finish_poll(book, outcome.poll, 1.3))
     assert response["id"] == 9 and response["result"]["state"] == "complete"
+    assert response["result"]["result"] == 7  # the result comes with the wait
+    assert "result" not in now_status  # only once complete
     assert ok(book, "client_task_wait", ["c", "t", 800])["success"] == "ok"  # not parked
     err(book, "client_task_wait", ["c", "nope", 10], -32004)
     err(book, "client_task_wait", ["c", "t", 99999], -32602)
+    book.create_zerotask("c", "m", None, "bad", 2.0)
+    book.node_task_request("bad", "n", 2.1)
+    book.finish("bad", "n", 1, Severity.ERROR, 2.2, error={"code": 1, "message": "no"})
+    failed = ok(book, "client_task_wait", ["c", "bad", 0])
+    assert failed["success"] == "error" and "result" not in failed  # client_task_result says
     batch = [
         dict(body, params=["c", "t", 800]),
         dict(body, id=10, params={"client_id": "c", "task_id": "t", "wait_ms": 5}),
