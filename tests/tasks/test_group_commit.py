@@ -1,8 +1,8 @@
-"""The coordinator's pipelined group commit (docs/tasks.md §7) with real processes: many
-requests in flight in batches of tasks with large parameters, the coordinator SIGKILLed at
-random moments, so mostly while one batch is being written and the next is being decided.
-Whatever a client or a node was answered is in the store when the process is dead, and every
-task completes once."""
+"""The coordinator's group commit (docs/tasks.md §7) with real processes: many requests in
+flight, in JSON-RPC batches of tasks with large parameters, and the coordinator SIGKILLed at
+random moments, so often while a batch of decisions waits for its transaction. Whatever a
+client was answered is in the store once the process is dead, and every task completes once.
+With replies sent before their commit this test fails (tried: every run)."""
 
 from __future__ import annotations
 
