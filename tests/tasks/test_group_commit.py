@@ -143,6 +143,6 @@ def test_sigkill_mid_batch_loses_nothing_acknowledged(tmp_path: Path) -> None:
             {
                 "tasks": len(created),
                 "kills": KILLS,
-                "reruns": sum(t["reruns"] for t in tasks.values()),
+                "reruns": sum(t.get("reruns", 0) for t in tasks.values()),
             }
         )
