@@ -140,6 +140,8 @@ class NodeAgent:
         if not self.connected and not self.register():
             self.stopping.wait(RETRY_PAUSE_S * 2)
             return
+        self.flush_reports()
+        self.request_offered()
         busy = bool(self.scripts or self.calls or self.reports)
         wait = BUSY_WAIT_MS if busy else self.config.poll_wait_ms
         room = max(0, self.config.slots - len(self.calls) - len(self.offered))
@@ -150,11 +152,9 @@ class NodeAgent:
         for message in messages if isinstance(messages, list) else []:
             if isinstance(message, dict):
                 self.dispatch(message)
-        self.collect()  # what ended while the poll was parked
-        self.exchange()
+        self.request_offered()
         self.settle()
         self.collect()
-        self.exchange()
 
     def settle(self) -> None:
         """Give the calls just started up to SETTLE_S to end, so that short ones are reported
@@ -191,14 +191,12 @@ class NodeAgent:
                 self.scripts.pop(key).cancel()
             self.calls.pop(key, None)
 
-    def exchange(self) -> None:
-        """Send every unacknowledged report and ask for as many offered tasks as there are
-        free slots: the zerotask calls of both in one JSON-RPC batch (one round trip, and one
-        transaction at the coordinator), reports first."""
+    def request_offered(self) -> None:
+        """Ask for as many offered tasks as there are free slots, in one batch."""
         wanted: list[str] = []
         while self.offered and len(self.calls) + len(wanted) < self.config.slots:
             wanted.append(self.offered.popleft())
-        answers = self.flush_reports(
+        answers = self.client.call_batch(
             [("node_task_request", [task_id, self.name]) for task_id in wanted]
         )
         for task_id, got in zip(wanted, answers, strict=True):
@@ -236,6 +234,7 @@ class NodeAgent:
             self.reports[key] = Report(
                 key[0], key[1], self._finished(key[0], key[1], result, error)
             )
+        self.flush_reports()
 
     def _complete(self, name: str, attempt: int, success: str) -> Callable[[], object]:
         return lambda: self.client.command(
@@ -254,16 +253,10 @@ class NodeAgent:
         params.update(node_id=self.name, attempt=attempt)
         return method, params
 
-    def flush_reports(
-        self, asks: list[tuple[str, list[Any] | dict[str, Any]]]
-    ) -> list[Any | TaskError]:
-        """Send every unacknowledged report, and ``asks`` in the same batch after the zerotask
-        reports; the answers to ``asks``. Transport errors keep the reports for the next
-        round."""
+    def flush_reports(self) -> None:
+        """Send every unacknowledged report; transport errors keep them for the next round."""
         batched = [(key, r) for key, r in self.reports.items() if r.call is not None]
-        calls = [r.call for _, r in batched if r.call is not None]
-        everything = self.client.call_batch([*calls, *asks])
-        answers, asked = everything[: len(calls)], everything[len(calls) :]
+        answers = self.client.call_batch([r.call for _, r in batched if r.call is not None])
         outcomes: list[tuple[tuple[str, int], Report, object]] = [
             (key, report, answer) for (key, report), answer in zip(batched, answers, strict=True)
         ]
@@ -285,7 +278,6 @@ class NodeAgent:
                     {"task": report.task, "attempt": report.attempt, "error": answer.message},
                 )
             self.reports.pop(key, None)
-        return asked
 
     def shutdown(self) -> None:
         for run in self.scripts.values():
