@@ -12,17 +12,22 @@ one sitting.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sqlite3
+import statistics
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scale0.tasks.client import TaskClient
+from scale0.tasks.client import TaskClient, TaskError
+from scale0.tasks.errors import ErrorCode
 from scale0.testing import running_broker
 from tests.tasks.postgres import running_postgres
 from tests.tasks.processes import coordinator, node, running, wait_until
@@ -35,7 +40,61 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def bench(store: str, tasks: int, clients: int) -> dict[str, float | str]:
+def phases(db: Path) -> tuple[float, float]:
+    """Median milliseconds of a task from create to assignment, and from assignment to its
+    result being stored (SQLite only: read from the coordinator's store)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = [json.loads(data) for (data,) in conn.execute("SELECT data FROM tasks")]
+    rows = [r for r in rows if r.get("time_finish") and r.get("time_start")]
+    if not rows:
+        return 0.0, 0.0
+    queued = statistics.median(r["time_start"] - r["time_create"] for r in rows)
+    ran = statistics.median(r["time_finish"] - r["time_start"] for r in rows)
+    return 1000 * queued, 1000 * ran
+
+
+def collect(client: TaskClient, ids: list[str]) -> None:
+    """Every result of ``ids``: a parked ``client_task_wait`` on the first one not known
+    complete, then one JSON-RPC batch of ``client_task_result`` for all that are left; those
+    answering not-finished stay for the next round."""
+    left = list(ids)
+    limit = time.monotonic() + 120
+    while left:
+        if time.monotonic() > limit:
+            raise TimeoutError(f"{len(left)} results missing after 120 s")
+        client.call("client_task_wait", [client.client_id, left[0], 5000])
+        answers = client.call_batch(
+            [("client_task_result", [client.client_id, task]) for task in left]
+        )
+        still = []
+        for task, answer in zip(left, answers, strict=True):
+            if isinstance(answer, TaskError):
+                if answer.code != ErrorCode.NOT_FINISHED:
+                    raise answer
+                still.append(task)
+        left = still
+
+
+def bench(
+    store: str, tasks: int, clients: int, batch: int, slots: int, tree: Path | None = None
+) -> dict[str, Any]:
+    """One row; with ``tree`` the processes import scale0 from there (PYTHONPATH first)."""
+    outer = os.environ.get("PYTHONPATH")
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree.resolve())
+    try:
+        row = bench_once(store, tasks, clients, batch, slots)
+    finally:
+        if tree is not None:
+            if outer is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = outer
+    row["tree"] = "this" if tree is None else str(tree)
+    return row
+
+
+def bench_once(store: str, tasks: int, clients: int, batch: int, slots: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="scale0-bench-tasks-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "broker").mkdir()
@@ -55,13 +114,13 @@ def bench(store: str, tasks: int, clients: int) -> dict[str, float | str]:
                         f"n{i}",
                         frontend,
                         capabilities={"memory": 1000, "cores": 2},
-                        slots=8,
+                        slots=slots,
                         poll_wait_ms=200,
                     )
                     for i in range(3)
                 ]
                 with running(coord, *nodes), TaskClient(frontend) as probe:
-                    probe.connect("probe")
+                    probe.connect()  # a fresh id: a resend after a slow start is safe (K3)
                     probe.result(probe.submit("noop", None))  # everything is up
                     wait_until(
                         lambda: probe.command("task-list")["counts"]["nodes"] == 3, 30, "3 nodes"
@@ -73,30 +132,45 @@ def bench(store: str, tasks: int, clients: int) -> dict[str, float | str]:
                         try:
                             with TaskClient(frontend) as client:
                                 client.connect(f"bench{index}")
-                                ids = [client.submit("noop", None) for _ in range(per_client)]
-                                for task in ids:
-                                    client.result(task, wait_s=120)
+                                if batch <= 1:  # one request per submit, two per result
+                                    ids = [client.submit("noop", None) for _ in range(per_client)]
+                                    for task in ids:
+                                        client.result(task, wait_s=120)
+                                    return
+                                for first in range(0, per_client, batch):
+                                    count = min(batch, per_client - first)
+                                    ids = client.submit_many([("noop", None)] * count)
+                                    collect(client, ids)
                         except BaseException as exc:
                             errors.append(exc)
 
                     threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-                    cpu_before = cpu_seconds(coord.pid)
+                    procs = {"coordinator": [coord.pid], "broker": [broker.pid]}
+                    procs["nodes"] = [n.pid for n in nodes]
+                    procs["bench"] = [os.getpid()]
+                    before = {k: sum(cpu_seconds(p) for p in v) for k, v in procs.items()}
                     started = time.perf_counter()
                     for thread in threads:
                         thread.start()
                     for thread in threads:
                         thread.join()
                     elapsed = time.perf_counter() - started
-                    cpu = cpu_seconds(coord.pid) - cpu_before
+                    cpu = {k: sum(cpu_seconds(p) for p in v) - before[k] for k, v in procs.items()}
                     if errors:
                         raise errors[0]
                     done = per_client * clients
+                    db = tmp / "coordinator" / "tasks.db"
+                    queued, ran = phases(db) if store == "sqlite" else (0.0, 0.0)
                     return {
                         "store": store,
                         "tasks": done,
                         "clients": clients,
+                        "batch": batch,
+                        "slots": slots,
                         "tasks_per_s": done / elapsed,
-                        "coordinator_cpu_ms_per_task": 1000 * cpu / done,
+                        "queued_ms": queued,
+                        "ran_ms": ran,
+                        **{f"{k}_cpu_ms_per_task": 1000 * v / done for k, v in cpu.items()},
                     }
         finally:
             if server_cm is not None:
@@ -110,17 +184,52 @@ def main() -> int:
     parser.add_argument(
         "--store", nargs="+", choices=["sqlite", "postgresql"], default=["sqlite", "postgresql"]
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="tasks per client request: 1 = submit, wait and fetch each task on its own; N = "
+        "submit N in one JSON-RPC batch, then fetch their results in batches (several values: "
+        "one row each, alternated --repeat times)",
+    )
+    parser.add_argument("--slots", type=int, default=8, help="zerotask calls at once per node")
+    parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--base-tree",
+        type=Path,
+        help="also run every row with the coordinator and nodes imported from this source tree "
+        "(git archive <commit> scale0 | tar -x -C DIR), alternating with this one",
+    )
     args = parser.parse_args()
-    rows = [bench(store, args.tasks, args.clients) for store in args.store]
+    trees: list[Path | None] = [args.base_tree, None] if args.base_tree else [None]
+    rows = [
+        bench(store, args.tasks, args.clients, batch, args.slots, tree)
+        for _ in range(args.repeat)
+        for store in args.store
+        for batch in args.batch
+        for tree in trees
+    ]
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"{'store':<11} {'tasks':>6} {'clients':>7} {'tasks/s':>9} {'coord CPU ms/task':>18}")
+    print(
+        f"{'tree':<14} {'store':<11} {'tasks':>6} {'clients':>7} {'batch':>5} {'tasks/s':>8}  "
+        "CPU ms/task: coordinator broker nodes bench(clients)"
+    )
     for row in rows:
         print(
-            f"{row['store']:<11} {row['tasks']:>6} {row['clients']:>7} "
-            f"{row['tasks_per_s']:>9.0f} {row['coordinator_cpu_ms_per_task']:>18.2f}"
+            f"{str(row['tree'])[-14:]:<14} {row['store']:<11} {row['tasks']:>6} "
+            f"{row['clients']:>7} {row['batch']:>5} "
+            f"{row['tasks_per_s']:>8.0f}  {row['coordinator_cpu_ms_per_task']:>23.2f} "
+            f"{row['broker_cpu_ms_per_task']:>6.2f} {row['nodes_cpu_ms_per_task']:>5.2f} "
+            f"{row['bench_cpu_ms_per_task']:>15.2f}   "
+            + (
+                f"median ms queued {row['queued_ms']:.1f}, ran {row['ran_ms']:.1f}"
+                if row["store"] == "sqlite"
+                else "(phases: SQLite only)"
+            )
         )
     return 0
 

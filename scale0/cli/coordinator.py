@@ -54,6 +54,7 @@ class Coordinator:
         self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
         self._wake: dict[str, asyncio.Event] = {}
         self._flush: asyncio.Future[None] | None = None
+        self.stats = {"batches": 0}
         if config.admins is not None:
             self.book.authorizer = Authorizer(config.admins, config.submit_roles)
         else:  # A4
@@ -79,12 +80,13 @@ class Coordinator:
     def commit(self) -> None:
         """Write what changed in one transaction (D1), then wake the nodes that have news."""
         changes = self.book.take_changes()
+        self.stats["batches"] += 1
         try:
             self.store.commit(changes)
         except Exception:
             log_event(log, logging.CRITICAL, "store_commit_failed", exc_info=True)
             os._exit(EXIT_STORE_FAILED)
-        for key in self.book.woken():
+        for key in self.book.woken(time.time()):
             event = self._wake.get(key)
             if event is not None:
                 event.set()
@@ -147,6 +149,7 @@ class Coordinator:
             ticker.cancel()
             if self.http is not None:
                 self.http.stop()
+            log_event(log, logging.INFO, "coordinator_stopped", self.stats)
             self.store.close()
 
 

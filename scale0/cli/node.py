@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -43,6 +44,8 @@ log = logging.getLogger("scale0.node")
 
 #: Poll wait while something runs here (so its report leaves soon after it ends).
 BUSY_WAIT_MS: Final = 20
+#: How long a step waits for the zerotask calls it started before it polls again.
+SETTLE_S: Final = 0.005
 RETRY_PAUSE_S: Final = 0.2
 
 
@@ -141,14 +144,23 @@ class NodeAgent:
         self.request_offered()
         busy = bool(self.scripts or self.calls or self.reports)
         wait = BUSY_WAIT_MS if busy else self.config.poll_wait_ms
+        room = max(0, self.config.slots - len(self.calls) - len(self.offered))
         messages = self.client.call(
-            "node_poll", {"node_id": self.name, "wait_ms": wait, "active": self.active()}
+            "node_poll",
+            {"node_id": self.name, "wait_ms": wait, "active": self.active(), "room": room},
         )
         for message in messages if isinstance(messages, list) else []:
             if isinstance(message, dict):
                 self.dispatch(message)
         self.request_offered()
+        self.settle()
         self.collect()
+
+    def settle(self) -> None:
+        """Give the calls just started up to SETTLE_S to end, so that short ones are reported
+        now rather than after the next poll (which may be parked for BUSY_WAIT_MS)."""
+        if self.calls:
+            wait_for_futures(list(self.calls.values()), timeout=SETTLE_S)
 
     def dispatch(self, message: dict[str, Any]) -> None:
         method = message.get("method")

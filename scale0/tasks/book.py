@@ -22,13 +22,19 @@ B4  A node's poll lists the attempts it holds (running or with an unacknowledged
 B5  vespid tasks are placed by the coordinator (P1-P6) whenever a task, a node or free room
     appears; zerotask tasks are announced to every zerotask node whose method list (from
     node_status) is empty or names the method, and go to the first that asks.
+B6  A node's poll announces tasks announced to no node yet first; a task already announced
+    to another node is announced to this one only once it has stayed pending for
+    ANNOUNCE_SPREAD_S after its first announcement (nobody took it). A poll that gives
+    ``room`` (how many more zerotask calls the node would start now) gets at most that many
+    announcements, and a parked poll with room 0 is not woken for announcements. So a busy
+    family announces each task about once, and an idle node still gets what a busy one holds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from scale0.tasks.auth import Authorizer
 from scale0.tasks.errors import ErrorCode, Refused
@@ -69,6 +75,7 @@ from scale0.tasks.placement import (
 )
 
 __all__ = [
+    "ANNOUNCE_SPREAD_S",
     "ID_PATTERN",
     "Book",
     "Changes",
@@ -76,6 +83,9 @@ __all__ = [
     "Snapshot",
     "check_id",
 ]
+
+#: B6: how long a task announced to one node waits before it is announced to the others.
+ANNOUNCE_SPREAD_S: Final = 0.1
 
 
 class Book:
@@ -103,6 +113,8 @@ class Book:
         self._pending_vespid: dict[str, None] = {}
         self._pending_zerotask: dict[str, None] = {}
         self._announced: dict[str, set[str]] = {}
+        self._first_announced: dict[str, float] = {}  # B6: pending task -> first announced
+        self._room: dict[str, int | None] = {}  # B6: each node's room at its last poll
         self._outbox: dict[str, list[dict[str, Any]]] = {}
         self._completed: set[str] = set()
         self._changes = Changes()
@@ -136,7 +148,8 @@ class Book:
             queue[name] = None
         else:
             queue.pop(name, None)
-        if task.state is not TaskState.PENDING:
+        if task.state is not TaskState.PENDING and name in self._first_announced:
+            del self._first_announced[name]
             for announced in self._announced.values():
                 announced.discard(name)
 
@@ -161,13 +174,18 @@ class Book:
         changes, self._changes = self._changes, Changes()
         return changes
 
-    def woken(self) -> set[str]:
+    def woken(self, now: float) -> set[str]:
         """What parked waits to wake: ``node:NAME`` for nodes with something waiting for them,
         ``task:NAME`` for tasks completed since the last call."""
         ready = {f"node:{name}" for name, box in self._outbox.items() if box}
         if self._pending_zerotask:
             for name, node in self.nodes.items():
-                if node.zerotask and self._alive(name) and self._announce_list(name, 1):
+                if (
+                    node.zerotask
+                    and self._room.get(name) != 0
+                    and self._alive(name)
+                    and self._announce_list(name, 1, now)
+                ):
                     ready.add(f"node:{name}")
         ready.update(f"task:{name}" for name in self._completed)
         self._completed.clear()
@@ -404,6 +422,7 @@ class Book:
         self._seen.pop(node, None)
         self._outbox.pop(node, None)
         self._announced.pop(node, None)
+        self._room.pop(node, None)
         record = self.nodes.get(node)
         if record is not None and (record.connected or record.zerotask):
             self._put_node(replace(record, connected=False, zerotask=False))
@@ -473,25 +492,39 @@ class Book:
         """The vespid task-run command for ``task``'s current attempt."""
         return task_run(task)
 
-    def _announce_list(self, node: str, limit: int) -> list[str]:
+    def _announce_list(self, node: str, limit: int, now: float) -> list[str]:
+        """B5/B6: up to ``limit`` pending tasks to announce to ``node``, fresh ones first."""
+        if limit <= 0:
+            return []
         record = self.nodes[node]
         announced = self._announced.setdefault(node, set())
+        first = self._first_announced
         names: list[str] = []
+        later: list[str] = []
         for name in self._pending_zerotask:
             if name in announced:
                 continue
-            method = self.tasks[name].method
-            if record.methods and method not in record.methods:
+            if record.methods and self.tasks[name].method not in record.methods:
                 continue
-            names.append(name)
-            if len(names) >= limit:
-                break
-        return names
+            since = first.get(name)
+            if since is None:
+                names.append(name)
+                if len(names) >= limit:
+                    return names
+            elif now - since >= ANNOUNCE_SPREAD_S and len(later) < limit:
+                later.append(name)
+        return (names + later)[:limit]
 
-    def poll(self, node_id: object, active: object, now: float) -> list[dict[str, Any]]:
-        """node_poll: what waits for this node (outbox, announcements, B4 resends)."""
+    def poll(
+        self, node_id: object, active: object, now: float, room: object = None
+    ) -> list[dict[str, Any]]:
+        """node_poll: what waits for this node (outbox, announcements (B6: at most ``room``),
+        B4 resends)."""
         node = self.node(node_id, now)
         held = parse_attempts(active)
+        if room is not None and (not isinstance(room, int) or isinstance(room, bool) or room < 0):
+            raise Refused(ErrorCode.INVALID_PARAMS, "room must be a non-negative int")
+        self._room[node.name] = room
         messages = self._outbox.pop(node.name, [])
         for name in sorted(self._on_node.get(node.name, ())):
             task = self.tasks[name]
@@ -504,9 +537,12 @@ class Book:
                 else:
                     messages.append(new_task_message(task))
         if node.zerotask:
-            room = max(0, POLL_BATCH - len(messages))
-            for name in self._announce_list(node.name, room):
+            limit = max(0, POLL_BATCH - len(messages))
+            if room is not None:
+                limit = min(limit, room)
+            for name in self._announce_list(node.name, limit, now):
                 self._announced[node.name].add(name)
+                self._first_announced.setdefault(name, now)
                 messages.append(new_task_message(self.tasks[name]))
         if len(messages) > POLL_BATCH:
             self._outbox[node.name] = messages[POLL_BATCH:]

@@ -179,18 +179,44 @@ class TaskClient:
             args.update(auth_id=self.auth_id, auth_password=self.auth_password)
         return str(self.call("client_new_task", args))
 
+    def submit_many(self, calls: list[tuple[str, Any]]) -> list[str]:
+        """Several client_new_task in one JSON-RPC batch (one round trip, one commit): the
+        task ids, in order (fresh uuids, so a resend is safe). The first refusal raises
+        its TaskError; the tasks before it in the batch are created."""
+        me = self._me()
+        ids = [uuid.uuid4().hex for _ in calls]
+        batch: list[tuple[str, list[Any] | dict[str, Any]]] = []
+        for task, (method, params) in zip(ids, calls, strict=True):
+            args: dict[str, Any] = {
+                "client_id": me,
+                "method": method,
+                "params": params,
+                "task_id": task,
+            }
+            if self.auth_id is not None:
+                args.update(auth_id=self.auth_id, auth_password=self.auth_password)
+            batch.append(("client_new_task", args))
+        for answer in self.call_batch(batch):
+            if isinstance(answer, TaskError):
+                raise answer
+        return ids
+
     def status(self, task_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("client_task_status", [self._me(), task_id])
         return result
 
     def result(self, task_id: str, wait_s: float = 30.0) -> Any:
-        """client_task_result once ``client_task_wait`` says the task is complete (waiting up
-        to ``wait_s``; TaskError not-finished after that)."""
+        """The task's result once ``client_task_wait`` says it is complete (waiting up to
+        ``wait_s``): the wait's own ``result`` when it carries one, else client_task_result
+        (TaskError task-failed for a failed task, not-finished after ``wait_s``)."""
         limit = time.monotonic() + wait_s
         while True:
             left_ms = int(max(0.0, limit - time.monotonic()) * 1000)
             status = self.call("client_task_wait", [self._me(), task_id, min(left_ms, 5000)])
-            if (isinstance(status, dict) and status.get("state") == "complete") or left_ms == 0:
+            complete = isinstance(status, dict) and status.get("state") == "complete"
+            if complete and "result" in status:
+                return status["result"]
+            if complete or left_ms == 0:
                 return self.call("client_task_result", [self._me(), task_id])
 
     def cancel(self, task_id: str) -> dict[str, Any]:

@@ -171,11 +171,19 @@ class TaskRecord:
     refused: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The stored form (plain JSON types)."""
-        data = dataclasses.asdict(self)
+        """The stored form (plain JSON types): the fields that differ from their defaults
+        (:meth:`from_json` restores the others), so a short task stores a short text. Shallow:
+        the nested values (params, result...) are the record's own, which nothing changes in
+        place (records are replaced whole)."""
+        data: dict[str, Any] = {}
+        for name, default in _TASK_DEFAULTS:
+            value = getattr(self, name)
+            if value is not default and value != default:
+                data[name] = value
         data["protocol"] = self.protocol.value
         data["state"] = self.state.value
-        data["success"] = None if self.success is None else self.success.label
+        if self.success is not None:
+            data["success"] = self.success.label
         return data
 
     @classmethod
@@ -187,6 +195,16 @@ class TaskRecord:
         values["success"] = severity_from(values.get("success"))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in values.items() if key in names})
+
+
+#: (name, default) of every TaskRecord field; no default (the required ones): always stored.
+_TASK_DEFAULTS: Final = tuple(
+    (
+        f.name,
+        f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default,
+    )
+    for f in dataclasses.fields(TaskRecord)
+)
 
 
 @dataclass(frozen=True, slots=True)

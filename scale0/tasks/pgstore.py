@@ -45,7 +45,7 @@ _SCHEMA: Final = (
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return json.dumps(value, separators=(",", ":"))
 
 
 class PostgresStore:

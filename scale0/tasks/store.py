@@ -66,7 +66,7 @@ class Store(Protocol):
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return json.dumps(value, separators=(",", ":"))
 
 
 class SQLiteStore:

@@ -54,6 +54,7 @@ class PollWait:
     request_id: Any
     kind: str = "node"
     client: Any = None
+    room: Any = None
 
     @property
     def key(self) -> str:
@@ -146,6 +147,17 @@ def _status(task: TaskRecord) -> dict[str, Any]:
     }
 
 
+def _waited(task: TaskRecord) -> dict[str, Any]:
+    """client_task_wait's answer: the status object, plus ``result`` once the task completed
+    ``ok`` or ``warning`` (what client_task_result would answer, saving that request)."""
+    status = _status(task)
+    if task.state is TaskState.COMPLETE and (
+        task.success is None or task.success <= Severity.WARNING
+    ):
+        status["result"] = task.result
+    return status
+
+
 def _result(book: Book, args: dict[str, Any], now: float) -> Any:
     task = book.owned_task(args["client_id"], args["task_id"])
     if task.state is not TaskState.COMPLETE:
@@ -222,7 +234,7 @@ def _cancel(book: Book, args: dict[str, Any], now: float) -> Any:
 
 
 def _node_poll(book: Book, args: dict[str, Any], now: float) -> Any:
-    return book.poll(args["node_id"], args["active"], now)
+    return book.poll(args["node_id"], args["active"], now, args["room"])
 
 
 _B = "zerotask.broker."
@@ -253,7 +265,7 @@ METHODS: Final[dict[str, Method]] = {
     ),
     _B + "client_task_wait": Method(
         (Param("client_id", "any"), Param("task_id", "any"), Param("wait_ms", "int", False)),
-        lambda b, a, n: _status(b.owned_task(a["client_id"], a["task_id"])),
+        lambda b, a, n: _waited(b.owned_task(a["client_id"], a["task_id"])),
     ),
     _B + "client_task_cancel": Method(
         (Param("client_id", "any"), Param("task_id", "any")), _cancel
@@ -298,6 +310,7 @@ METHODS: Final[dict[str, Method]] = {
             Param("node_id", "any"),
             Param("wait_ms", "int", False),
             Param("active", "list", False),
+            Param("room", "int", False),
         ),
         _node_poll,
     ),
@@ -343,11 +356,19 @@ def _one(book: Book, request: object, now: float, polls: list[PollWait]) -> dict
             wait = args["wait_ms"] or 0
             if not 0 <= wait <= MAX_WAIT_MS:
                 raise Refused(ErrorCode.INVALID_PARAMS, f"wait_ms must be 0..{MAX_WAIT_MS}")
-            messages = book.poll(args["node_id"], args["active"], now)
+            messages = book.poll(args["node_id"], args["active"], now, args["room"])
             if messages or wait == 0:
                 result: Any = messages
             else:
-                polls.append(PollWait(args["node_id"], wait / 1000, args["active"], request_id))
+                polls.append(
+                    PollWait(
+                        args["node_id"],
+                        wait / 1000,
+                        args["active"],
+                        request_id,
+                        room=args["room"],
+                    )
+                )
                 return None
         elif name == _B + "client_task_wait" and not notification:
             wait = args["wait_ms"] or 0
@@ -355,7 +376,7 @@ def _one(book: Book, request: object, now: float, polls: list[PollWait]) -> dict
                 raise Refused(ErrorCode.INVALID_PARAMS, f"wait_ms must be 0..{MAX_WAIT_MS}")
             task = book.owned_task(args["client_id"], args["task_id"])
             if task.state is TaskState.COMPLETE or wait == 0:
-                result = _status(task)
+                result = _waited(task)
             else:
                 polls.append(
                     PollWait(task.name, wait / 1000, None, request_id, "task", args["client_id"])
@@ -421,9 +442,9 @@ def finish_poll(book: Book, wait: PollWait, now: float) -> bytes:
     task's status (complete, or not yet when the time is up)."""
     try:
         if wait.kind == "task":
-            messages: Any = _status(book.owned_task(wait.client, wait.node))
+            messages: Any = _waited(book.owned_task(wait.client, wait.node))
         else:
-            messages = book.poll(wait.node, wait.active, now)
+            messages = book.poll(wait.node, wait.active, now, wait.room)
     except Refused as exc:
         return _dump(_error(exc.code, exc.message, wait.request_id, exc.data))
     return _dump({"jsonrpc": "2.0", "result": messages, "id": wait.request_id})

@@ -29,7 +29,9 @@ class Proc:
     history: list[int] = field(default_factory=list)
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        # An outer PYTHONPATH stays first: tools/bench-tasks runs an older tree that way.
+        outer = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [outer, str(REPO)])))
         with self.stderr.open("ab") as err:
             self.process = subprocess.Popen(
                 [f"scale0-{self.kind}", "--config", str(self.config)],

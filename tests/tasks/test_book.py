@@ -7,7 +7,7 @@ import re
 import pytest
 
 from scale0.tasks import book as book_module
-from scale0.tasks.book import Book, Snapshot
+from scale0.tasks.book import ANNOUNCE_SPREAD_S, Book, Snapshot
 from scale0.tasks.errors import ErrorCode, Refused
 from scale0.tasks.model import Severity, TaskState
 from tests.tasks.helpers import add_node, new_book, vespid
@@ -20,9 +20,9 @@ def refused(code: ErrorCode, call: object, *args: object) -> Refused:
     return caught.value
 
 
-def test_rules_header_lists_b1_to_b5() -> None:
+def test_rules_header_lists_b1_to_b6() -> None:
     assert re.findall(r"^(B\d+)\s", book_module.__doc__ or "", re.MULTILINE) == [
-        f"B{i}" for i in range(1, 6)
+        f"B{i}" for i in range(1, 7)
     ]
 
 
@@ -32,6 +32,10 @@ def zerotask_book() -> Book:
     assert book.node_connect("n1", 0.0) == "n1"
     assert book.node_connect("n2", 0.0) == "n2"
     return book
+
+
+def announced(messages: list[dict[str, object]]) -> list[object]:
+    return [m["params"] for m in messages if m.get("method") == "zerotask.node.broker_new_task"]
 
 
 def test_client_ids_generated_taken_invalid() -> None:
@@ -50,7 +54,9 @@ def test_client_ids_generated_taken_invalid() -> None:
 def test_zerotask_life_exactly_one_node_gets_the_task() -> None:
     book = zerotask_book()
     name = book.create_zerotask("c1", "add", [1, 2], None, 1.0)
-    polls = {n: book.poll(n, [], 1.0) for n in ("n1", "n2")}
+    polls = {"n1": book.poll("n1", [], 1.0)}
+    assert announced(book.poll("n2", [], 1.05)) == []  # B6: n1 has it; n2 after the spread
+    polls["n2"] = book.poll("n2", [], 1.0 + ANNOUNCE_SPREAD_S)
     for messages in polls.values():
         assert {
             "jsonrpc": "2.0",
@@ -74,6 +80,29 @@ def test_zerotask_life_exactly_one_node_gets_the_task() -> None:
     # F2: the same report again is acknowledged, nothing changes
     assert not book.finish(name, "n2", 1, Severity.OK, 1.5, result=3)
     refused(ErrorCode.UNKNOWN_TASK, book.node_task_request, "nope", "n1", 1.0)
+
+
+def test_announcements_fresh_first_at_most_room_then_spread() -> None:
+    """B6: fresh tasks first, at most ``room``; another node's unclaimed ones after the spread."""
+    book = zerotask_book()
+    book.poll("n1", [], 0.0)
+    book.poll("n2", [], 0.0)  # the broker_node_status of node_connect
+    names = [book.create_zerotask("c1", "add", [i], f"t{i}", 1.0) for i in range(5)]
+    assert announced(book.poll("n1", [], 1.0, room=2)) == [["add", "t0"], ["add", "t1"]]
+    assert announced(book.poll("n2", [], 1.0, room=2)) == [["add", "t2"], ["add", "t3"]]
+    assert announced(book.poll("n1", [], 1.0, room=0)) == []
+    assert "node:n1" not in book.woken(1.0)  # room 0: no news for a parked poll
+    assert "node:n2" in book.woken(1.0)  # t4 is fresh, n2 said room 2
+    assert announced(book.poll("n1", [], 1.01, room=5)) == [["add", "t4"]]  # t2, t3: too soon
+    book.node_task_request("t0", "n1", 1.02)
+    later = 1.0 + ANNOUNCE_SPREAD_S
+    # n2 gets n1's unclaimed ones once they waited the spread; t0 is taken: never again
+    assert announced(book.poll("n2", [], later, room=5)) == [["add", "t1"]]
+    assert announced(book.poll("n2", [], 1.01 + ANNOUNCE_SPREAD_S, room=5)) == [["add", "t4"]]
+    assert announced(book.poll("n1", [], later)) == [["add", "t2"], ["add", "t3"]]  # no room given
+    assert names == [f"t{i}" for i in range(5)]
+    refused(ErrorCode.INVALID_PARAMS, book.poll, "n1", [], later, -1)
+    refused(ErrorCode.INVALID_PARAMS, book.poll, "n1", [], later, "2")
 
 
 def test_task_ids_taken_resend_invalid() -> None:

@@ -232,7 +232,7 @@ def test_node_poll_parks_until_finish_poll() -> None:
     assert outcome.reply is None and outcome.poll is not None
     assert outcome.poll.wait_s == 0.5
     book.create_zerotask("c", "m", None, "t", 1.1)
-    assert "node:n" in book.woken()
+    assert "node:n" in book.woken(1.1)
     response = json.loads(finish_poll(book, outcome.poll, 1.2))
     assert response["id"] == 4
     assert response["result"] == [
@@ -279,15 +279,22 @@ def test_client_task_wait_parks_until_the_task_completes() -> None:
     assert outcome.reply is None and outcome.poll is not None
     assert (outcome.poll.key, outcome.poll.wait_s) == ("task:t", 0.8)
     book.node_task_request("t", "n", 1.1)
-    assert "task:t" not in book.woken()
+    assert "task:t" not in book.woken(1.1)
     book.finish("t", "n", 1, Severity.OK, 1.2, result=7)
-    assert "task:t" in book.woken()
-    assert "task:t" not in book.woken()  # drained
+    assert "task:t" in book.woken(1.2)
+    assert "task:t" not in book.woken(1.2)  # drained
     response = json.loads(finish_poll(book, outcome.poll, 1.3))
     assert response["id"] == 9 and response["result"]["state"] == "complete"
+    assert response["result"]["result"] == 7  # the result comes with the wait
+    assert "result" not in now_status  # only once complete
     assert ok(book, "client_task_wait", ["c", "t", 800])["success"] == "ok"  # not parked
     err(book, "client_task_wait", ["c", "nope", 10], -32004)
     err(book, "client_task_wait", ["c", "t", 99999], -32602)
+    book.create_zerotask("c", "m", None, "bad", 2.0)
+    book.node_task_request("bad", "n", 2.1)
+    book.finish("bad", "n", 1, Severity.ERROR, 2.2, error={"code": 1, "message": "no"})
+    failed = ok(book, "client_task_wait", ["c", "bad", 0])
+    assert failed["success"] == "error" and "result" not in failed  # client_task_result says
     batch = [
         dict(body, params=["c", "t", 800]),
         dict(body, id=10, params={"client_id": "c", "task_id": "t", "wait_ms": 5}),
