@@ -33,15 +33,36 @@ from scale0.net.worker import Worker
 from scale0.tasks import vespid, zerotask
 from scale0.tasks.auth import Authorizer
 from scale0.tasks.book import Book
+from scale0.tasks.messages import Changes
+from scale0.tasks.model import trend_state
 from scale0.tasks.report import report
 from scale0.tasks.settings import ConfigFileError, CoordinatorConfig, load_coordinator
 from scale0.tasks.store import SQLiteStore, Store, StoreError
+from scale0.trend.eventlog import EventLogWriter
 
 __all__ = ["Coordinator", "main"]
 
 log = logging.getLogger("scale0.coordinator")
 
 EXIT_STORE_FAILED = 70
+
+
+#: The name a coordinator's records carry in the event log's ``broker`` field and directory.
+EVENT_LOG_NAME = "coordinator"
+
+
+def record_transitions(events: EventLogWriter, changes: Changes, ts_ms: int) -> None:
+    """One ``task`` record per committed change of a task's state (docs/trend.md), written
+    only after the commit, so the log never shows a state the store could lose."""
+    for before, after in changes.transitions:
+        state = trend_state(after)
+        previous = trend_state(before) if before is not None else None
+        if state == previous:
+            continue  # waiting -> pending are both "queued" to the trending job
+        fields: dict[str, object] = {"task_id": after.name, "state": state}
+        if previous is not None:
+            fields["prev_state"] = previous
+        events.event("task", ts_ms, **fields)
 
 
 class Coordinator:
@@ -67,6 +88,10 @@ class Coordinator:
             self.http = TaskStatusServer(
                 lambda: report(self.book), config.http_address, config.http_port
             )
+        #: Every task transition, for the trending job (docs/trend.md), when configured.
+        self.events: EventLogWriter | None = None
+        if config.event_log_dir is not None:
+            self.events = EventLogWriter(config.event_log_dir, broker=EVENT_LOG_NAME).start()
         self.worker = Worker(
             config.endpoint,
             {
@@ -86,6 +111,8 @@ class Coordinator:
         except Exception:
             log_event(log, logging.CRITICAL, "store_commit_failed", exc_info=True)
             os._exit(EXIT_STORE_FAILED)
+        if self.events is not None and changes.transitions:
+            record_transitions(self.events, changes, time.time_ns() // 1_000_000)
         for key in self.book.woken(time.time()):
             event = self._wake.get(key)
             if event is not None:
@@ -151,6 +178,8 @@ class Coordinator:
                 self.http.stop()
             log_event(log, logging.INFO, "coordinator_stopped", self.stats)
             self.store.close()
+            if self.events is not None:
+                self.events.close()
 
 
 @click.command(name="scale0-coordinator")

@@ -160,6 +160,8 @@ class Book:
         self.tasks[task.name] = task
         self._index(task, old)
         self._changes.tasks[task.name] = task
+        if old is None or old.state is not task.state:
+            self._changes.transitions.append((old, task))
         return task
 
     def _put_node(self, node: NodeRecord) -> None:

@@ -70,6 +70,8 @@ class Changes:
     nodes: dict[str, NodeRecord | None] = field(default_factory=dict)
     clients: dict[str, float | None] = field(default_factory=dict)
     refusals: list[dict[str, Any]] = field(default_factory=list)
+    #: Every change of a task's state, in order: (the record before, or None: new; after).
+    transitions: list[tuple[TaskRecord | None, TaskRecord]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.tasks or self.nodes or self.clients or self.refusals)

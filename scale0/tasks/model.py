@@ -50,6 +50,7 @@ __all__ = [
     "raise_severity",
     "severity_from",
     "step",
+    "trend_state",
 ]
 
 
@@ -86,6 +87,17 @@ TRANSITIONS: Final[dict[tuple[TaskState, Event], TaskState]] = {
     (TaskState.RUNNING, Event.NODE_LOST): TaskState.PENDING,
     (TaskState.RUNNING, Event.CANCEL): TaskState.COMPLETE,
 }
+
+
+def trend_state(task: TaskRecord) -> str:
+    """A task's state as the event log names it (docs/trend.md, kind ``task``): ``queued``
+    (waiting or pending), ``running``, or, once complete, ``done`` (success ok or warning) or
+    ``failed`` (error, fatal, terminated)."""
+    if task.state is TaskState.RUNNING:
+        return "running"
+    if task.state is not TaskState.COMPLETE:
+        return "queued"
+    return "done" if task.success in (None, Severity.OK, Severity.WARNING) else "failed"
 
 
 def step(state: TaskState, event: Event) -> TaskState | None:

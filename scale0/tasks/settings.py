@@ -43,6 +43,8 @@ class CoordinatorConfig:
     #: The status page and /metrics (docs/tasks.md §11.2): None is off, 0 picks a free port.
     http_port: int | None = None
     http_address: str = "127.0.0.1"
+    #: Where the coordinator writes its event log (docs/trend.md): every task transition.
+    event_log_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,9 @@ def load_coordinator(path: Path) -> CoordinatorConfig:
         ),
         http_port=_http_port(fields),
         http_address=fields.get("http_address", str, "127.0.0.1"),
+        event_log_dir=(
+            fields.relative_path("event_log_dir") if "event_log_dir" in fields.data else None
+        ),
     )
     fields.done()
     return config
