@@ -155,6 +155,7 @@ from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
 from scale0.wire.mdp import (
+    MDP_SIGNATURES,
     MdpClientRequest,
     MdpWorkerDisconnect,
     MdpWorkerHeartbeat,
@@ -333,8 +334,11 @@ class Broker:
         """``handle(Received(FRONTEND, routing_id, ClientRequest(service, request_id, body)))``."""
         self.core.clock = now
         out: list[Effect] = []
+        speaks = self.majordomo.speaks
+        if speaks:
+            speaks.pop((Channel.FRONTEND, routing_id), None)  # an S0P REQUEST: it speaks S0P
         self.dispatch.client_request(routing_id, service, request_id, body, now, out)
-        if self.majordomo.speaks:
+        if speaks:
             self.majordomo.translate(out)
         return out
 
@@ -344,8 +348,11 @@ class Broker:
         """Exactly ``handle(Received(BACKEND, routing_id, WorkerReply(ticket, status, body)))``."""
         self.core.clock = now
         out: list[Effect] = []
+        speaks = self.majordomo.speaks
+        if speaks:
+            speaks.pop((Channel.BACKEND, routing_id), None)  # an S0P REPLY: it speaks S0P
         self.dispatch.worker_reply(routing_id, ticket, status, body, now, out)
-        if self.majordomo.speaks:
+        if speaks:
             self.majordomo.translate(out)
         return out
 
@@ -354,6 +361,8 @@ class Broker:
         if channel is Channel.PEER or channel is Channel.LINK:
             self.family.received(channel, routing_id, message, now, wall, out)
             return
+        if self.majordomo.speaks and message.protocol not in MDP_SIGNATURES:
+            self.majordomo.speaks.pop((channel, routing_id), None)  # it speaks S0P now
         table = self._on_message.get(channel)
         handler = table.get(type(message)) if table is not None else None
         if handler is None:

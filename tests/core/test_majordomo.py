@@ -5,8 +5,15 @@ from __future__ import annotations
 import json
 
 from scale0.core.effects import Effect, Malformed, Send
-from scale0.wire.client import ClientReply, DisconnectError, ForceNegotiate
+from scale0.wire.client import (
+    CheckConfig,
+    ClientReply,
+    ConfigAck,
+    DisconnectError,
+    ForceNegotiate,
+)
 from scale0.wire.errors import ProtocolError
+from scale0.wire.frames import SIG_WORKER, ConfigType
 from scale0.wire.mdp import (
     MDPC01,
     MDPC02,
@@ -218,3 +225,13 @@ def test_a_malformed_majordomo_message_is_answered_in_majordomo_or_not_at_all() 
     out = h.broker.handle(Malformed(FRONT, MC, error, MDPC01), h.now, h.wall)
     assert sends(out) == []  # a Majordomo client has no error command (§2.4)
     assert h.broker.counters["malformed"] == 2  # both count towards the senders' scores
+
+
+def test_a_connection_that_speaks_s0p_after_majordomo_is_answered_in_s0p() -> None:
+    """The last protocol a connection spoke is the one it is answered in: a CONFIGACK to a
+    connection that sent a Majordomo READY before is not swallowed (found by the garbage soak
+    of tests/net/test_node.py, whose random frames can form valid Majordomo messages)."""
+    h = Harness()
+    mdp_worker(h, rid=MW, protocol=MDPW02)
+    out = h.send(BACK, MW, CheckConfig(ConfigType.JSON, 3, "again", protocol=SIG_WORKER))
+    assert [type(m) for _, m in sends(out, BACK)] == [ConfigAck]
