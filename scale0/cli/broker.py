@@ -317,7 +317,15 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
     server: ManagementServer | None = None
     settings = prepared.broker.management
     if settings.enabled:  # off by default; loopback unless configured (docs/management.md)
-        server = ManagementServer(node, settings)
+        base = config_path.resolve().parent
+        server = ManagementServer(
+            node,
+            settings,
+            trend_summary=(
+                _resolve(base, settings.trend_summary) if settings.trend_summary else None
+            ),
+            event_log_dir=_resolve(base, prepared.broker.event_log_dir),
+        )
         try:
             document["management"] = server.start()
         except OSError as exc:
