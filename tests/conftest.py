@@ -16,6 +16,10 @@ from scale0.trend.synth import Plan, generate
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: Timeout of a test that uses ``trend_summary``: the first one starts Spark and runs the job
+#: (about 75 s on a loaded 2-core machine); the rest take it as made.
+SPARK_TIMEOUT_S = 600
+
 #: The logs behind ``trend_summary``: under three hours of a three-broker family (about 4 300
 #: requests), with its outage, worker churn, config versions (one refused) and tasks.
 SUMMARY_PLAN = Plan(

@@ -21,7 +21,7 @@ from scale0.trend.summary import (
     read_summary,
     validate_summary,
 )
-from tests.conftest import SUMMARY_PLAN
+from tests.conftest import SPARK_TIMEOUT_S, SUMMARY_PLAN
 
 TOP_KEYS = (
     "schema_version", "generated_at", "source", "window", "percentile_accuracy", "input",
@@ -136,6 +136,7 @@ def problems_of(document: Any) -> list[str]:
 # ---- the real job's summary ------------------------------------------------------------------
 
 
+@pytest.mark.timeout(SPARK_TIMEOUT_S)
 def test_a_summary_the_real_job_made_is_valid(trend_summary: Path) -> None:
     document, info = read_summary(trend_summary)
     assert info.st_size == trend_summary.stat().st_size
@@ -147,6 +148,7 @@ def test_a_summary_the_real_job_made_is_valid(trend_summary: Path) -> None:
     assert document["workers"] and document["tasks"]
 
 
+@pytest.mark.timeout(SPARK_TIMEOUT_S)
 @pytest.mark.parametrize("key", TOP_KEYS)
 def test_each_part_of_the_real_summary_is_required(trend_summary: Path, key: str) -> None:
     document = json.loads(trend_summary.read_text())
@@ -155,6 +157,7 @@ def test_each_part_of_the_real_summary_is_required(trend_summary: Path, key: str
     assert any(p.startswith(key) for p in found), found
 
 
+@pytest.mark.timeout(SPARK_TIMEOUT_S)
 def test_a_wrong_value_deep_in_the_real_summary_is_named(trend_summary: Path) -> None:
     document = json.loads(trend_summary.read_text())
     document["services"][1]["p95_ms"] = "fast"
