@@ -246,11 +246,10 @@ def _rows(value: Any, fields: dict[str, Check], where: str) -> Iterator[str]:
     if not isinstance(value, list):
         yield f"{where}: expected a list, got {_describe(value)}"
         return
+    # The job's rows carry every column (null where a join had no match); a field whose
+    # value may be null may also be absent, as in a summary written by hand.
+    optional = frozenset(k for k, check in fields.items() if check(None) is None)
     for i, row in enumerate(value):
-        # Spark leaves a null column out of a row's dict only when the column does not exist;
-        # the job's rows always carry every column, but the join's null sides may be absent
-        # in hand-made files: absence of an optional-valued field is read as null.
-        optional = frozenset(k for k, check in fields.items() if check(None) is None)
         yield from _object(row, fields, f"{where}[{i}]", optional)
 
 
