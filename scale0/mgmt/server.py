@@ -35,6 +35,7 @@ import secrets
 import shlex
 import time
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -222,6 +223,9 @@ class ManagementServer:
         self.settings = settings
         self.trend_summary = trend_summary
         self.event_log_dir = event_log_dir
+        # One thread reads, checks and encodes the summary: requests for it queue there, so
+        # however many pages ask at once, one file's worth of memory and one core at most.
+        self._trend_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trends")
         self.sessions: dict[str, WebSession] = {}
         self._waiting: dict[bytes, asyncio.Future[Message]] = {}
         self._ids = itertools.count(1)
@@ -283,6 +287,7 @@ class ManagementServer:
             if not future.done():
                 future.cancel()
         self._waiting.clear()
+        self._trend_reader.shutdown(wait=False, cancel_futures=True)
 
     # ---- the core round trip ------------------------------------------------------------------
 
@@ -309,6 +314,16 @@ class ManagementServer:
         return f"http-{next(self._ids)}"
 
     # ---- the trend summary ----------------------------------------------------------------------
+
+    async def trends_answer(self) -> tuple[int, bytes]:
+        """``GET /api/trends``: (HTTP status, the JSON body encoded), made in the reader thread
+        (reading, checking and encoding a summary of megabytes would stall the loop)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._trend_reader, self._encoded_trends)
+
+    def _encoded_trends(self) -> tuple[int, bytes]:
+        status, body = self.trends()
+        return status, json.dumps(body, ensure_ascii=False).encode("utf-8")
 
     def trends(self) -> tuple[int, dict[str, JsonValue]]:
         """The answer to ``GET /api/trends``: (HTTP status, JSON body). Blocking (it reads the
@@ -644,9 +659,12 @@ class TrendsHandler(BaseHandler):
     thread so that a slow disk never stalls the broker's loop."""
 
     async def get(self) -> None:
-        loop = asyncio.get_running_loop()
-        status, body = await loop.run_in_executor(None, self.server.trends)
-        self.send_json(status, body)
+        status, body = await self.server.trends_answer()
+        if self._finished:
+            return
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(body)
 
 
 class CommandHandler(BaseHandler):
