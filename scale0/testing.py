@@ -319,6 +319,7 @@ def write_family_configs(
     states: Sequence[BrokerState | str] | None = None,
     broker_overrides: Sequence[Mapping[str, Any]] | None = None,
     management: bool = False,
+    management_overrides: Sequence[Mapping[str, Any]] | None = None,
     admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
     **network_overrides: Any,
 ) -> tuple[list[Path], Path, NetworkConfig]:
@@ -333,7 +334,9 @@ def write_family_configs(
     ``states[i]`` is broker i's initial state (default active); ``broker_overrides[i]`` changes
     its file. ``admins`` (auth_id -> (password, role)) are hashed into the network config;
     ``management`` turns each broker's HTTP management server on (127.0.0.1, port 0: its URL
-    is in the endpoints file). Returns ``(broker_files, network_file, network)``.
+    is in the endpoints file); ``management_overrides[i]`` changes broker i's ``management``
+    section (``{"trend_summary": "../trend/summary.json"}``). Returns ``(broker_files,
+    network_file, network)``.
     """
     if count < 1:
         raise ValueError("a family needs at least one broker")
@@ -341,6 +344,10 @@ def write_family_configs(
         raise ValueError(f"states names {len(states)} brokers, the family has {count}")
     if broker_overrides is not None and len(broker_overrides) != count:
         raise ValueError(f"broker_overrides names {len(broker_overrides)} brokers, not {count}")
+    if management_overrides is not None and len(management_overrides) != count:
+        raise ValueError(
+            f"management_overrides names {len(management_overrides)} brokers, not {count}"
+        )
 
     keys = directory / "keys"
     keys.mkdir(parents=True, exist_ok=True)
@@ -398,7 +405,10 @@ def write_family_configs(
             config_sub_ports=tuple(extra_config_subs),
             trusted_keys=("../keys/signing.pub",),
             management=ManagementSettings(
-                enabled=management, http_address="127.0.0.1", http_port=0
+                enabled=management,
+                http_address="127.0.0.1",
+                http_port=0,
+                **dict(management_overrides[index] if management_overrides is not None else {}),
             ),
             data_dir="data",
             event_log_dir="events",
@@ -595,14 +605,21 @@ def running_family(
     size: int = 3,
     *,
     management: bool = True,
+    management_overrides: Sequence[Mapping[str, Any]] | None = None,
     admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
     **network_overrides: Any,
 ) -> Iterator[Family]:
     """Start ``size`` brokers ``b1``.. as real processes, each with its HTTP management server
     unless ``management`` is False; stop every one (by PID) on exit. The files are those of
-    :func:`write_family_configs`; the members can be stopped and started again one by one."""
+    :func:`write_family_configs` (``management_overrides`` included); the members can be
+    stopped and started again one by one."""
     broker_files, _network_file, network = write_family_configs(
-        tmp_path, size, management=management, admins=admins, **network_overrides
+        tmp_path,
+        size,
+        management=management,
+        management_overrides=management_overrides,
+        admins=admins,
+        **network_overrides,
     )
     family = Family(
         [FamilyMember(path.parent.name, path.parent, path) for path in broker_files],

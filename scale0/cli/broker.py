@@ -30,6 +30,7 @@ import errno
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -317,7 +318,18 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
     server: ManagementServer | None = None
     settings = prepared.broker.management
     if settings.enabled:  # off by default; loopback unless configured (docs/management.md)
-        server = ManagementServer(node, settings)
+        base = config_path.resolve().parent
+        # normpath: these paths appear in the page and in the advice it gives, without "..".
+        server = ManagementServer(
+            node,
+            settings,
+            trend_summary=(
+                Path(os.path.normpath(_resolve(base, settings.trend_summary)))
+                if settings.trend_summary
+                else None
+            ),
+            event_log_dir=Path(os.path.normpath(_resolve(base, prepared.broker.event_log_dir))),
+        )
         try:
             document["management"] = server.start()
         except OSError as exc:

@@ -40,6 +40,13 @@ class ManagementSettings:
         metadata=doc("Address the management server binds; loopback unless you mean otherwise."),
     )
     http_port: int = field(default=8480, metadata=doc("TCP port of the management server."))
+    trend_summary: str | None = field(
+        default=None,
+        metadata=doc(
+            "The summary.json that scale0-trend writes, shown in the page's Trends panel and "
+            "GET /api/trends (read per request; relative to this file); none: no panel."
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

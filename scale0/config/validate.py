@@ -214,6 +214,8 @@ def _broker(c: BrokerConfig) -> Iterator[Finding]:
         yield "management.http_port", f"port {c.management.http_port} is out of range 0-65535"
     if not c.management.http_address:
         yield "management.http_address", "must not be empty"
+    if c.management.trend_summary == "":
+        yield "management.trend_summary", "must not be empty (leave it out instead)"
     if not 0 <= c.shutdown_grace_ms <= MAX_SHUTDOWN_GRACE_MS:
         yield (
             "shutdown_grace_ms",

@@ -17,6 +17,10 @@ What this module owns is HTTP's own defences:
 - Logins go through the core's credential check, so failures count towards the same ban as
   MANAGEMENTREQ; a banned address gets HTTP 403 for everything until the ban ends (§8).
 - Static files come from a fixed allow-list read once at start; no path reaches the disk.
+
+``GET /api/trends`` is the one route that reads a file: the trend summary named by
+``management.trend_summary`` (scale0-trend's ``summary.json``), per request, bounded and
+checked by scale0.trend.summary, off the I/O thread.
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ import hmac
 import itertools
 import json
 import secrets
+import shlex
 import time
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
+from pathlib import Path
 from typing import Any, ClassVar, Final
 
 import tornado.http1connection
@@ -46,6 +54,7 @@ from scale0.core.effects import Channel, ManagementSubmit
 from scale0.mgmt.http import SECURITY_HEADERS, allowed_hosts, base_url, bind
 from scale0.mgmt.metrics import render_metrics
 from scale0.net.node import BrokerNode
+from scale0.trend.summary import SummaryError, SummaryMissing, read_summary
 from scale0.wire.admin import MAX_PASSWORD_CHARS, ManagementReply, ManagementRequest
 from scale0.wire.client import DisconnectError
 from scale0.wire.frames import JsonValue, Message
@@ -96,6 +105,7 @@ def api_routes() -> dict[str, set[str]]:
         "/api/logout": {"post"},
         "/api/session": {"get"},
         "/api/commands": {"get"},
+        "/api/trends": {"get"},
         "/metrics": {"get"},
     }
     for command in COMMANDS.values():
@@ -198,9 +208,24 @@ class _LimitedApp(tornado.httputil.HTTPServerConnectionDelegate):
 class ManagementServer:
     """The HTTP server of one broker node; ``start()`` binds, ``stop()`` closes."""
 
-    def __init__(self, node: BrokerNode, settings: ManagementSettings) -> None:
+    def __init__(
+        self,
+        node: BrokerNode,
+        settings: ManagementSettings,
+        *,
+        trend_summary: Path | None = None,
+        event_log_dir: Path | None = None,
+    ) -> None:
+        """``trend_summary`` is ``settings.trend_summary`` resolved against the broker file's
+        directory (None: no Trends panel); ``event_log_dir`` only goes into the advice of how
+        to make a missing summary."""
         self.node = node
         self.settings = settings
+        self.trend_summary = trend_summary
+        self.event_log_dir = event_log_dir
+        # One thread reads, checks and encodes the summary: requests for it queue there, so
+        # however many pages ask at once, one file's worth of memory and one core at most.
+        self._trend_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trends")
         self.sessions: dict[str, WebSession] = {}
         self._waiting: dict[bytes, asyncio.Future[Message]] = {}
         self._ids = itertools.count(1)
@@ -221,6 +246,7 @@ class ManagementServer:
             (r"/api/logout", LogoutHandler, context),
             (r"/api/session", SessionHandler, context),
             (r"/api/commands", CommandsHandler, context),
+            (r"/api/trends", TrendsHandler, context),
             (r"/metrics", MetricsHandler, context),
         ]
         for command in COMMANDS.values():
@@ -261,6 +287,7 @@ class ManagementServer:
             if not future.done():
                 future.cancel()
         self._waiting.clear()
+        self._trend_reader.shutdown(wait=False, cancel_futures=True)
 
     # ---- the core round trip ------------------------------------------------------------------
 
@@ -285,6 +312,81 @@ class ManagementServer:
 
     def request_id(self) -> str:
         return f"http-{next(self._ids)}"
+
+    # ---- the trend summary ----------------------------------------------------------------------
+
+    async def trends_answer(self) -> tuple[int, bytes]:
+        """``GET /api/trends``: (HTTP status, the JSON body encoded), made in the reader thread
+        (reading, checking and encoding a summary of megabytes would stall the loop)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._trend_reader, self._encoded_trends)
+
+    def _encoded_trends(self) -> tuple[int, bytes]:
+        status, body = self.trends()
+        return status, json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+    def trends(self) -> tuple[int, dict[str, JsonValue]]:
+        """The answer to ``GET /api/trends``: (HTTP status, JSON body). Blocking (it reads the
+        file): call it off the loop. Never raises."""
+        path = self.trend_summary
+        if path is None:
+            return 404, {
+                "code": 404,
+                "message": (
+                    "no trend summary is configured: set management.trend_summary in this "
+                    "broker's file to the summary.json that scale0-trend writes, then restart "
+                    "the broker (docs/management.md)"
+                ),
+                "result": {"configured": False, "file": None},
+            }
+        try:
+            summary, info = read_summary(path)
+        except SummaryMissing:
+            command = self.trend_command(path)
+            return 404, {
+                "code": 404,
+                "message": f"{path} does not exist yet: make it with `{command}`",
+                "result": {"configured": True, "file": str(path), "command": command},
+            }
+        except SummaryError as exc:
+            return 422, {
+                "code": 422,
+                "message": str(exc),
+                "result": {
+                    "configured": True,
+                    "file": str(path),
+                    "problems": list(exc.problems),
+                    "newer": exc.newer,
+                },
+            }
+        except Exception as exc:  # a bad file must never become a 500
+            return 422, {
+                "code": 422,
+                "message": f"{path}: cannot read it: {type(exc).__name__}: {exc}",
+                "result": {"configured": True, "file": str(path)},
+            }
+        modified = datetime.fromtimestamp(info.st_mtime, UTC).isoformat(timespec="seconds")
+        return 200, {
+            "code": 200,
+            "message": "ok",
+            "result": {
+                "configured": True,
+                "file": str(path),
+                "size_bytes": info.st_size,
+                "modified": modified,
+                "summary": summary,
+            },
+        }
+
+    def trend_command(self, path: Path) -> str:
+        """The scale0-trend command that writes ``path`` (its directory is ``--out``)."""
+        source = str(self.event_log_dir) if self.event_log_dir is not None else "EVENT_LOG_DIR"
+        command = f"scale0-trend {shlex.quote(source)} --out {shlex.quote(str(path.parent))}"
+        if path.name != "summary.json":
+            command += (
+                f" && cp {shlex.quote(str(path.parent / 'summary.json'))} {shlex.quote(str(path))}"
+            )
+        return command
 
     # ---- sessions -----------------------------------------------------------------------------
 
@@ -550,6 +652,19 @@ class CommandsHandler(BaseHandler):
                 ]
             },
         )
+
+
+class TrendsHandler(BaseHandler):
+    """GET: the trend summary (management.trend_summary), read and checked per request, in a
+    thread so that a slow disk never stalls the broker's loop."""
+
+    async def get(self) -> None:
+        status, body = await self.server.trends_answer()
+        if self._finished:
+            return
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(body)
 
 
 class CommandHandler(BaseHandler):

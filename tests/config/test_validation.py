@@ -244,3 +244,20 @@ def test_valid_hash_is_accepted(tmp_path: Path) -> None:
     )
     config = load(write(tmp_path, "n.yaml", text))
     assert config.admins[0].password_hash == good
+
+
+def test_trend_summary_is_optional_and_never_empty(tmp_path: Path) -> None:
+    text = (
+        "identity: x\ntrusted_keys: [k.pub]\nfamily: f\nseeds: ['tcp://127.0.0.1:5557']\n"
+        "management: {enabled: true, trend_summary: ../trend/summary.json}\n"
+    )
+    loaded = load(write(tmp_path, "b.yaml", text))
+    assert loaded.management.trend_summary == "../trend/summary.json"
+    assert (
+        load(
+            write(tmp_path, "c.yaml", text.replace(", trend_summary: ../trend/summary.json", ""))
+        ).management.trend_summary
+        is None
+    )
+    found = problems(write(tmp_path, "d.yaml", text.replace("../trend/summary.json", "''")))
+    assert "must not be empty" in only(found, "management.trend_summary").message

@@ -1,5 +1,6 @@
 """The management page in a real headless Chromium (Debian ``chromium`` + ``chromium-driver``,
-driven by Selenium): log in, see the family, disable a broker from the page, see it change.
+driven by Selenium): log in, see the family, disable a broker from the page, see it change; read
+the Trends panel's numbers and compare them with the summary the real trend job made.
 
 The screenshots are test artifacts: ``test-artifacts/`` at the top of the tree (or
 ``$SCALE0_TEST_ARTIFACTS``). tools/test installs chromium and chromium-driver when missing; a
@@ -9,11 +10,13 @@ machine without them fails here, saying so, rather than skipping.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +31,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from scale0.net.client import Client
 from scale0.net.worker import Worker
 from scale0.testing import Family, running_family
+from tests.conftest import SPARK_TIMEOUT_S
 
 pytestmark = pytest.mark.system
 
@@ -104,8 +108,8 @@ def states(driver: WebDriver) -> dict[str, str]:
     }
 
 
-def log_in(driver: WebDriver, family: Family, user: str) -> None:
-    driver.get(family["b1"].management + "/")
+def log_in(driver: WebDriver, family: Family, user: str, broker: str = "b1") -> None:
+    driver.get(family[broker].management + "/")
     wait(driver, lambda d: d.find_element(By.ID, "login").is_displayed(), "the login form")
     driver.find_element(By.ID, "auth-id").send_keys(user)
     driver.find_element(By.ID, "password").send_keys(family.admins[user][0])
@@ -247,3 +251,144 @@ def test_the_page_states_its_content_security_policy(tmp_path: Path, browser: We
             "return window.__injected === 1;"
         )
         assert ran is False
+
+
+# ---- the Trends panel ---------------------------------------------------------------------------
+
+
+def cells_of(row: Any) -> list[str]:
+    return [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+
+
+def shown_percent(text: str, share: float | None) -> None:
+    """The page shows shares as percentages with two decimals, or "unknown" for null."""
+    if share is None:
+        assert text == "unknown"
+    else:
+        assert text.endswith(" %"), text
+        assert abs(float(text.removesuffix(" %")) - share * 100) <= 0.005 + 1e-9, (text, share)
+
+
+def shown_ms(text: str, value: float | None) -> None:
+    if value is None:
+        assert text == "\u2013"  # an en dash
+    else:
+        assert text.endswith(" ms"), text
+        assert abs(float(text.removesuffix(" ms")) - value) <= 0.005 + 1e-9, (text, value)
+
+
+def utc_minute(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M") + " UTC"
+
+
+@pytest.mark.timeout(SPARK_TIMEOUT_S)
+def test_the_trends_panel_shows_the_summary_the_job_made(
+    tmp_path: Path, browser: WebDriver, trend_summary: Path
+) -> None:
+    with running_family(
+        tmp_path / "family",
+        size=2,
+        management_overrides=[{"trend_summary": "../trend/summary.json"}, {}],
+    ) as family:
+        summary_path = family["b1"].directory.parent / "trend" / "summary.json"
+        summary_path.parent.mkdir()
+
+        # Before the job ran: the panel says how to make the summary, with the exact command.
+        log_in(browser, family, "viewer")
+        command = wait(
+            browser,
+            lambda d: d.find_element(By.ID, "trends-command").text or None,
+            "the command that makes the summary",
+        )
+        assert command == (
+            f"scale0-trend {family['b1'].directory / 'events'} --out {summary_path.parent}"
+        )
+        assert "does not exist" in browser.find_element(By.ID, "trends-note").text
+        assert not browser.find_element(By.ID, "trends-body").is_displayed()
+
+        # The job's summary appears; the page reads it again when it loads.
+        shutil.copyfile(trend_summary, summary_path)
+        summary = json.loads(trend_summary.read_text())
+        browser.refresh()
+        wait(browser, lambda d: d.find_element(By.ID, "trends-body").is_displayed(), "the panel")
+        text = {
+            name: browser.find_element(By.ID, f"trends-{name}").text
+            for name in ("from", "to", "requests", "error-rate", "made", "source", "file")
+        }
+        assert text["from"] == utc_minute(summary["window"]["start_ms"])
+        assert text["to"] == utc_minute(summary["window"]["end_ms"])
+        assert text["requests"] == str(summary["totals"]["requests"])
+        shown_percent(text["error-rate"], summary["totals"]["error_rate"])
+        assert (text["made"], text["source"]) == (summary["generated_at"], summary["source"])
+        assert text["file"] == str(summary_path)
+        assert browser.find_element(By.ID, "trends-note").text == ""
+
+        rows = browser.find_elements(By.CSS_SELECTOR, "#trend-services tbody tr")
+        assert [r.get_attribute("data-service") for r in rows] == [
+            s["service"] for s in summary["services"]
+        ]
+        for row, service in zip(rows, summary["services"], strict=True):
+            cells = cells_of(row)
+            assert cells[:3] == [
+                service["service"],
+                str(service["requests"]),
+                str(service["errors"]),
+            ]
+            shown_percent(cells[3], service["error_rate"])
+            for cell, key in zip(cells[4:], ("p50_ms", "p95_ms", "p99_ms"), strict=True):
+                shown_ms(cell, service[key])
+
+        rows = browser.find_elements(By.CSS_SELECTOR, "#trend-brokers tbody tr")
+        assert len(rows) == len(summary["brokers"]) >= 3
+        for row, broker in zip(rows, summary["brokers"], strict=True):
+            cells = cells_of(row)
+            assert cells[0] == broker["broker"] and cells[3] == str(broker["requests"])
+            shown_percent(cells[1], broker["availability"])
+            shown_percent(cells[4], broker["load_share"])
+        # The generated family's last broker was down for a while: it shows under 100 %.
+        assert any(float(cells_of(r)[1].rstrip(" %")) < 100 for r in rows)
+
+        rows = browser.find_elements(By.CSS_SELECTOR, "#trend-workers tbody tr")
+        assert len(rows) == len(summary["workers"]) > 0
+        for row, worker in zip(rows, summary["workers"], strict=True):
+            cells = cells_of(row)
+            assert cells[:2] == [worker["broker"], worker["worker"]]
+            assert cells[4] == str(worker["requests"])
+            shown_percent(cells[2], worker["availability"])
+
+        rows = browser.find_elements(By.CSS_SELECTOR, "#trend-config tbody tr")
+        assert len(rows) == len(summary["config_changes"]) > 0
+        for row, change in zip(rows, summary["config_changes"], strict=True):
+            cells = cells_of(row)
+            assert cells[1:4] == [
+                change["broker"],
+                change["outcome"],
+                f"v{change['config_version']}",
+            ]
+            assert cells[0] == change["at"].replace("T", " ").removesuffix("Z")
+            assert ("refused" in (row.get_attribute("class") or "")) is (
+                change["outcome"] == "refused"
+            )
+        browser.execute_script("document.getElementById('trends').scrollIntoView()")
+        screenshot(browser, "management-trends.png")
+
+        # A corrupt file: the panel names the file and the problem instead of numbers.
+        summary_path.write_text('{"schema_version": 1, "generated_at": ')
+        browser.refresh()
+        note = wait(
+            browser,
+            lambda d: d.find_element(By.ID, "trends-note").text or None,
+            "the error about the corrupt summary",
+        )
+        assert f"{summary_path}: not valid JSON" in note
+        assert not browser.find_element(By.ID, "trends-body").is_displayed()
+
+        # A broker without management.trend_summary says so.
+        log_in(browser, family, "viewer", broker="b2")
+        note = wait(
+            browser,
+            lambda d: d.find_element(By.ID, "trends-note").text or None,
+            "the note that no summary is configured",
+        )
+        assert note.startswith("No trend summary is configured")
+        assert "management.trend_summary" in note

@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scale0.core.commands import COMMANDS
 from scale0.mgmt.server import api_routes
 from scale0.testing import Family, FamilyMember, running_family
+from tests.conftest import SPARK_TIMEOUT_S
 
 pytestmark = pytest.mark.system
 
@@ -95,7 +97,12 @@ class Http:
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Family]:
-    with running_family(tmp_path_factory.mktemp("http"), size=2) as started:
+    # b1 shows the trend summary at ../trend/summary.json (relative to its file); b2 has none.
+    with running_family(
+        tmp_path_factory.mktemp("http"),
+        size=2,
+        management_overrides=[{"trend_summary": "../trend/summary.json"}, {}],
+    ) as started:
         yield started
 
 
@@ -370,6 +377,100 @@ def test_repeated_failed_logins_ban_the_address(tmp_path: Path) -> None:
         # From now on everything from this address is 403, even the right password.
         assert client.login("admin", small.admins["admin"][0])[0] == 403
         assert client.request("GET", "/")[0] == 403
+
+
+# ---- the trend summary (GET /api/trends) -------------------------------------------------------
+
+
+@pytest.fixture
+def summary_path(family: Family) -> Iterator[Path]:
+    """Where b1 reads its trend summary; whatever a test leaves there is removed after it."""
+    path = family["b1"].directory.parent / "trend" / "summary.json"
+    path.parent.mkdir(exist_ok=True)
+    yield path
+    if path.is_dir():
+        path.rmdir()
+    path.unlink(missing_ok=True)
+
+
+def trends(family: Family, broker: str = "b1", user: str = "viewer") -> tuple[int, Any]:
+    client = Http(family[broker].management)
+    assert client.login(user, family.admins[user][0])[0] == 200
+    return client.json("GET", "/api/trends")
+
+
+def test_trends_on_a_broker_without_a_summary_say_how_to_configure_one(family: Family) -> None:
+    status, document = trends(family, "b2")
+    assert status == 404 and document["code"] == 404
+    assert document["result"] == {"configured": False, "file": None}
+    assert "set management.trend_summary" in document["message"]
+
+
+def test_a_missing_summary_names_the_scale0_trend_command_that_makes_it(
+    family: Family, summary_path: Path
+) -> None:
+    status, document = trends(family)
+    assert status == 404
+    command = f"scale0-trend {family['b1'].directory / 'events'} --out {summary_path.parent}"
+    assert document["result"] == {
+        "configured": True,
+        "file": str(summary_path),
+        "command": command,
+    }
+    assert document["message"] == f"{summary_path} does not exist yet: make it with `{command}`"
+
+
+@pytest.mark.timeout(SPARK_TIMEOUT_S)
+def test_the_summary_the_job_made_is_served_as_it_is_read_per_request(
+    family: Family, summary_path: Path, trend_summary: Path
+) -> None:
+    shutil.copyfile(trend_summary, summary_path)
+    client = Http(family["b1"].management)
+    assert client.login("viewer", family.admins["viewer"][0])[0] == 200  # role read is enough
+    status, headers, payload = client.request("GET", "/api/trends")
+    assert status == 200
+    assert headers["cache-control"] == "no-store"
+    assert headers["content-type"].startswith("application/json")
+    document = json.loads(payload)
+    result = document["result"]
+    assert result["summary"] == json.loads(trend_summary.read_text())
+    assert result["file"] == str(summary_path)
+    assert result["size_bytes"] == trend_summary.stat().st_size
+    assert result["modified"].endswith("+00:00")
+    # A new run of the job replaces the file: the next request sees it, no restart.
+    changed = json.loads(trend_summary.read_text())
+    changed["generated_at"] = "2030-01-01T00:00:00+00:00"
+    summary_path.write_text(json.dumps(changed))
+    status, document = client.json("GET", "/api/trends")
+    assert status == 200 and document["result"]["summary"]["generated_at"].startswith("2030")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b'{"schema_version": 1, "generated_at": "2026-', "not valid JSON"),
+        (b'{"schema_version": 2, "totals": {}}', "schema_version 2 is newer than this Scale0"),
+        (b'{"schema_version": 1, "services": "many"}', "services: expected a list"),
+        (b" " * (9 * 1024 * 1024), "bytes; the limit is 8388608"),
+        (None, "not a regular file"),
+    ],
+    ids=["cut-short", "newer", "wrong-shape", "too-large", "a-directory"],
+)
+def test_a_bad_summary_is_a_422_naming_the_file_and_the_problem(
+    family: Family, summary_path: Path, content: bytes | None, expected: str
+) -> None:
+    if content is None:
+        summary_path.mkdir()
+    else:
+        summary_path.write_bytes(content)
+    status, document = trends(family)
+    assert status == 422 and document["code"] == 422, document
+    assert document["message"].startswith(f"{summary_path}: ")
+    assert expected in document["message"]
+    assert document["result"]["file"] == str(summary_path)
+    assert document["result"]["newer"] is (expected.startswith("schema_version 2"))
+    # The broker is unharmed: it still answers.
+    assert Http(family["b1"].management).login("admin", family.admins["admin"][0])[0] == 200
 
 
 # ---- the OpenAPI file --------------------------------------------------------------------------

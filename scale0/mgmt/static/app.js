@@ -5,6 +5,10 @@
 
 const REFRESH_MS = 2000;
 const CLIENTS_REFRESH_MS = 5000;
+// The trend summary changes only when scale0-trend runs again: once a minute is plenty.
+const TRENDS_REFRESH_MS = 60000;
+// Rows shown per trend table; the rest are counted in a last row.
+const TREND_ROWS = 200;
 const FAMILY_TIMEOUT_MS = 1500;
 const CHART_WINDOW_S = 300;
 const MIN_CHART_WINDOW_S = 30;
@@ -76,8 +80,10 @@ function showDashboard(s) {
   document.querySelectorAll(".admin-only").forEach((el) => { el.hidden = s.role !== "admin"; });
   refresh();
   refreshClients();
+  refreshTrends();
   timers.push(setInterval(refresh, REFRESH_MS));
   timers.push(setInterval(refreshClients, CLIENTS_REFRESH_MS));
+  timers.push(setInterval(refreshTrends, TRENDS_REFRESH_MS));
 }
 
 async function login(event) {
@@ -327,6 +333,130 @@ async function refreshClients() {
       tbody.appendChild(row);
     });
   });
+}
+
+// ---- trends: the summary scale0-trend wrote (GET /api/trends, docs/management.md) -----------
+
+// Shares as percentages; null is "unknown" (a broker or worker with requests but no
+// lifecycle record has no availability, docs/trend.md).
+function percent(share) {
+  return typeof share === "number" ? (share * 100).toFixed(2) + " %" : "unknown";
+}
+
+function latencyMs(value) {
+  return typeof value === "number" ? value.toFixed(2) + " ms" : "–";
+}
+
+function utcMinute(ms) {
+  return new Date(ms).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+}
+
+// The job writes times as "2026-11-18T04:00:00Z".
+function utcTime(text) {
+  return typeof text === "string" ? text.replace("T", " ").replace(/Z$/, "") : "";
+}
+
+function downFor(row) {
+  if (typeof row.observed_ms !== "number" || typeof row.up_ms !== "number") return "";
+  return duration((row.observed_ms - row.up_ms) / 1000);
+}
+
+function fillRows(tableId, rows, columns, mark) {
+  const tbody = $(tableId).querySelector("tbody");
+  clear(tbody);
+  rows.slice(0, TREND_ROWS).forEach((r) => {
+    const row = document.createElement("tr");
+    mark(row, r);
+    columns.forEach(([pick, cls]) => cell(row, pick(r), cls));
+    tbody.appendChild(row);
+  });
+  if (rows.length > TREND_ROWS) {
+    const row = document.createElement("tr");
+    const td = cell(row, "… and " + (rows.length - TREND_ROWS) + " more in the summary file");
+    td.colSpan = columns.length;
+    td.className = "muted";
+    tbody.appendChild(row);
+  }
+}
+
+function trendsNote(text, isError, command) {
+  const note = $("trends-note");
+  clear(note);
+  note.className = isError ? "error" : "";
+  note.appendChild(document.createTextNode(text || ""));
+  if (command) {
+    note.appendChild(document.createTextNode(" "));
+    const code = document.createElement("code");
+    code.id = "trends-command";
+    code.textContent = command;
+    note.appendChild(code);
+  }
+}
+
+function renderTrends(result) {
+  const s = result.summary;
+  $("trends-from").textContent = utcMinute(s.window.start_ms);
+  $("trends-to").textContent = utcMinute(s.window.end_ms);
+  $("trends-requests").textContent = String(s.totals.requests);
+  $("trends-error-rate").textContent = percent(s.totals.error_rate);
+  $("trends-made").textContent = s.generated_at;
+  $("trends-source").textContent = s.source;
+  $("trends-file").textContent = result.file;
+  fillRows("trend-services", s.services, [
+    [(r) => r.service],
+    [(r) => r.requests, "num"],
+    [(r) => r.errors, "num"],
+    [(r) => percent(r.error_rate), "num"],
+    [(r) => latencyMs(r.p50_ms), "num"],
+    [(r) => latencyMs(r.p95_ms), "num"],
+    [(r) => latencyMs(r.p99_ms), "num"],
+  ], (row, r) => { row.dataset.service = r.service; });
+  const share = [(r) => percent(r.load_share), "num"];
+  fillRows("trend-brokers", s.brokers, [
+    [(r) => r.broker],
+    [(r) => percent(r.availability), "num"],
+    [downFor, "num"],
+    [(r) => r.requests, "num"],
+    share,
+  ], (row, r) => { row.dataset.broker = r.broker; });
+  fillRows("trend-workers", s.workers, [
+    [(r) => r.broker],
+    [(r) => r.worker],
+    [(r) => percent(r.availability), "num"],
+    [downFor, "num"],
+    [(r) => r.requests, "num"],
+    share,
+  ], (row, r) => { row.dataset.broker = r.broker; row.dataset.worker = r.worker; });
+  fillRows("trend-config", s.config_changes, [
+    [(r) => utcTime(r.at)],
+    [(r) => r.broker],
+    [(r) => r.outcome],
+    [(r) => (r.config_version === null ? "" : "v" + r.config_version)],
+    [(r) => (r.sha256 || "").slice(0, 12)],
+    [(r) => r.reason || ""],
+  ], (row, r) => { if (r.outcome === "refused") row.className = "refused"; });
+}
+
+async function refreshTrends() {
+  const r = await api("GET", "/api/trends");
+  if (r.status === 401) return;  // the status poll takes the page back to the login form
+  const result = (r.data && r.data.result) || {};
+  if (r.status === 200 && result.summary) {
+    trendsNote("", false);
+    renderTrends(result);
+    $("trends-body").hidden = false;
+    return;
+  }
+  $("trends-body").hidden = true;
+  const message = (r.data && r.data.message) || ("the trend summary failed (" + r.status + ")");
+  if (r.status === 404 && result.configured === false) {
+    trendsNote(message.charAt(0).toUpperCase() + message.slice(1) + ".", false);
+  } else if (r.status === 404 && result.command) {
+    trendsNote("No trend summary yet: " + result.file + " does not exist. Make it with",
+               false, result.command);
+  } else {
+    trendsNote("The trend summary cannot be shown: " + message, true);
+  }
 }
 
 async function changeState(command, broker) {

@@ -1,0 +1,57 @@
+"""Fixtures shared across test directories: one real local SparkSession for the whole test
+session (starting one costs seconds), and one trend summary made by the real job with it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from scale0.trend.synth import Plan, generate
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Timeout of a test that uses ``trend_summary``: the first one starts Spark and runs the job
+#: (about 75 s on a loaded 2-core machine); the rest take it as made.
+SPARK_TIMEOUT_S = 600
+
+#: The logs behind ``trend_summary``: under three hours of a three-broker family (about 4 300
+#: requests), with its outage, worker churn, config versions (one refused) and tasks.
+SUMMARY_PLAN = Plan(
+    seed=11, days=0.1, rate=0.5, services=4, workers_per_broker=2, outage_min=15,
+    tasks_per_min=0.5,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from scale0.trend.job import spark_session
+
+    session = spark_session("local[2]", shuffle_partitions=2)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def trend_summary(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``summary.json`` written by ``scale0.trend.job.run`` (what ``scale0-trend`` runs) over
+    logs from ``tools/gen-events``' generator: made once per test session. Read-only: a test
+    that changes it copies it first."""
+    from scale0.trend.job import run
+
+    events = tmp_path_factory.mktemp("summary-events")
+    generate(events, SUMMARY_PLAN)
+    out = tmp_path_factory.mktemp("summary-out")
+    run(spark, str(events), out, accuracy=100, report=False)
+    path = out / "summary.json"
+    assert path.is_file(), f"the job wrote no {path}"
+    return path
