@@ -1,5 +1,10 @@
 """Fixtures shared across test directories: one real local SparkSession for the whole test
-session (starting one costs seconds), and one trend summary made by the real job with it."""
+session (starting one costs seconds), and one trend summary made by the real job with it.
+
+Also Hypothesis's profile for this suite: no per-example deadline. A deadline is a timed
+assertion, and speed is measured by the benchmarks, never by a test (on a loaded 2-core
+machine an example of a few milliseconds can take half a second).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 from scale0.trend.synth import Plan, generate
+
+settings.register_profile("scale0", deadline=None)
+settings.load_profile("scale0")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
