@@ -11,10 +11,10 @@ each round reads, in one batch per port (scale0.net.frames_io), what every *dirt
 waiting (up to the wake-up's budget), then sends what the round produced; rounds repeat until
 no port is dirty. So a worker's REPLY and the client REQUEST it lets through are handled in one
 wake-up, not two. A send may swallow a socket's FD edge, so a port sent on is dirty until a
-batch ends on its empty socket (see ``_pump``); that is what lets the loop sleep safely. A
-wake-up whose budget ran out schedules its own continuation so the timer and other loop work
-still get their turn. All broker timers live in the core's heap; the node keeps exactly one
-IOLoop timeout, for ``broker.next_deadline()``.
+batch read after that send ends on its empty socket (see ``_pump``); that is what lets the
+loop sleep safely. A wake-up whose budget ran out schedules its own continuation so the timer
+and other loop work still get their turn. All broker timers live in the core's heap; the node
+keeps exactly one IOLoop timeout, for ``broker.next_deadline()``.
 """
 
 from __future__ import annotations
@@ -146,6 +146,9 @@ class _Port:
     # fired, sent on, or its last batch stopped at the budget. Cleared by a batch that ends
     # on an empty socket.
     dirty: bool = True
+    # A message for it waits in the round's outbox: it becomes dirty when the outbox is sent
+    # (_flush), not before, so a batch read between the queuing and the send cannot clean it.
+    sending: bool = False
 
     def __post_init__(self) -> None:
         self.io = io_key(self.socket)
@@ -567,9 +570,10 @@ class BrokerNode:
         while the socket has commands it has not processed. Only an operation on the socket
         itself (a send, a receive, an option) processes them, and may leave messages waiting
         that the FD no longer announces. So a port is read when it is ``dirty``: new, its FD
-        fired, the node sent on it, or its last batch stopped at the budget; a batch that ends
-        on an empty socket (libzmq processed its commands) makes it clean, and the loop may
-        sleep once every port is. A port nobody touched is not probed at every wake-up.
+        fired, the node sent on it (from the moment the send goes out, ``_flush``), or its
+        last batch stopped at the budget; a batch that ends on an empty socket (libzmq
+        processed its commands) makes it clean, and the loop may sleep once every port is. A
+        port nobody touched is not probed at every wake-up.
         """
         if self._stopped:
             return
@@ -605,8 +609,8 @@ class BrokerNode:
                 logging.ERROR, "socket_error", {"channel": port.channel.value, "error": str(exc)}
             )
             return 0
-        port.dirty = len(batch) >= limit  # fewer: it ended on an empty socket (before dispatch,
-        # which may send on this port and make it dirty again)
+        port.dirty = len(batch) >= limit  # fewer: it ended on an empty socket (a send queued
+        # for it, before or after this batch, makes it dirty again when it goes out: _flush)
         channel = port.channel
         now = time.monotonic()  # one reading per batch: a batch takes microseconds to handle
         for frames in batch:
@@ -783,7 +787,7 @@ class BrokerNode:
                         continue
                     # Encode now (a bug shows up as this effect's failure); sent by _flush().
                     frames = encode(effect.message)
-                    port.dirty = True  # the send may swallow its FD's edge (see _pump)
+                    port.sending = True  # the send may swallow its FD's edge (see _flush)
                     if port.kind == "dealer":  # a peer link: no routing id to prepend
                         outbox.append((port.io, frames[0], frames[1:]))
                     else:
@@ -828,6 +832,13 @@ class BrokerNode:
         if not outbox:
             return
         self._outbox = []
+        for port in self._ports.values():
+            if port.sending:
+                # Dirty from now on, even if a batch read it since the message was queued: the
+                # send below may process an activate-read command that came after that batch,
+                # and then its FD never fires for what waits (the peer-silence defect).
+                port.sending = False
+                port.dirty = True
         try:
             sent, failed = send_batch(outbox)
         except Exception:  # a frame that is not bytes: a bug; the round's later sends are lost

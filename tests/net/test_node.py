@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -372,6 +373,62 @@ def test_one_pump_drains_every_socket(node: NodeThread, ctx: zmq.Context[Any]) -
         worker.send(WorkerReply(second.ticket, 200, (b"b",)))
         assert client.recv(ClientReply).request_id == b"second"
         assert node.call(broker_node.stats)["net_wakeups"] > wakeups_before
+
+
+def test_a_port_sent_on_after_its_batch_is_read_again(
+    signing: tuple[Path, Path], ctx: zmq.Context[Any]
+) -> None:
+    # docs/operations.md (the peer-silence defect, fixed): in one round the client's REQUEST
+    # queued a send on the backend, the backend was then read to its end, and the worker's
+    # REPLY arrived before the round's sends went out. The send processed libzmq's command
+    # for that REPLY, so the backend's FD never fired for it: the loop slept with the REPLY
+    # waiting until something else touched the socket. Here nothing else does (heartbeats a
+    # minute apart), so the first reply only comes if the send itself left the port dirty.
+    # (Between two brokers the same turn stopped b1 reading b2's link on its peer ROUTER.)
+    thread = _node(signing, default_heartbeat_interval_ms=60_000)
+    thread.start()
+    try:
+        assert thread.node is not None
+        broker_node = thread.node
+        backend = broker_node._ports[Channel.BACKEND.value]
+        flush = broker_node._flush
+        with (
+            s0p.worker(
+                ctx,
+                thread.endpoint(Channel.BACKEND),
+                ("echo",),
+                capacity=2,
+                heartbeat=False,
+                hbeatinterval_ms=60_000,
+            ) as worker,
+            s0p.client(ctx, thread.endpoint(Channel.FRONTEND)) as client,
+        ):
+            client.send(ClientRequest("echo", b"first", (b"a",)))
+            first = worker.recv(WorkerRequest)  # one slot of two taken: the second goes too
+            signalled: list[bool] = []
+
+            def reply_arrives_before_the_send() -> None:
+                # On the loop's thread, once, in the round that routes the second request:
+                # its REQUEST waits in the outbox for the backend, the round's reads are done.
+                if not signalled and any(item[0] == backend.io for item in broker_node._outbox):
+                    worker.send(WorkerReply(first.ticket, 200, (b"a",)))
+                    deadline = time.monotonic() + WAIT_S
+                    ready: list[int] = []
+                    while not ready and time.monotonic() < deadline:
+                        ready = select.select([backend.fd], [], [], 0.1)[0]  # libzmq signalled
+                    signalled.append(bool(ready))
+                    time.sleep(0.01)  # past libzmq's ~1 ms throttle: the send processes commands
+                flush()
+
+            thread.call(lambda: setattr(broker_node, "_flush", reply_arrives_before_the_send))
+            client.send(ClientRequest("echo", b"second", (b"b",)))
+            second = worker.recv(WorkerRequest)
+            assert signalled == [True]
+            assert client.recv(ClientReply).request_id == b"first"
+            worker.send(WorkerReply(second.ticket, 200, (b"b",)))
+            assert client.recv(ClientReply).request_id == b"second"
+    finally:
+        thread.stop()
 
 
 def test_timer_drives_broker_heartbeats(signing: tuple[Path, Path], ctx: zmq.Context[Any]) -> None:
