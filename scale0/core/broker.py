@@ -128,6 +128,7 @@ from scale0.core.effects import (
 )
 from scale0.core.metrics import LATENCY_BUCKETS_S, Histogram, Metrics
 from scale0.core.peers import LocalTable, Peer
+from scale0.core.records import heartbeat_gap, request_done
 from scale0.core.replica import (
     Applied,
     Conflict,
@@ -319,6 +320,8 @@ class Broker:
         self.management = Management(self)
         #: The net layer's own counters (received, sent, dropped...), shared for ``status``.
         self.io_counters: dict[str, int] = {}
+        #: The node's event log counters while it writes one (docs/trend.md): RequestDone on.
+        self.event_log: Mapping[str, int] | None = None
         #: Drain (SIGTERM) ran: the broker is disabled and stops once nothing is in flight.
         self.draining = False
         self._drained_said = False
@@ -515,6 +518,7 @@ class Broker:
             + self.io_counters.get("banned_dropped", 0)
             + self.io_counters.get("send_dropped", 0),
             "counters": counters,
+            "event_log": None if self.event_log is None else {**self.event_log},
             "config_source": self.config_source,
             "peers": len(self._peers),
             "peers_up": sum(1 for p in self._peers.values() if p.status == "up"),
@@ -731,6 +735,10 @@ class Broker:
                 )
             )
             return None
+        if channel is Channel.BACKEND:
+            heartbeat_gap(
+                out, rid, now - session.last_seen, session.timeout_s / self.network.liveness
+            )
         session.last_seen = now
         return session
 
@@ -951,7 +959,9 @@ class Broker:
                 self._dispatch_to(worker, pending, now, out)
         self._pool.list_ready(worker)
 
-    def _worker_lost(self, rid: bytes, now: float, out: list[Effect], reason: str) -> None:
+    def _worker_lost(
+        self, rid: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
+    ) -> None:
         worker = self._pool.remove(rid)
         if worker is None:
             return
@@ -961,7 +971,13 @@ class Broker:
         gone = [s for s in worker.services if not self._pool.offers(s)]
         for service in gone:
             self._service_left[service] = now
-        out.append(Log("warning", "worker_lost", {"worker": rid.hex(), "reason": reason}))
+        out.append(
+            Log(
+                "warning",
+                "worker_lost",
+                {"worker": rid.hex(), "reason": reason, "silent_ms": round(silent_s * 1000)},
+            )
+        )
         for ticket in sorted(worker.in_flight):
             pending = self._inflight.pop(ticket, None)
             if pending is not None:
@@ -1161,6 +1177,8 @@ class Broker:
 
     def _finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
         self._retire(pending)
+        if self.event_log is not None:
+            request_done(out, pending, reply.status, reply.body, now, self._peer_rids)
         self.metrics.observe(pending.service, reply.status, now - pending.started)
         self.counters["replies"] += 1
         if pending.origin is not None:  # F7: the origin broker caches; we only answer it
@@ -1177,6 +1195,8 @@ class Broker:
     def _fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None:
         self.counters[f"errors_{status}"] = self.counters.get(f"errors_{status}", 0) + 1
         self._retire(pending)
+        if self.event_log is not None:
+            request_done(out, pending, status, (), self._clock, self._peer_rids)
         self.metrics.observe(pending.service, status, self._clock - pending.started)
         if pending.origin is not None:
             failure = ClientReply.failure(pending.service, pending.request_id, status, message)
@@ -1297,7 +1317,7 @@ class Broker:
         if session is not None and self._client_ids.get((channel, session.client_id)) == rid:
             del self._client_ids[(channel, session.client_id)]
         if channel is Channel.BACKEND:
-            self._worker_lost(rid, now, out, reason)
+            self._worker_lost(rid, now, out, reason, now - session.last_seen if session else 0.0)
 
     def _malformed(self, event: Malformed, now: float, out: list[Effect]) -> None:
         if event.channel is Channel.CONFIG or event.channel is Channel.LINK:
@@ -1510,7 +1530,17 @@ class Broker:
         peer.forget_table()
         if was_up:
             self.counters["peers_lost"] += 1
-            out.append(Log("warning", "peer_lost", {"peer": peer.broker_id, "reason": reason}))
+            out.append(
+                Log(
+                    "warning",
+                    "peer_lost",
+                    {
+                        "peer": peer.broker_id,
+                        "reason": reason,
+                        "silent_ms": round((now - peer.last_seen) * 1000),
+                    },
+                )
+            )
         for ticket in sorted(peer.forwarded):
             pending = self._inflight.pop(ticket, None)
             if pending is not None:
@@ -2033,7 +2063,18 @@ class Broker:
             )
         elif isinstance(outcome, Refused):
             self.counters["configs_refused"] += 1
-            out.append(Log("warning", "config_refused", {**where, "reason": outcome.reason}))
+            out.append(
+                Log(
+                    "warning",
+                    "config_refused",
+                    {
+                        **where,
+                        "reason": outcome.reason,
+                        "version": event.offer.config_version,
+                        "sha256": event.offer.sha256,
+                    },
+                )
+            )
         return outcome
 
     def _config_applied(
