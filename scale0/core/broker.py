@@ -128,7 +128,7 @@ from scale0.core.effects import (
 )
 from scale0.core.metrics import LATENCY_BUCKETS_S, Histogram, Metrics
 from scale0.core.peers import LocalTable, Peer
-from scale0.core.records import heartbeat_gap, request_done
+from scale0.core.records import heartbeat_gap, refused, request_done
 from scale0.core.replica import (
     Applied,
     Conflict,
@@ -1036,6 +1036,8 @@ class Broker:
         if not self._known(service, now):
             self.counters["errors_404"] += 1
             self.metrics.reply(404)
+            if self.event_log is not None:
+                refused(out, service, rid, body, now, 404)
             out.append(
                 Send(
                     Channel.FRONTEND,

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from scale0.core.effects import Effect, Log, RequestDone
 from scale0.core.requests import Pending
 
-__all__ = ["heartbeat_gap", "request_done"]
+__all__ = ["heartbeat_gap", "refused", "request_done"]
 
 #: A worker silent for more than this many heartbeat intervals, then heard again, had a gap.
 GAP_INTERVALS = 2
@@ -56,6 +56,14 @@ def request_done(
             pending.attempt,
         )
     )
+
+
+def refused(
+    out: list[Effect], service: str, rid: bytes, body: tuple[bytes, ...], now: float, status: int
+) -> None:
+    """A client's request answered at once with ``status`` (404: no such service), before it
+    became a request the broker holds: reported too, without a worker and with no attempt."""
+    out.append(RequestDone(service, None, rid, None, now, now, sum(map(len, body)), 0, status, 0))
 
 
 def heartbeat_gap(out: list[Effect], rid: bytes, silent_s: float, interval_s: float) -> None:

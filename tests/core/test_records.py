@@ -86,6 +86,15 @@ def test_a_request_that_waited_in_vain_is_reported_failed_without_a_worker() -> 
     assert {r.status for _, r in replies(out)} >= {503}
 
 
+def test_a_request_for_a_service_nobody_offers_is_reported_404() -> None:
+    h = recording()
+    h.advance(6.0)  # past the startup grace (R7)
+    h.client(C1)
+    out = h.request(C1, b"r1", service="nosuch", body=b"abc")
+    assert only(replies(out))[1].status == 404
+    assert only(done(out)) == RequestDone("nosuch", None, C1, None, h.now, h.now, 3, 0, 404, 0)
+
+
 def test_a_lost_worker_s_request_is_reported_once_after_its_retry() -> None:
     h = recording()
     h.worker(W1)

@@ -1,4 +1,5 @@
-"""One real local SparkSession for the whole test session (starting one costs seconds)."""
+"""Fixtures shared by test packages: one real local SparkSession for the whole test session
+(starting one costs seconds; tests/trend and the event log system test both use it)."""
 
 from __future__ import annotations
 
