@@ -8,6 +8,9 @@ three setups, each with the client, the workers and the middle process in separa
 - ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
 - ``family``: two brokers of one family, the client at the first and every worker at the
   second, so every request is forwarded (FORWARD/FORWARDREPLY); CPU is both brokers';
+- ``eventlog``: the ``scale0`` case with the broker writing its event log (``event_log_dir``,
+  docs/trend.md) to a temporary directory; ``scale0`` runs with it off, so the row's
+  ``x scale0`` is what the log costs in throughput (the issue's target: under 10 %);
 - ``base`` (with ``--base-tree DIR``): the same broker run from another source tree, e.g. the
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
   against its own "before" in the same invocation.
@@ -236,14 +239,22 @@ def case_proxy(workers: int, capacity: int, **client: Any) -> dict[str, float]:
 
 
 def case_scale0(
-    workers: int, capacity: int, *, command: list[str] | None = None, **client: Any
+    workers: int,
+    capacity: int,
+    *,
+    command: list[str] | None = None,
+    event_log: bool = False,
+    **client: Any,
 ) -> dict[str, float]:
+    # "info" only adds start/stop lines: broker_stopped carries the stats read below.
+    overrides = {"log_level": "info", "event_log_dir": "events" if event_log else None}
+    if command is not None:
+        del overrides["event_log_dir"]  # another tree's broker: its own default
     with (
         tempfile.TemporaryDirectory() as tmp,
-        # "info" only adds start/stop lines: broker_stopped carries the stats read below.
         running_broker(
             Path(tmp),
-            broker_overrides={"log_level": "info"},
+            broker_overrides=overrides,
             max_queued_requests=100_000,
             command=command,
         ) as broker,
@@ -262,7 +273,17 @@ def case_scale0(
             stats = line.get("stats") if line.get("event") == "broker_stopped" else None
             if isinstance(stats, dict) and stats.get("requests") and "net_wakeups" in stats:
                 result["wakeups_per_request"] = stats["net_wakeups"] / stats["requests"]
+        if event_log:  # the log was really written: one request line per answer
+            result["request_records"] = sum(
+                path.read_bytes().count(b'"kind":"request"')
+                for path in (Path(tmp) / "events").rglob("*.jsonl")
+            )
         return result
+
+
+def case_eventlog(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+    """``scale0`` with the event log on (docs/trend.md "In the broker")."""
+    return case_scale0(workers, capacity, event_log=True, **client)
 
 
 def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
@@ -306,10 +327,17 @@ def base_case(tree: Path) -> Callable[..., dict[str, float]]:
     return case_base
 
 
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The run of median throughput (the lower middle one of an even count), with how many."""
+    ordered = sorted(runs, key=lambda r: r["throughput"])
+    return {**ordered[(len(ordered) - 1) // 2], "runs": len(runs)}
+
+
 CASES = {
     "direct": case_direct,
     "proxy": case_proxy,
     "scale0": case_scale0,
+    "eventlog": case_eventlog,
     "family": case_family,
 }
 
@@ -435,6 +463,13 @@ def main() -> int:
         type=Path,
         help="also run case 'base': the broker from this source tree (it holds scale0/)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every case this many times, interleaved, and keep each case's median run "
+        "(by throughput): steadier ratios on a loaded machine",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     cases: dict[str, Callable[..., dict[str, float]]] = {n: CASES[n] for n in args.cases}
@@ -445,28 +480,35 @@ def main() -> int:
     rows = []
     for workers in args.workers:
         for size in args.payload:
-            results = {
-                name: case(
-                    workers,
-                    args.capacity,
-                    requests=args.requests,
-                    window=args.window,
-                    payload=b"x" * size,
-                )
-                for name, case in cases.items()
-            }
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+            for _ in range(max(1, args.repeat)):
+                for name, case in cases.items():
+                    runs[name].append(
+                        case(
+                            workers,
+                            args.capacity,
+                            requests=args.requests,
+                            window=args.window,
+                            payload=b"x" * size,
+                        )
+                    )
+            results = {name: median_run(done) for name, done in runs.items()}
             base = results.get("proxy")
+            plain = results.get("scale0")
             for name, r in results.items():
                 row = {"case": name, "workers": workers, "payload": size, **r}
                 if base:
                     row["throughput_vs_proxy"] = r["throughput"] / base["throughput"]
+                if plain and name == "eventlog":
+                    row["throughput_vs_scale0"] = r["throughput"] / plain["throughput"]
                 rows.append(row)
     if args.json:
         print(json.dumps({"window": args.window, "requests": args.requests, "rows": rows}))
         return 0
     print(
-        f"window {args.window}, {args.requests} timed requests per case "
-        f"(ratios only compare within this run)"
+        f"window {args.window}, {args.requests} timed requests per case"
+        + (f", median of {args.repeat} interleaved runs" if args.repeat > 1 else "")
+        + " (ratios only compare within this run)"
     )
     head = f"{'case':8} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} {'p99 µs':>8}"
     print(f"{head} {'µs CPU/req':>10} {'main+other':>11} {'x proxy':>8} {'wakeups/req':>11}")
@@ -483,6 +525,15 @@ def main() -> int:
             f"{row['throughput']:>9.0f} {row['p50_us']:>8.0f} {row['p99_us']:>8.0f} "
             f"{cpu:>10} {split:>11} {ratio:>8} {wakeups:>11}"
         )
+    costs = [row for row in rows if "throughput_vs_scale0" in row]
+    if costs:
+        print("event log on / off (eventlog / scale0, same run):")
+        for row in costs:
+            print(
+                f"  workers {row['workers']}, payload {row['payload']}: throughput "
+                f"x {row['throughput_vs_scale0']:.3f}, "
+                f"{row.get('request_records', 0)} request records written"
+            )
     return 0
 
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from scale0.core.admin import COMMANDS
 from scale0.core.effects import Channel, Log, RequestDone
-from scale0.trend.eventlog import EventLogWriter
+from scale0.trend.eventlog import EventLogWriter, RequestValues
 from scale0.wire.admin import ManagementReply, ManagementRequest
 
 __all__ = ["BrokerEventLog", "WriterStats", "mgmt_result"]
@@ -75,6 +75,11 @@ class BrokerEventLog:
     ) -> None:
         """``wall_ms`` and ``monotonic``: the same instant on both clocks (default: now)."""
         self.writer = writer
+        writer.convert = self.convert
+        #: The hot path: one call per finished request, which appends the RequestDone as it is
+        #: to the writer's buffer (``EventLogWriter.request_raw``); ``convert`` makes the record
+        #: on the writer's thread.
+        self.request: Callable[[RequestDone], bool] = writer.request_raw
         self.stats = WriterStats(writer)
         mono = clock() if monotonic is None else monotonic
         wall = time.time_ns() // 1_000_000 if wall_ms is None else wall_ms
@@ -119,14 +124,15 @@ class BrokerEventLog:
 
     # ---- the hot path ----------------------------------------------------------------------
 
-    def request(self, done: RequestDone) -> None:
-        """A ``request`` record: one call that appends one tuple (EventLogWriter.request)."""
+    def convert(self, done: RequestDone) -> tuple[int, RequestValues]:
+        """A RequestDone as (ts_ms, the request record's values): run by the writer thread.
+
+        Reads only the fixed clock offset, so it is safe off the loop thread."""
         base = self._base_ms
         worker = done.worker
         client = done.client
         finished = done.finished
-        self.writer.request(
-            int(base + finished * 1000.0),
+        return int(base + finished * 1000.0), (
             done.service,
             None if worker is None else worker.hex(),
             None if client is None else client.hex(),
