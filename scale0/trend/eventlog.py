@@ -168,8 +168,7 @@ class SegmentFiles:
         if self._file is None or day != self._day or self._size >= self.max_bytes:
             self._open(day)
         assert self._file is not None  # _open sets it (or raised); not network input
-        self._file.write(line)
-        self._file.write("\n")
+        self._file.write(line + "\n")
         self._size += len(line) + 1
 
     def flush(self) -> None:
@@ -391,6 +390,7 @@ class EventLogWriter:
             return
         done = 0
         convert = self.convert
+        broker_json = _quote(broker)
         try:
             for item in batch:
                 if item[0] == _RAW and convert is not None:
@@ -400,7 +400,7 @@ class EventLogWriter:
                         log.exception("event log: cannot convert %r", item[2])
                         self.write_failed += 1
                         continue
-                    files.write(ts_ms, _encode_request(_quote(broker), ts_ms, values))
+                    files.write(ts_ms, _encode_request(broker_json, ts_ms, values))
                 else:
                     files.write(item[1], encode(broker, item))
                 done += 1
