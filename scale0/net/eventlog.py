@@ -14,6 +14,7 @@ records of one run are ordered as the core saw them.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -21,13 +22,14 @@ from typing import Any, Final
 
 from scale0.core.admin import COMMANDS
 from scale0.core.effects import Channel, Log, RequestDone
-from scale0.trend.eventlog import EventLogWriter, RequestValues
+from scale0.trend.eventlog import EventLogWriter, request_templates
 from scale0.wire.admin import ManagementReply, ManagementRequest
 
 __all__ = ["BrokerEventLog", "WriterStats", "mgmt_result"]
 
 #: Management requests remembered until their answer (the oldest is forgotten beyond this).
 MAX_ASKED: Final = 256
+_quote: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
 #: Silences shorter than this are not reported as gap_ms on peer_down (a DISCONNECT: none).
 MIN_GAP_MS: Final = 1
 
@@ -75,6 +77,7 @@ class BrokerEventLog:
     ) -> None:
         """``wall_ms`` and ``monotonic``: the same instant on both clocks (default: now)."""
         self.writer = writer
+        self._templates = request_templates(writer.broker)
         writer.convert = self.convert
         #: The hot path: one call per finished request, which appends the RequestDone as it is
         #: to the writer's buffer (``EventLogWriter.request_raw``); ``convert`` makes the record
@@ -124,26 +127,31 @@ class BrokerEventLog:
 
     # ---- the hot path ----------------------------------------------------------------------
 
-    def convert(self, done: RequestDone) -> tuple[int, RequestValues]:
-        """A RequestDone as (ts_ms, the request record's values): run by the writer thread.
-
-        Reads only the fixed clock offset, so it is safe off the loop thread."""
+    def convert(self, done: RequestDone) -> tuple[int, str]:
+        """A RequestDone as (ts_ms, its request line): run by the writer thread, one
+        %-format per line (``request_templates``). Reads only the fixed clock offset and the
+        templates, so it is safe off the loop thread."""
+        (service, worker, client, forwarded, started, finished, bytes_in, bytes_out, status,
+         attempts) = done  # fmt: skip
         base = self._base_ms
-        worker = done.worker
-        client = done.client
-        finished = done.finished
-        return int(base + finished * 1000.0), (
-            done.service,
-            None if worker is None else worker.hex(),
-            None if client is None else client.hex(),
-            done.forwarded_from,
-            int(base + done.started * 1000.0),
-            (finished - done.started) * 1000.0,
-            done.bytes_in,
-            done.bytes_out,
-            done.status,
-            done.attempts,
+        ts_ms = int(base + finished * 1000.0)
+        args: list[object] = [ts_ms, _quote(service)]
+        if worker is not None:
+            args.append(worker.hex())
+        if client is not None:
+            args.append(client.hex())
+        if forwarded is not None:
+            args.append(_quote(forwarded))
+        args += (
+            int(base + started * 1000.0),
+            (finished - started) * 1000.0,
+            bytes_in,
+            bytes_out,
+            status,
+            attempts,
         )
+        template = self._templates[worker is not None, client is not None, forwarded is not None]
+        return ts_ms, template % tuple(args)
 
     # ---- what the core logs ----------------------------------------------------------------
 

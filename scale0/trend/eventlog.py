@@ -51,8 +51,9 @@ _quote: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
 # _REQUEST_FIELDS order (no dict built on the hot path); otherwise a mapping of field -> value.
 RequestValues = tuple[str, str | None, str | None, str | None, int, float, int, int, int, int]
 Item = tuple[str, int, RequestValues | Mapping[str, object]]
-#: Turns a request in the caller's own form (``request_raw``) into (ts_ms, RequestValues).
-Convert = Callable[[Any], tuple[int, RequestValues]]
+#: Turns a request in the caller's own form (``request_raw``) into (ts_ms, RequestValues), or
+#: into (ts_ms, its finished line) made with ``request_templates``.
+Convert = Callable[[Any], tuple[int, RequestValues | str]]
 #: The kind of a buffered item still in the caller's form (never written as such).
 _RAW: Final = "request:raw"
 _REQUEST_LINE: Final = (
@@ -109,6 +110,34 @@ def _encode_request(broker_json: str, ts_ms: int, values: RequestValues) -> str:
         status,
         attempts,
     )
+
+
+def request_templates(broker: str) -> dict[tuple[bool, bool, bool], str]:
+    """%-templates of a request line of ``broker``, by which of worker, client, forwarded_from
+    are present: the fastest way to build the line (one %-format, in C).
+
+    Arguments, in order: ts_ms (int), the service as a JSON string (``json.encoder.
+    encode_basestring_ascii``), then the worker and the client as they are (hex, so nothing to
+    escape) and forwarded_from as a JSON string, each only when present, then received_ms,
+    latency_ms (float), bytes_in, bytes_out, status, attempts (ints). A test checks the lines
+    equal ``encode``'s.
+    """
+    head = (
+        f'{{"v":{SCHEMA_VERSION},"ts_ms":%d,"kind":"request","broker":{_quote(broker)},"service":%s'
+    )
+    tail = (
+        ',"received_ms":%d,"latency_ms":%r,"bytes_in":%d,"bytes_out":%d,"status":%d,"attempts":%d}'
+    )
+    return {
+        (worker, client, forwarded): head
+        + (',"worker":"%s"' if worker else "")
+        + (',"client":"%s"' if client else "")
+        + (',"forwarded_from":%s' if forwarded else "")
+        + tail
+        for worker in (False, True)
+        for client in (False, True)
+        for forwarded in (False, True)
+    }
 
 
 class SegmentFiles:
@@ -400,7 +429,10 @@ class EventLogWriter:
                         log.exception("event log: cannot convert %r", item[2])
                         self.write_failed += 1
                         continue
-                    files.write(ts_ms, _encode_request(broker_json, ts_ms, values))
+                    if isinstance(values, str):
+                        files.write(ts_ms, values)
+                    else:
+                        files.write(ts_ms, _encode_request(broker_json, ts_ms, values))
                 else:
                     files.write(item[1], encode(broker, item))
                 done += 1

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scale0.core.effects import Channel, Log, RequestDone
 from scale0.mgmt.metrics import render_metrics
 from scale0.net.eventlog import MAX_ASKED, BrokerEventLog, mgmt_result
-from scale0.trend.eventlog import EventLogWriter
+from scale0.trend.eventlog import EventLogWriter, encode
 from scale0.trend.schema import validate_record
 from scale0.wire.admin import ManagementReply, ManagementRequest
 
@@ -241,3 +243,48 @@ def test_the_writer_counters_go_to_status_and_metrics(tmp_path: Path) -> None:
     assert 'scale0_event_log_records_total{broker="a",outcome="dropped"} 1' in text
     assert 'scale0_event_log_records_total{broker="a",outcome="written"} 0' in text
     assert "scale0_event_log" not in render_metrics({"broker": "a", "event_log": None})
+
+
+@given(
+    service=st.text(min_size=1, max_size=20),
+    worker=st.none() | st.binary(min_size=1, max_size=8),
+    client=st.none() | st.binary(min_size=1, max_size=8),
+    forwarded=st.none() | st.text(min_size=1, max_size=10),
+    started=st.floats(min_value=0, max_value=1e7, allow_nan=False),
+    took=st.floats(min_value=0, max_value=1e3, allow_nan=False),
+    ints=st.lists(st.integers(min_value=0, max_value=2**40), min_size=4, max_size=4),
+)
+def test_the_converted_line_is_exactly_the_writer_s_request_line(
+    tmp_path_factory: pytest.TempPathFactory,
+    service: str,
+    worker: bytes | None,
+    client: bytes | None,
+    forwarded: str | None,
+    started: float,
+    took: float,
+    ints: list[int],
+) -> None:
+    writer = EventLogWriter(tmp_path_factory.mktemp("log"), "b-1")
+    log = BrokerEventLog(writer, wall_ms=T0_MS, monotonic=MONO0)
+    bytes_in, bytes_out, status, attempts = ints
+    done = RequestDone(
+        service, worker, client, forwarded, started, started + took, bytes_in, bytes_out,
+        status, attempts,
+    )  # fmt: skip
+    ts_ms, line = log.convert(done)
+    base = T0_MS - MONO0 * 1000.0
+    values = (
+        service,
+        None if worker is None else worker.hex(),
+        None if client is None else client.hex(),
+        forwarded,
+        int(base + started * 1000.0),
+        (started + took - started) * 1000.0,
+        bytes_in,
+        bytes_out,
+        status,
+        attempts,
+    )
+    assert ts_ms == int(base + (started + took) * 1000.0)
+    assert line == encode("b-1", ("request", ts_ms, values))  # type: ignore[arg-type]
+    assert json.loads(line)["kind"] == "request"
