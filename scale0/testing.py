@@ -39,12 +39,12 @@ from scale0.config.model import (
     Admin,
     BrokerConfig,
     BrokerEntry,
-    BrokerState,
     ManagementSettings,
     NetworkConfig,
 )
 from scale0.crypto.keys import generate_keypair
 from scale0.crypto.passwords import hash_password
+from scale0.wire.peer import BrokerState
 
 __all__ = [
     "FAMILY_ADMINS",
@@ -117,7 +117,7 @@ def write_configs(
         backend_port=0,
         peer_port=0,
         config_pub_port=0,
-        state="active",
+        state=BrokerState.ACTIVE,
         config_source=True,
         network_config="network.yaml",
         signing_key="keys/signing.key",
@@ -316,7 +316,7 @@ def write_family_configs(
     *,
     sources: Sequence[int] | None = None,
     extra_config_subs: Sequence[str] = (),
-    states: Sequence[BrokerState] | None = None,
+    states: Sequence[BrokerState | str] | None = None,
     broker_overrides: Sequence[Mapping[str, Any]] | None = None,
     management: bool = False,
     admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
@@ -389,7 +389,7 @@ def write_family_configs(
             backend_port=port["backend"],
             peer_port=port["peer"],
             config_pub_port=port["config_pub"],
-            state=states[index] if states is not None else "active",
+            state=BrokerState(states[index]) if states is not None else BrokerState.ACTIVE,
             config_source=entry.config_source,
             family=network.family,
             network_config="../network.yaml" if entry.config_source else None,
@@ -495,7 +495,7 @@ def running_brokers(
     *,
     sources: Sequence[int] | None = None,
     extra_config_subs: Sequence[str] = (),
-    states: Sequence[BrokerState] | None = None,
+    states: Sequence[BrokerState | str] | None = None,
     broker_overrides: Sequence[Mapping[str, Any]] | None = None,
     start_timeout_s: float = START_TIMEOUT_S,
     **network_overrides: Any,

@@ -1,10 +1,15 @@
-"""Benchmark: requests through one Scale0 broker, next to two baselines measured in the same run.
+"""Benchmark: requests through one Scale0 broker, beside baselines and peers in the same run.
 
 Run it as ``tools/bench`` (it makes .venv first). For each payload size and worker count it runs
-three setups, each with the client, the workers and the middle process in separate processes:
+these setups, each with the client, the workers and the middle process in separate processes:
 
 - ``direct``: the client's DEALER connects straight to the workers' ROUTERs (no middle at all);
-- ``proxy``: ``zmq.proxy`` (ROUTER/DEALER, in C) between them;
+- ``proxy``: ``zmq.proxy`` (ROUTER/DEALER, in C) between them: the ceiling. It cannot route by
+  service and gives no LRU guarantee (its DEALER deals round-robin, about window / workers
+  requests queued at each worker);
+- ``c-lru``: the C strict-LRU Majordomo broker (tools/mdp_lru.c, built here with gcc against
+  pyzmq's libzmq): the floor every broker is a ratio to;
+- ``majortomo``: majortomo's Majordomo broker (PyPI, pinned in setup.cfg), logging at WARNING;
 - ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
 - ``family``: two brokers of one family, the client at the first and every worker at the
   second, so every request is forwarded (FORWARD/FORWARDREPLY); CPU is both brokers';
@@ -15,6 +20,14 @@ three setups, each with the client, the workers and the middle process in separa
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
   against its own "before" in the same invocation.
 
+Drivers: ``proxy``, ``c-lru`` and ``majortomo`` are driven by the same Majordomo client
+(tools/mdp.py, ``--mdp`` picks its framing; default majortomo's MDP/0.2, the only one majortomo
+speaks) and, behind the two brokers, the same Majordomo worker processes; behind zmq.proxy,
+which speaks no Majordomo to workers, DEALER workers answer in MDP reply framing. The Scale0
+cases run S0P/1 clients and workers, because the broker does not route Majordomo yet
+(docs/protocol.md §10): their ratio to ``c-lru`` is not same-driver, and the output says so.
+Every request carries a fresh request id (no reply is served from a broker's reply cache).
+
 ``tools/bench trend [--events N]`` is a separate case (see ``trend_main``): the event log
 writer's cost on the caller's thread and its drain rate, then events per second through the
 trending job on ``local[*]`` for a generated log (1 million events; ``--events 10000000`` for
@@ -22,15 +35,19 @@ the issue's 10 M case).
 
 It prints throughput, round-trip p50/p99, the middle process's CPU time per request (read
 from /proc; "main+other" splits it into the main thread and the rest, i.e. libzmq's I/O
-thread), the broker's loop wake-ups per request (its ``net_wakeups`` / ``requests``
-counters, from the stats it logs when it stops) and the ratios against ``proxy``. Only ratios
-within one invocation are meaningful: absolute numbers drift on shared machines. Workers and
-client speak raw frames so the numbers measure the broker, not Scale0's client library.
+thread), the broker's loop wake-ups per request (Scale0: its ``net_wakeups`` / ``requests``
+counters from the stats it logs when it stops; c-lru: its ``stats`` line), and the ratios of
+throughput against ``proxy`` and of throughput and CPU per request against ``c-lru``, and
+"drivers µs/req": the CPU of the client process and the worker processes per request (on a
+machine with few cores they compete with the broker for it). Only
+ratios within one invocation are meaningful: absolute numbers drift on shared machines. Workers
+and clients speak raw frames so the numbers measure the broker, not Scale0's client library.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -43,7 +60,16 @@ from typing import Any
 
 import zmq
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from scale0.testing import running_broker, running_brokers
+from tools.mdp import DIALECTS, Dialect, Worker, reply_header, request_header
+from tools.mdp_brokers import (
+    BrokerUnavailable,
+    build_c_broker,
+    running_c_broker,
+    running_majortomo,
+)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SERVICE = b"echo"
@@ -88,6 +114,35 @@ def s0p_worker(endpoint: str, capacity: int, ready: Any) -> None:
             break
 
 
+def mdp_worker(endpoint: str, dialect_key: str, ready: Any) -> None:
+    """A Majordomo echo worker (tools/mdp.py): READY, then each REQUEST answered with its body,
+    heartbeating as RFC 7 says. The same worker serves every Majordomo broker of the run."""
+    ctx = zmq.Context()
+    worker = Worker(endpoint, SERVICE, DIALECTS[dialect_key], context=ctx)
+    ready.set()
+    while True:
+        request = worker.recv(10.0)
+        if request is not None:
+            worker.reply(request, request.body)
+
+
+def proxy_echo_worker(endpoint: str, dialect_key: str, ready: Any) -> None:
+    """zmq.proxy's worker: a DEALER on its backend, answering the MDP client in the dialect's
+    reply framing. zmq.proxy speaks no Majordomo to workers (it routes nothing by service), so
+    this worker gets the client's request as it was sent, behind the client's routing id."""
+    dialect = DIALECTS[dialect_key]
+    skip = len(request_header(dialect, SERVICE))
+    head = reply_header(dialect, SERVICE)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(endpoint)
+    ready.set()
+    while True:
+        frames = sock.recv_multipart()
+        sock.send_multipart([frames[0], *head, *frames[1 + skip :]])
+
+
 def echo_worker(endpoint: str, socket_type: int, bind: bool, ready: Any) -> None:
     """Baseline worker: echoes every message to its sender. A ROUTER the client connects to
     (direct), or a DEALER on zmq.proxy's backend (proxy)."""
@@ -119,15 +174,27 @@ def proxy_main(frontend: str, backend: str, ready: Any) -> None:
 def run_client(
     endpoints: list[str],
     *,
-    negotiate: bool,
+    negotiate: bool = False,
+    dialect: Dialect | None = None,
     requests: int,
     window: int,
     payload: bytes,
     middle_pid: int | None,
     also: tuple[int, ...] = (),
+    drivers: tuple[int, ...] = (),
 ) -> dict[str, float]:
     """``middle_pid``: the process whose CPU is measured (main thread apart); ``also``: more
-    processes whose CPU counts towards the total (the second broker of the family case)."""
+    processes whose CPU counts towards the total (the second broker of the family case).
+
+    The client speaks S0P/1 (REQUEST, the request id frame, the body), or with ``dialect`` the
+    Majordomo client of tools/mdp.py, its body the same two frames: request id, payload."""
+    if dialect is None:
+        head = [b"", b"S0C1", b"REQUEST", SERVICE]
+        id_at = 4  # S0P/1 REPLY: "", S0C1, REPLY, service, request_id, status, body
+    else:
+        head = request_header(dialect, SERVICE)
+        id_at = len(reply_header(dialect, SERVICE))  # the first body frame
+    drive = functools.partial(_drive, head=head, id_at=id_at)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
@@ -140,18 +207,24 @@ def run_client(
                 raise RuntimeError("no CONFIG from the broker within 10 s")
             sock.recv_multipart()
         warmup = min(1000, requests)
-        _drive(sock, warmup, window, payload, [])
+        # Request ids never repeat within a run: the timed phase starts where the warm-up ended,
+        # so no timed request is answered from the broker's reply cache (docs/performance.md).
+        drive(sock, warmup, window, payload, [], first_id=0)
         rtts: list[float] = []
         cpu_before = cpu_seconds(middle_pid) if middle_pid else 0.0
         cpu_before += sum(cpu_seconds(pid) for pid in also)
         # The middle's main thread (tid = pid) apart from the rest (libzmq's I/O thread).
         main_before = cpu_seconds(middle_pid, middle_pid) if middle_pid else 0.0
+        # The drivers: this client process and the worker processes.
+        drivers_before = time.process_time() + sum(cpu_seconds(pid) for pid in drivers)
         started = time.perf_counter()
-        _drive(sock, requests, window, payload, rtts)
+        drive(sock, requests, window, payload, rtts, first_id=warmup)
         elapsed = time.perf_counter() - started
         cpu = (cpu_seconds(middle_pid) if middle_pid else 0.0) - cpu_before
         cpu += sum(cpu_seconds(pid) for pid in also)
         main = (cpu_seconds(middle_pid, middle_pid) - main_before) if middle_pid else 0.0
+        driving = time.process_time() + sum(cpu_seconds(pid) for pid in drivers)
+        driving -= drivers_before
     finally:
         sock.close()
         ctx.term()
@@ -162,13 +235,25 @@ def run_client(
         "p99_us": rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1e6,
         "cpu_us_per_request": cpu / requests * 1e6,
         "main_thread_us_per_request": main / requests * 1e6,
+        "drivers_us_per_request": driving / requests * 1e6,
     }
 
 
 def _drive(
-    sock: zmq.Socket[bytes], total: int, window: int, payload: bytes, rtts: list[float]
+    sock: zmq.Socket[bytes],
+    total: int,
+    window: int,
+    payload: bytes,
+    rtts: list[float],
+    *,
+    first_id: int,
+    head: list[bytes],
+    id_at: int,
 ) -> None:
-    """Keep ``window`` requests outstanding until ``total`` are answered; record round trips."""
+    """Keep ``window`` requests outstanding until ``total`` are answered; record round trips.
+
+    A request is ``head`` + [request id, payload]; the reply's request id is frame ``id_at``.
+    Request ids are ``first_id``, ``first_id + 1``, …: each one fresh."""
     sent_at: dict[bytes, float] = {}
     sent = answered = 0
     clock = time.perf_counter
@@ -176,9 +261,9 @@ def _drive(
     poller.register(sock, zmq.POLLIN)
     while answered < total:
         while sent < total and sent - answered < window:
-            request_id = sent.to_bytes(8, "big")
+            request_id = (first_id + sent).to_bytes(8, "big")
             sent_at[request_id] = clock()
-            sock.send_multipart([b"", b"S0C1", b"REQUEST", SERVICE, request_id, payload])
+            sock.send_multipart([*head, request_id, payload])
             sent += 1
         if not poller.poll(10_000):
             raise RuntimeError(f"no reply within 10 s ({answered}/{total} answered)")
@@ -187,7 +272,7 @@ def _drive(
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            started = sent_at.pop(frames[4], None)  # request_id is frame 4 in both replies
+            started = sent_at.pop(frames[id_at], None)
             if started is not None:
                 rtts.append(clock() - started)
                 answered += 1
@@ -220,22 +305,78 @@ def case_direct(workers: int, capacity: int, **client: Any) -> dict[str, float]:
     procs = [start(echo_worker, e, zmq.ROUTER, True) for e in endpoints]
     try:
         time.sleep(0.2)  # let the client's connects finish before timing
-        return run_client(endpoints, negotiate=False, middle_pid=None, **client)
+        return run_client(
+            endpoints, middle_pid=None, drivers=tuple(p.pid or 0 for p in procs), **client
+        )
     finally:
         for p in procs:
             p.kill()
 
 
-def case_proxy(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+def case_proxy(workers: int, capacity: int, *, dialect_key: str, **client: Any) -> dict[str, float]:
+    """zmq.proxy with the Majordomo client: the ceiling (no LRU guarantee, no routing by service:
+    its DEALER deals requests round-robin, about window / workers queued at each worker)."""
     front, back = free_endpoint(), free_endpoint()
     proxy = start(proxy_main, front, back)
-    procs = [start(echo_worker, back, zmq.DEALER, False) for _ in range(workers)]
+    procs = [start(proxy_echo_worker, back, dialect_key) for _ in range(workers)]
     try:
         time.sleep(0.2)
-        return run_client([front], negotiate=False, middle_pid=proxy.pid, **client)
+        return run_client(
+            [front],
+            dialect=DIALECTS[dialect_key],
+            middle_pid=proxy.pid,
+            drivers=tuple(p.pid or 0 for p in procs),
+            **client,
+        )
     finally:
         for p in [*procs, proxy]:
             p.kill()
+
+
+def case_c_lru(
+    workers: int, capacity: int, *, binary: Path, dialect_key: str, **client: Any
+) -> dict[str, float]:
+    """The C strict-LRU Majordomo broker (tools/mdp_lru.c): the floor. MDP workers hold one
+    request at a time by definition, so ``capacity`` does not apply."""
+    with tempfile.TemporaryDirectory() as tmp, running_c_broker(binary, Path(tmp)) as broker:
+        procs = [start(mdp_worker, broker.backend, dialect_key) for _ in range(workers)]
+        try:
+            time.sleep(0.2)
+            result = run_client(
+                [broker.frontend],
+                dialect=DIALECTS[dialect_key],
+                middle_pid=broker.pid,
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
+            )
+        finally:
+            for p in procs:
+                p.kill()
+        broker.stop()
+        stats = broker.stats()
+        if stats.get("requests"):
+            result["wakeups_per_request"] = stats["wakeups"] / stats["requests"]
+        return result
+
+
+def case_majortomo(
+    workers: int, capacity: int, *, dialect_key: str, **client: Any
+) -> dict[str, float]:
+    """majortomo's broker (PyPI, pinned), logging at WARNING, with the same MDP drivers."""
+    with tempfile.TemporaryDirectory() as tmp, running_majortomo(Path(tmp)) as broker:
+        procs = [start(mdp_worker, broker.backend, dialect_key) for _ in range(workers)]
+        try:
+            time.sleep(0.2)
+            return run_client(
+                [broker.frontend],
+                dialect=DIALECTS[dialect_key],
+                middle_pid=broker.pid,
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
+            )
+        finally:
+            for p in procs:
+                p.kill()
 
 
 def case_scale0(
@@ -263,7 +404,11 @@ def case_scale0(
         try:
             time.sleep(0.2)
             result = run_client(
-                [broker.endpoints["frontend"]], negotiate=True, middle_pid=broker.pid, **client
+                [broker.endpoints["frontend"]],
+                negotiate=True,
+                middle_pid=broker.pid,
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
             )
         finally:
             for p in procs:
@@ -308,6 +453,7 @@ def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
                 negotiate=True,
                 middle_pid=b1.pid,
                 also=(b2.pid,),
+                drivers=tuple(p.pid or 0 for p in procs),
                 **client,
             )
         finally:
@@ -336,10 +482,14 @@ def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
 CASES = {
     "direct": case_direct,
     "proxy": case_proxy,
+    "c-lru": case_c_lru,
+    "majortomo": case_majortomo,
     "scale0": case_scale0,
     "eventlog": case_eventlog,
     "family": case_family,
 }
+#: The cases driven by the Majordomo client (and, but for proxy, the Majordomo workers).
+MDP_CASES = ("proxy", "c-lru", "majortomo")
 
 
 # ---- trend: the event log writer and the Spark job (tools/bench trend) --------------------------
@@ -443,6 +593,69 @@ def trend_main(argv: list[str]) -> int:
     return 0
 
 
+DRIVERS = {
+    "direct": "S0P",
+    "proxy": "MDP",
+    "c-lru": "MDP",
+    "majortomo": "MDP",
+    "scale0": "S0P",
+    "eventlog": "S0P",
+    "family": "S0P",
+    "base": "S0P",
+}
+
+
+def notes(args: argparse.Namespace, names: list[str], skipped: dict[str, str]) -> list[str]:
+    """What the table's reader must know to read it: drivers, guarantees, the machine."""
+    dialect = DIALECTS[args.mdp]
+    lines = [
+        f"window {args.window}, {args.requests} timed requests per case, a fresh request id for "
+        "every request (ratios only compare within this run)"
+    ]
+    if args.repeat > 1:
+        lines.append(f"each case: the median (by req/s) of {args.repeat} interleaved runs")
+    mdp = [n for n in names if n in MDP_CASES]
+    brokers = [n for n in mdp if n != "proxy"]
+    if mdp:
+        behind = (
+            f"; behind {' and '.join(brokers)} the same tools/mdp.py worker processes "
+            if brokers
+            else ""
+        )
+        lines.append(
+            f"MDP driver ({', '.join(mdp)}): one tools/mdp.py client speaking {dialect.name}"
+            + (behind + "(capacity 1 by MDP's definition)" if brokers else "")
+        )
+    if "proxy" in names:
+        lines.append(
+            "proxy: zmq.proxy cannot route by service and gives no LRU guarantee (its DEALER "
+            "queues about window / workers requests at each worker); its workers answer in MDP "
+            "reply framing: the ceiling, not a peer"
+        )
+    if "c-lru" in names:
+        lines.append(
+            "c-lru: tools/mdp_lru.c, strict LRU (a worker gets its next request only after it "
+            "replied, ready workers FIFO), zero-copy forwarding: the floor every ratio is taken to"
+        )
+    s0p = [n for n in names if DRIVERS.get(n) == "S0P" and n != "direct"]
+    if s0p:
+        lines.append(
+            f"S0P driver ({', '.join(s0p)}): the Scale0 broker does not route Majordomo yet "
+            "(docs/protocol.md §10), so these run S0P/1 clients and workers (capacity "
+            f"{args.capacity}): their ratio to c-lru is NOT same-driver"
+        )
+    for name, reason in skipped.items():
+        lines.append(f"{name}: not run: {reason}")
+    cores = os.cpu_count() or 0
+    load = os.getloadavg()[0]
+    lines.append(
+        f"machine: {cores} cores, load {load:.1f} at the start; the client, the workers and the "
+        "broker share them, so a broker that needs less CPU leaves more to its drivers: req/s "
+        f"can be at most {cores} s / (µs CPU/req + drivers µs/req), less under other load"
+    )
+    return lines
+
+
 def main() -> int:
     if sys.argv[1:2] == ["trend"]:
         return trend_main(sys.argv[2:])
@@ -459,6 +672,13 @@ def main() -> int:
     )
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     parser.add_argument(
+        "--mdp",
+        choices=sorted(DIALECTS),
+        default="majortomo",
+        help="the Majordomo framing of the MDP driver (default: majortomo's MDP/0.2, the only "
+        "one majortomo speaks; with 0.1 or 0.2 the majortomo case is not run)",
+    )
+    parser.add_argument(
         "--base-tree",
         type=Path,
         help="also run case 'base': the broker from this source tree (it holds scale0/)",
@@ -472,69 +692,112 @@ def main() -> int:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    cases: dict[str, Callable[..., dict[str, float]]] = {n: CASES[n] for n in args.cases}
-    if args.base_tree is not None:
-        if not (args.base_tree / "scale0" / "net" / "node.py").is_file():
-            parser.error(f"--base-tree {args.base_tree}: no scale0/net/node.py there")
-        cases["base"] = base_case(args.base_tree.resolve())
-    rows = []
-    for workers in args.workers:
-        for size in args.payload:
-            runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
-            for _ in range(max(1, args.repeat)):
-                for name, case in cases.items():
-                    runs[name].append(
-                        case(
-                            workers,
-                            args.capacity,
-                            requests=args.requests,
-                            window=args.window,
-                            payload=b"x" * size,
+    cases: dict[str, Callable[..., dict[str, float]]] = {}
+    skipped: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="scale0-bench-") as tmp:
+        for name in args.cases:
+            case = CASES[name]
+            if name in MDP_CASES:
+                case = functools.partial(case, dialect_key=args.mdp)
+            if name == "majortomo" and args.mdp != "majortomo":
+                skipped[name] = f"majortomo speaks only its own MDP/0.2, not --mdp {args.mdp}"
+                continue
+            if name == "c-lru":
+                try:
+                    case = functools.partial(case, binary=build_c_broker(Path(tmp)))
+                except BrokerUnavailable as e:
+                    skipped[name] = str(e)
+                    continue
+            cases[name] = case
+        if args.base_tree is not None:
+            if not (args.base_tree / "scale0" / "net" / "node.py").is_file():
+                parser.error(f"--base-tree {args.base_tree}: no scale0/net/node.py there")
+            cases["base"] = base_case(args.base_tree.resolve())
+        header = notes(args, list(cases), skipped)
+        if not args.json:
+            print("\n".join(header), flush=True)
+        rows = []
+        for workers in args.workers:
+            for size in args.payload:
+                runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+                for _ in range(max(1, args.repeat)):
+                    for name, case in cases.items():
+                        runs[name].append(
+                            case(
+                                workers,
+                                args.capacity,
+                                requests=args.requests,
+                                window=args.window,
+                                payload=b"x" * size,
+                            )
                         )
-                    )
-            results = {name: median_run(done) for name, done in runs.items()}
-            base = results.get("proxy")
-            plain = results.get("scale0")
-            for name, r in results.items():
-                row = {"case": name, "workers": workers, "payload": size, **r}
-                if base:
-                    row["throughput_vs_proxy"] = r["throughput"] / base["throughput"]
-                if plain and name == "eventlog":
-                    row["throughput_vs_scale0"] = r["throughput"] / plain["throughput"]
-                rows.append(row)
+                results = {name: median_run(done) for name, done in runs.items()}
+                proxy, floor = results.get("proxy"), results.get("c-lru")
+                plain = results.get("scale0")
+                for name, r in results.items():
+                    row = {"case": name, "driver": DRIVERS[name], "workers": workers}
+                    row.update(payload=size, **r)
+                    if proxy:
+                        row["throughput_vs_proxy"] = r["throughput"] / proxy["throughput"]
+                    if plain and name == "eventlog":
+                        row["throughput_vs_scale0"] = r["throughput"] / plain["throughput"]
+                    if floor:
+                        row["throughput_vs_c_lru"] = r["throughput"] / floor["throughput"]
+                        if name != "direct":
+                            cpu = r["cpu_us_per_request"] / floor["cpu_us_per_request"]
+                            row["cpu_vs_c_lru"] = cpu
+                    rows.append(row)
     if args.json:
-        print(json.dumps({"window": args.window, "requests": args.requests, "rows": rows}))
+        print(
+            json.dumps(
+                {
+                    "notes": header,
+                    "window": args.window,
+                    "requests": args.requests,
+                    "mdp": args.mdp,
+                    "rows": rows,
+                }
+            )
+        )
         return 0
-    print(
-        f"window {args.window}, {args.requests} timed requests per case"
-        + (f", median of {args.repeat} interleaved runs" if args.repeat > 1 else "")
-        + " (ratios only compare within this run)"
+    print(table(rows))
+    return 0
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def ratio(row: dict[str, Any], key: str) -> str:
+        return f"{row[key]:.2f}" if key in row else "-"
+
+    head = (
+        f"{'case':9} {'driver':6} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} "
+        f"{'p99 µs':>8} {'µs CPU/req':>10} {'main+other':>11} {'x proxy':>8} {'x c-lru':>8} "
+        f"{'CPU x c-lru':>11} {'wakeups/req':>11} {'drivers µs/req':>14}"
     )
-    head = f"{'case':8} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} {'p99 µs':>8}"
-    print(f"{head} {'µs CPU/req':>10} {'main+other':>11} {'x proxy':>8} {'wakeups/req':>11}")
+    lines = [head]
     for row in rows:
-        ratio = f"{row['throughput_vs_proxy']:.2f}" if "throughput_vs_proxy" in row else "-"
         cpu = f"{row['cpu_us_per_request']:.1f}" if row["case"] != "direct" else "-"
         split = "-"
         if row["case"] != "direct":
             main = row["main_thread_us_per_request"]
             split = f"{main:.0f}+{row['cpu_us_per_request'] - main:.0f}"
         wakeups = f"{row['wakeups_per_request']:.2f}" if "wakeups_per_request" in row else "-"
-        print(
-            f"{row['case']:8} {row['workers']:>7} {row['payload']:>7} "
+        lines.append(
+            f"{row['case']:9} {row['driver']:6} {row['workers']:>7} {row['payload']:>7} "
             f"{row['throughput']:>9.0f} {row['p50_us']:>8.0f} {row['p99_us']:>8.0f} "
-            f"{cpu:>10} {split:>11} {ratio:>8} {wakeups:>11}"
+            f"{cpu:>10} {split:>11} {ratio(row, 'throughput_vs_proxy'):>8} "
+            f"{ratio(row, 'throughput_vs_c_lru'):>8} {ratio(row, 'cpu_vs_c_lru'):>11} "
+            f"{wakeups:>11} {row['drivers_us_per_request']:>14.1f}"
         )
     costs = [row for row in rows if "throughput_vs_scale0" in row]
     if costs:
-        print("event log on / off (eventlog / scale0, same run):")
+        lines.append("event log on / off (eventlog / scale0, same run):")
         for row in costs:
-            print(
+            lines.append(
                 f"  workers {row['workers']}, payload {row['payload']}: throughput "
                 f"x {row['throughput_vs_scale0']:.3f}, "
                 f"{row.get('request_records', 0)} request records written"
             )
-    return 0
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

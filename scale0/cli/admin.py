@@ -27,12 +27,23 @@ from scale0.config.canonical import canonical_json, config_sha256
 from scale0.config.errors import ConfigError, Problem
 from scale0.config.loader import load
 from scale0.config.signature import default_signature_path, read_signature
-from scale0.core.admin import MAX_FAMILY_TIMEOUT_MS, MIN_FAMILY_TIMEOUT_MS
+from scale0.core.commands import MAX_FAMILY_TIMEOUT_MS, MIN_FAMILY_TIMEOUT_MS
 from scale0.crypto.keys import SignatureError
 from scale0.net.admin import NoAnswer, Refused, call
 from scale0.wire.frames import JsonValue
 
-__all__ = ["EXIT_FAILED", "EXIT_NO_ANSWER", "EXIT_OK", "EXIT_PARTIAL", "add_admin_commands"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_NO_ANSWER",
+    "EXIT_OK",
+    "EXIT_PARTIAL",
+    "AdminFailed",
+    "Credentials",
+    "add_admin_commands",
+    "broker_params",
+    "load_credentials",
+    "table",
+]
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -475,7 +486,7 @@ def _config_set(output: Callable[[], Output], json_param: click.Parameter) -> cl
             default=None,
             help="Its signature file (default: FILE.sig, as `scale0ctl config sign` writes).",
         ),
-        *_params(family=False, target=False, json_param=json_param),
+        *broker_params(family=False, target=False, json_param=json_param),
     ]
     help_text = (
         "Apply a signed network config FILE (any format) on a running broker; it is replicated "
@@ -499,7 +510,9 @@ _FAMILY_HELP: Final = (
 _TARGET_HELP: Final = "Run it on this broker of the family, through the one --broker names."
 
 
-def _params(*, family: bool, target: bool, json_param: click.Parameter) -> list[click.Parameter]:
+def broker_params(
+    *, family: bool, target: bool, json_param: click.Parameter
+) -> list[click.Parameter]:
     params: list[click.Parameter] = [
         click.Option(
             ["--broker"],
@@ -571,7 +584,7 @@ def _command(
     return click.Command(
         name,
         callback=callback,
-        params=_params(family=family, target=target, json_param=json_param),
+        params=broker_params(family=family, target=target, json_param=json_param),
         help=help_text,
         short_help=help_text.split(". ", maxsplit=1)[0].rstrip(".") + ".",
     )

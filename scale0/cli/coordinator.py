@@ -27,11 +27,13 @@ from types import FrameType
 import click
 
 from scale0.cli.options import config_option, log_level_option
+from scale0.mgmt.taskpage import TaskStatusServer
 from scale0.net.logs import configure, log_event
 from scale0.net.worker import Worker
 from scale0.tasks import vespid, zerotask
 from scale0.tasks.auth import Authorizer
 from scale0.tasks.book import Book
+from scale0.tasks.report import report
 from scale0.tasks.settings import ConfigFileError, CoordinatorConfig, load_coordinator
 from scale0.tasks.store import SQLiteStore, Store, StoreError
 
@@ -58,6 +60,12 @@ class Coordinator:
             log_event(log, logging.WARNING, "task_submissions_open", {"hint": "admins_from"})
         counts = self.book.counts()
         log_event(log, logging.INFO, "coordinator_restored", counts)
+        #: /metrics and the status page (docs/tasks.md §11.2), when the config asks for them.
+        self.http: TaskStatusServer | None = None
+        if config.http_port is not None:
+            self.http = TaskStatusServer(
+                lambda: report(self.book), config.http_address, config.http_port
+            )
         self.worker = Worker(
             config.endpoint,
             {
@@ -125,6 +133,8 @@ class Coordinator:
 
     async def run_async(self) -> None:
         ticker = asyncio.get_running_loop().create_task(self.ticker())
+        if self.http is not None:
+            self.http.serve()
         log_event(
             log,
             logging.INFO,
@@ -135,6 +145,8 @@ class Coordinator:
             await self.worker.run_async()
         finally:
             ticker.cancel()
+            if self.http is not None:
+                self.http.stop()
             self.store.close()
 
 
@@ -160,6 +172,16 @@ def main(config_path: Path, log_level: str) -> None:
         if store is None:
             return
         coordinator = Coordinator(config, store)
+        if coordinator.http is not None:
+            try:
+                url = coordinator.http.listen()
+            except OSError as exc:
+                store.close()
+                where = f"{config.http_address}:{config.http_port}"
+                raise ConfigFileError(
+                    f"{config_path}: http_port: cannot listen on {where}: {exc.strerror or exc}"
+                ) from None
+            log_event(log, logging.INFO, "coordinator_http", {"url": url})
     except (ConfigFileError, StoreError) as exc:
         click.echo(f"scale0-coordinator: {exc}", err=True)
         sys.exit(2)

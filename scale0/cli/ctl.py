@@ -21,6 +21,7 @@ import click
 
 from scale0.cli.admin import add_admin_commands
 from scale0.cli.output import Output, problem_dict
+from scale0.cli.tasks import add_task_commands
 from scale0.config.canonical import config_sha256
 from scale0.config.errors import ConfigError, Problem
 from scale0.config.formats import EXTENSIONS, FORMATS, Format
@@ -554,6 +555,7 @@ def passwd(out: Output, from_stdin: bool) -> None:
 # commands that talk to running brokers (scale0/cli/admin.py), and shell completion
 
 add_admin_commands(main, config, _json_param, _output)
+add_task_commands(main, _json_param, _output)
 
 
 @main.command("completion", short_help="Print the shell completion script.")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import xml.parsers.expat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import xmltodict
 import yaml
@@ -20,8 +20,17 @@ import yaml
 from scale0.config import zpl
 from scale0.config.errors import ConfigError
 from scale0.config.schema import RawPath, line_for
+from scale0.wire.frames import ConfigType
 
 Format = Literal["yaml", "json", "xml", "zfl"]
+
+#: The codec of each config type a CONFIG document may travel in (docs/protocol.md §3.2),
+#: written once for the broker, the replica and the client libraries.
+CONFIG_TYPE_FORMATS: Final[Mapping[ConfigType, Format]] = {
+    ConfigType.JSON: "json",
+    ConfigType.XML: "xml",
+    ConfigType.ZFL: "zfl",
+}
 Kind = Literal["network", "broker"]
 FORMATS: tuple[Format, ...] = ("yaml", "json", "xml", "zfl")
 EXTENSIONS: dict[str, Format] = {

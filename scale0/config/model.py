@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from scale0.config.schema import doc
+from scale0.wire.peer import BrokerState
 
-BrokerState = Literal["joining", "active", "disabled"]
 TableMode = Literal["push", "pull"]
 AdminRole = Literal["read", "admin"]
 BrokerRole = Literal["active", "standby"]
@@ -83,7 +83,8 @@ class BrokerConfig:
         ),
     )
     state: BrokerState = field(
-        default="joining", metadata=doc("Initial state: joining | active | disabled.")
+        default=BrokerState.JOINING,
+        metadata=doc("Initial state: joining | active | disabled (docs/protocol.md §6.4)."),
     )
     config_source: bool = field(
         default=False, metadata=doc("This broker publishes the family's network config.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from typing import Any, get_args, get_origin
@@ -18,6 +19,8 @@ def _type_name(tp: Any) -> str:
     origin = get_origin(tp)
     if origin is typing.Literal:
         return " \\| ".join(str(a) for a in get_args(tp))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return " \\| ".join(str(m.value) for m in tp)
     if origin is tuple:
         return f"list of {_type_name(get_args(tp)[0])}"
     if origin in (typing.Union, types.UnionType):
@@ -42,6 +45,8 @@ def _default(f: dataclasses.Field[Any]) -> str:
         return "[" + ", ".join(map(str, value)) + "]"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, enum.Enum):
+        return f"`{value.value}`"
     return "none" if value is None else f"`{value}`"
 
 

@@ -20,6 +20,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from scale0.config.errors import ConfigError, Problem
@@ -179,6 +180,11 @@ def _convert(tp: Any, value: Any, path: str, raw: RawPath, ctx: _Context) -> Any
         return _convert_list(get_args(tp)[0], "item", value, path, raw, ctx)
     if origin is Literal:
         return _convert_literal(get_args(tp), value, path, raw, ctx)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        # A choice the code also uses as a type of its own (the broker's state): the file
+        # spells a member's value, the object holds the member.
+        choice = _convert_literal(tuple(m.value for m in tp), value, path, raw, ctx)
+        return choice if choice is BAD else tp(choice)
     if tp is str:
         return _convert_str(value, path, raw, ctx)
     if tp is bool:
@@ -399,6 +405,8 @@ def to_tree(obj: Any, *, typed: bool) -> Any:
             else:
                 out[f.name] = to_tree(value, typed=typed)
         return out
+    if isinstance(obj, Enum):
+        return obj.value
     if typed or isinstance(obj, str):
         return obj
     if isinstance(obj, bool):

@@ -1,4 +1,4 @@
-"""Management commands (docs/protocol.md §7): credentials, roles, bans and the command table.
+"""Management requests (docs/protocol.md §7): credentials, roles, bans, state, family fan-out.
 
 Pure, like the rest of the core: the scrypt check itself runs in the net layer's thread pool
 (the core asks for it with an ``Authenticate`` effect and hears back through
@@ -21,18 +21,28 @@ one set of checks, in this order (§7.1):
      ``broker: ID`` (disable, enable) the request is forwarded to that broker and its answer is
      the answer (504 if it did not answer in time).
 
-Adding a command is one ``Command`` entry in COMMANDS plus its handler.
+The command table, the argument checks and what a command sees of a broker (``Managed``) are
+scale0/core/commands.py; adding a command is one entry there plus its handler.
 """
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
 
-from scale0.config.model import Admin, AdminRole, BrokerEntry
-from scale0.config.schema import to_tree
+from scale0.config.model import BrokerEntry
+from scale0.core.commands import (
+    COMMANDS,
+    DEFAULT_FAMILY_TIMEOUT_MS,
+    ROLE_RANK,
+    Call,
+    Command,
+    Managed,
+    Outcome,
+    config_outcome,
+    validate_args,
+)
 from scale0.core.effects import (
     Authenticate,
     Channel,
@@ -46,406 +56,16 @@ from scale0.core.effects import (
     ReadConfig,
     Send,
 )
-from scale0.core.replica import Applied, Conflict, Offer, Unchanged
-from scale0.crypto.passwords import dummy_verify, verify_password
 from scale0.wire.admin import ManagementReply, ManagementRequest
-from scale0.wire.frames import ConfigType, JsonValue
+from scale0.wire.frames import JsonValue
 
-if TYPE_CHECKING:
-    from scale0.core.broker import Broker
-
-__all__ = [
-    "COMMANDS",
-    "Arg",
-    "Call",
-    "Command",
-    "Management",
-    "Outcome",
-    "check_credentials",
-    "validate_args",
-]
+__all__ = ["MAX_AUTHENTICATING", "MAX_AUTHENTICATING_PER_SENDER", "MAX_FAN_OUTS", "Management"]
 
 #: Credential checks waiting for the thread pool, for the whole broker and for one sender.
 MAX_AUTHENTICATING: Final = 32
 MAX_AUTHENTICATING_PER_SENDER: Final = 4
 #: Family-wide requests waiting for the other brokers at once.
 MAX_FAN_OUTS: Final = 16
-#: How long a family-wide request waits for the other brokers (``timeout_ms``), and its bounds.
-DEFAULT_FAMILY_TIMEOUT_MS: Final = 2000
-MIN_FAMILY_TIMEOUT_MS: Final = 100
-MAX_FAMILY_TIMEOUT_MS: Final = 60_000
-
-REDACTED: Final = "(redacted)"
-
-_ROLE_RANK: Final[dict[str, int]] = {"read": 0, "admin": 1}
-
-
-def check_credentials(admins: tuple[Admin, ...], auth_id: str, password: str) -> Admin | None:
-    """The admin these credentials belong to, or None. Blocking (one scrypt): not on the loop.
-
-    Every configured id is compared (constant time, no early exit), and an unknown id costs one
-    scrypt at the default parameters (``dummy_verify``), the same as a wrong password for a
-    hash made by ``scale0ctl passwd``: the time taken does not tell which part was wrong.
-    """
-    wanted = auth_id.encode("utf-8", "surrogatepass")
-    found: Admin | None = None
-    for admin in admins:
-        if hmac.compare_digest(admin.auth_id.encode("utf-8"), wanted):
-            found = admin
-    if found is None:
-        dummy_verify(password)
-        return None
-    return found if verify_password(password, found.password_hash) else None
-
-
-# ---- the command table -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a command answers: ``code`` 200 and a ``result``, or an error code and ``message``."""
-
-    code: int
-    result: JsonValue = None
-    message: str | None = None
-
-
-@dataclass(slots=True)
-class Call:
-    """What a handler gets: the broker, validated args, the clock and who is asking."""
-
-    broker: Broker
-    args: dict[str, JsonValue]
-    now: float
-    wall: float
-    auth_id: str
-    role: AdminRole
-    out: list[Effect]
-    channel: Channel = Channel.FRONTEND  # where a deferred answer goes (reload_config)
-    routing_id: bytes = b""
-    request_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Arg:
-    """One accepted argument: its JSON type and, for integers, the allowed range."""
-
-    kind: type[bool] | type[int] | type[str]
-    doc: str
-    minimum: int | None = None
-    maximum: int | None = None
-
-
-#: A handler answers at once, or returns None when its answer comes later (reload_config).
-Handler = Callable[[Call], Outcome | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One management command: who may run it, what it accepts, and its handler."""
-
-    name: str
-    role: AdminRole
-    summary: str
-    run: Handler
-    args: Mapping[str, Arg] = field(default_factory=dict)
-    family: bool = False  # accepts {"family": true} (and "timeout_ms"): ask every broker
-    targeted: bool = False  # accepts {"broker": ID}: run on that broker of the family
-    when_disabled: bool = False  # runs on a disabled broker (§6.4)
-    required: tuple[str, ...] = ()  # arguments that must be given
-
-    def accepted(self) -> dict[str, Arg]:
-        """Every argument this command accepts, the family and target ones included."""
-        return {
-            **self.args,
-            **(FAMILY_ARGS if self.family else {}),
-            **(TARGET_ARGS if self.targeted else {}),
-        }
-
-
-FAMILY_ARGS: Final[Mapping[str, Arg]] = {
-    "family": Arg(bool, "Ask every broker of the family, not only this one."),
-    "timeout_ms": Arg(
-        int,
-        "With family: how long to wait for the other brokers.",
-        MIN_FAMILY_TIMEOUT_MS,
-        MAX_FAMILY_TIMEOUT_MS,
-    ),
-}
-
-
-TARGET_ARGS: Final[Mapping[str, Arg]] = {
-    "broker": Arg(str, "Run the command on this broker of the family (default: this one)."),
-    "timeout_ms": FAMILY_ARGS["timeout_ms"],
-}
-
-
-def validate_args(command: Command, args: Mapping[str, JsonValue]) -> str | None:
-    """Why ``args`` do not fit ``command`` (one line naming the argument), or None (M5)."""
-    accepted = command.accepted()
-    for name in command.required:
-        if args.get(name) is None:
-            return f"argument {name!r} is required for {command.name}"
-    for name, value in args.items():
-        spec = accepted.get(name)
-        if spec is None:
-            names = ", ".join(sorted(accepted)) or "none"
-            return f"unknown argument {name!r} for {command.name} (accepted: {names})"
-        if value is None:
-            continue
-        # bool is an int in Python; on the wire they are different things (§2.2 rule 7).
-        if type(value) is not spec.kind:
-            return f"argument {name!r} must be {_KIND_NAMES[spec.kind]}, got {_json_type(value)}"
-        if isinstance(value, int) and not isinstance(value, bool):
-            if spec.minimum is not None and value < spec.minimum:
-                return f"argument {name!r} must be at least {spec.minimum}, got {value}"
-            if spec.maximum is not None and value > spec.maximum:
-                return f"argument {name!r} must be at most {spec.maximum}, got {value}"
-    return None
-
-
-_KIND_NAMES: Final[dict[type, str]] = {bool: "a boolean", int: "an integer", str: "a string"}
-
-
-def _json_type(value: JsonValue) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-# ---- handlers ----------------------------------------------------------------------------------
-
-
-def _whoami(call: Call) -> Outcome:
-    broker = call.broker
-    return Outcome(
-        200,
-        {
-            "auth_id": call.auth_id,
-            "role": call.role,
-            "broker": broker.identity,
-            "family": broker.network.family,
-        },
-    )
-
-
-def _status(call: Call) -> Outcome:
-    return Outcome(200, call.broker.status(call.now, call.wall))
-
-
-def _list_clients(call: Call) -> Outcome:
-    return Outcome(200, {"clients": call.broker.client_table(call.now)})
-
-
-def _list_workers(call: Call) -> Outcome:
-    return Outcome(200, {"workers": call.broker.worker_table(call.now)})
-
-
-def _list_services(call: Call) -> Outcome:
-    return Outcome(200, {"services": call.broker.service_table()})
-
-
-def _get_config(call: Call) -> Outcome:
-    broker = call.broker
-    tree = to_tree(broker.network, typed=True)
-    for admin in tree.get("admins", []):
-        admin["password_hash"] = REDACTED  # never hand out hashes to crack offline
-    return Outcome(
-        200,
-        {
-            "family": broker.network.family,
-            "config_version": broker.network.config_version,
-            "sha256": broker.sha256,
-            "signed": broker.signature is not None,
-            "config": tree,
-        },
-    )
-
-
-def _list_peers(call: Call) -> Outcome:
-    broker = call.broker
-    return Outcome(
-        200,
-        {"broker": broker.identity, "peers": broker.peers_view(), **broker.config_view()},
-    )
-
-
-_CONFIG_TYPES: Final = {"json": ConfigType.JSON, "xml": ConfigType.XML, "zfl": ConfigType.ZFL}
-
-
-def _set_config(call: Call) -> Outcome:
-    """A signed network config from an admin: judged like any other offer (§6.3 rule 1)."""
-    args = call.args
-    config_type = _CONFIG_TYPES.get(str(args.get("config_type", "json")))
-    if config_type is None:
-        return Outcome(400, None, "argument 'config_type' must be json, xml or zfl")
-    offer = Offer(
-        config_type=config_type,
-        document=str(args["document"]).encode("utf-8"),
-        sha256=str(args["sha256"]),
-        signature=str(args["signature"]),
-        origin=f"admin:{call.auth_id}",
-    )
-    return config_outcome(call.broker, offer, "admin", call.now, call.wall, call.out)
-
-
-def _reload_config(call: Call) -> Outcome | None:
-    """A config source reads its file again (answered when it is read: ``ConfigRead``); any
-    other broker asks its peers for their config at once (§6.3 rule 2)."""
-    broker = call.broker
-    if broker.config_source:
-        return None  # the broker emits ReadConfig; the answer follows ConfigRead
-    asked = broker.fetch_config(call.wall, call.out)
-    return Outcome(
-        200,
-        {
-            "applied": False,
-            "config_version": broker.replica.version,
-            "asked": list[JsonValue](asked),
-            "note": "not a config source: it asked its peers; a newer config applies when it "
-            "arrives (config_applied in its log, and get_config)",
-        },
-    )
-
-
-def config_outcome(
-    broker: Broker, offer: Offer, source: str, now: float, wall: float, out: list[Effect]
-) -> Outcome:
-    """Offer a config and say what happened: applied (with what changed and what needs a
-    restart), unchanged, refused with the reason, or lost a conflict."""
-    outcome, effects = broker.offer_config(offer, source, now, wall)
-    out.extend(effects)
-    if isinstance(outcome, Applied):
-        return Outcome(
-            200,
-            {
-                "applied": True,
-                "config_version": outcome.config.version,
-                "previous_version": outcome.previous_version,
-                "sha256": outcome.config.sha256,
-                "changed": list(outcome.plan.changed),
-                "restart_needed": list(outcome.plan.restart_needed),
-                "conflict": outcome.conflict,
-            },
-        )
-    if isinstance(outcome, Unchanged):
-        return Outcome(
-            200,
-            {"applied": False, "config_version": broker.replica.version, "reason": outcome.reason},
-        )
-    if isinstance(outcome, Conflict):
-        return Outcome(
-            409,
-            {"kept": outcome.kept, "dropped": outcome.dropped, "version": outcome.version},
-            f"config_version {outcome.version} conflicts with the running one, whose sha256 is "
-            "smaller: it stays (publish a higher version)",
-        )
-    return Outcome(400, {"applied": False}, f"config refused: {outcome.reason}")
-
-
-def _disable(call: Call) -> Outcome:
-    return call.broker.set_state("disabled", call.now, call.auth_id, call.out)
-
-
-def _enable(call: Call) -> Outcome:
-    return call.broker.set_state("active", call.now, call.auth_id, call.out)
-
-
-COMMANDS: Final[dict[str, Command]] = {
-    command.name: command
-    for command in (
-        Command(
-            "whoami",
-            "read",
-            "Who the credentials belong to, and their role.",
-            _whoami,
-            when_disabled=True,
-        ),
-        Command(
-            "status",
-            "read",
-            "State, config version, counters, services and recent history of the broker.",
-            _status,
-            family=True,
-            when_disabled=True,
-        ),
-        Command(
-            "list_clients", "read", "The client sessions of the broker.", _list_clients, family=True
-        ),
-        Command(
-            "list_workers",
-            "read",
-            "The workers connected to the broker.",
-            _list_workers,
-            family=True,
-        ),
-        Command(
-            "list_services",
-            "read",
-            "Services with workers, ready and busy workers, and queue depth.",
-            _list_services,
-            family=True,
-        ),
-        Command(
-            "get_config",
-            "read",
-            "The running network config (password hashes redacted).",
-            _get_config,
-            family=True,
-        ),
-        Command(
-            "list_peers",
-            "read",
-            "The other brokers as this one sees them: link, state, config version, table.",
-            _list_peers,
-            family=True,
-        ),
-        Command(
-            "set_config",
-            "admin",
-            "Apply a signed network config (then published and replicated to the family).",
-            _set_config,
-            args={
-                "document": Arg(str, "The network config, serialised in config_type."),
-                "config_type": Arg(str, "json (default), xml or zfl."),
-                "sha256": Arg(str, "sha256 of the config's canonical JSON (§6.2)."),
-                "signature": Arg(str, "Ed25519 signature over family|config_version|sha256."),
-            },
-            required=("document", "sha256", "signature"),
-        ),
-        Command(
-            "reload_config",
-            "admin",
-            "A config source reads its network config file again, signs and applies it; "
-            "any other broker asks its peers for a newer config.",
-            _reload_config,
-            targeted=True,
-        ),
-        Command(
-            "disable",
-            "admin",
-            "Stop accepting clients and requests; waiting requests get 503.",
-            _disable,
-            targeted=True,
-        ),
-        Command(
-            "enable",
-            "admin",
-            "Accept clients and requests again.",
-            _enable,
-            targeted=True,
-            when_disabled=True,
-        ),
-    )
-}
 
 
 # ---- the management path of one broker ---------------------------------------------------------
@@ -468,7 +88,7 @@ class Management:
 
     __slots__ = ("_authenticating", "_broker", "_fan_outs", "_token", "commands")
 
-    def __init__(self, broker: Broker, commands: Mapping[str, Command] = COMMANDS) -> None:
+    def __init__(self, broker: Managed, commands: Mapping[str, Command] = COMMANDS) -> None:
         self._broker = broker
         self.commands = commands
         self._authenticating: dict[bytes, int] = {}
@@ -586,7 +206,7 @@ class Management:
         command = self.commands.get(request.command)
         if command is None:
             return Outcome(501, None, f"unknown management command {request.command!r}")
-        if _ROLE_RANK[admin.role] < _ROLE_RANK[command.role]:
+        if ROLE_RANK[admin.role] < ROLE_RANK[command.role]:
             return Outcome(
                 403, None, f"{command.name} needs role {command.role}; {admin.auth_id} is read"
             )
@@ -735,7 +355,7 @@ class Management:
 
 
 def _family_outcome(
-    broker: Broker, waiting: _Waiting, answers: Mapping[str, ManagementReply | None]
+    broker: Managed, waiting: _Waiting, answers: Mapping[str, ManagementReply | None]
 ) -> Outcome:
     """One entry per broker of the network config, in its order, and who did not answer."""
     brokers: list[JsonValue] = []

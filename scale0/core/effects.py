@@ -52,6 +52,7 @@ class Malformed:
     channel: Channel
     routing_id: bytes
     error: ProtocolError
+    signature: bytes = b""  # frame 1 as received, if any: a Majordomo sender is answered in MDP
 
 
 @dataclass(frozen=True, slots=True)

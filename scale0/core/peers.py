@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from scale0.core.states import PEER_TRANSITIONS, PeerInput, PeerLink
 from scale0.wire.frames import JsonValue
 from scale0.wire.peer import BrokerState, TableMode, TableService, TableWorker
 
@@ -32,8 +33,7 @@ class Peer:
     endpoint: str  # its peer ROUTER, where our DEALER (link) connects
     wants: TableMode  # how we receive its table (the config's PeerLink, else pull)
     pull: bool  # whether we receive its table at all (a link exists, or none are configured)
-    status: PeerStatus = "down"
-    linked: bool = False  # its HELLO came back on our link: we may send it work
+    link: PeerLink = PeerLink.DOWN  # scale0/core/states.py: DOWN, UP, LINKED
     routing_id: bytes | None = None  # its DEALER's identity at our peer ROUTER, after HELLO
     push_to: bool = False  # it asked (HELLO table_mode push) for our table on every change
     state: BrokerState = BrokerState.JOINING
@@ -43,6 +43,22 @@ class Peer:
     table: dict[str, list[TableWorker]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)  # service -> free slots, our estimate
     forwarded: set[bytes] = field(default_factory=set)  # our tickets it holds
+
+    def step(self, event: PeerInput) -> PeerLink:
+        """Move the link state by the table (scale0/core/states.py); returns the state before."""
+        before = self.link
+        self.link = PEER_TRANSITIONS[before, event]
+        return before
+
+    @property
+    def status(self) -> PeerStatus:
+        """ "up" when heard within liveness x interval (F3), else "down"."""
+        return "down" if self.link is PeerLink.DOWN else "up"
+
+    @property
+    def linked(self) -> bool:
+        """Its HELLO came back on our link: we may send it work."""
+        return self.link is PeerLink.LINKED
 
     def apply_table(self, seq: int, full: bool, rows: Iterable[TableService]) -> None:
         if full:
@@ -65,7 +81,7 @@ class Peer:
 
     def usable(self) -> bool:
         """It may be sent work: alive, answered our HELLO, and active."""
-        return self.status == "up" and self.linked and self.state is BrokerState.ACTIVE
+        return self.link is PeerLink.LINKED and self.state is BrokerState.ACTIVE
 
     def view(self) -> dict[str, JsonValue]:
         """What management shows of this peer."""

@@ -12,8 +12,6 @@ the family however often it was forwarded:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from scale0.core.effects import Effect, Log, RequestDone
 from scale0.core.requests import Pending
 
@@ -29,10 +27,9 @@ def request_done(
     status: int,
     body: tuple[bytes, ...],
     now: float,
-    peers: Mapping[bytes, str],
 ) -> None:
     """Append ``pending``'s RequestDone, answered at ``now`` with ``status`` and reply ``body``,
-    unless another broker records it (above). ``peers``: peer ROUTER routing id -> broker id."""
+    unless another broker records it (above)."""
     if pending.peer is not None:
         return
     client: bytes | None = pending.client
@@ -40,7 +37,8 @@ def request_done(
     if pending.origin is not None:
         if status in (404, 503):
             return
-        forwarded_from = peers.get(pending.client)
+        # A forwarded request's key is (NUL + the forwarding broker's id, its ticket).
+        forwarded_from = pending.key[0][1:].decode("utf-8", "replace")
         client = None
     out.append(
         RequestDone(

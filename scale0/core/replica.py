@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from scale0.config.canonical import canonical_json, config_sha256
 from scale0.config.errors import ConfigError
-from scale0.config.formats import Format
+from scale0.config.formats import CONFIG_TYPE_FORMATS
 from scale0.config.loader import loads
 from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.crypto.keys import SignatureError, verify_config
@@ -39,23 +39,17 @@ __all__ = [
     "Applied",
     "Conflict",
     "Offer",
-    "Outcome",
     "Plan",
     "Refused",
     "Replica",
     "SignedConfig",
     "Unchanged",
+    "Verdict",
     "plan_change",
 ]
 
 #: Conflicts remembered for management; older ones are dropped.
 MAX_CONFLICTS = 32
-
-_FORMATS: dict[ConfigType, Format] = {
-    ConfigType.JSON: "json",
-    ConfigType.XML: "xml",
-    ConfigType.ZFL: "zfl",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +121,8 @@ class Conflict:
     origin: str
 
 
-Outcome = Applied | Unchanged | Refused | Conflict
+#: How the replica judged an offer (K1-K5); management answers with it (set_config, reload).
+Verdict = Applied | Unchanged | Refused | Conflict
 
 
 def _peers(network: NetworkConfig, identity: str) -> dict[str, BrokerEntry]:
@@ -189,7 +184,7 @@ class Replica:
         current = self.current
         return current is not None and current.version == version and current.sha256 == sha256
 
-    def offer(self, offer: Offer) -> Outcome:
+    def offer(self, offer: Offer) -> Verdict:
         outcome = self._judge(offer)
         key = {
             Applied: "applied",
@@ -200,7 +195,7 @@ class Replica:
         self.counters[key] += 1
         return outcome
 
-    def _judge(self, offer: Offer) -> Outcome:
+    def _judge(self, offer: Offer) -> Verdict:
         current = self.current
         # K3, cheaply: a republish of what we run is recognised before any parsing.
         if (
@@ -219,7 +214,7 @@ class Replica:
         try:
             network = loads(
                 offer.document,
-                _FORMATS[offer.config_type],
+                CONFIG_TYPE_FORMATS[offer.config_type],
                 kind="network",
                 source=f"config from {offer.origin}",
             )

@@ -6,9 +6,11 @@ request_id) without running it again; it is bounded in entries, bytes and age.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from scale0.core.timers import RequestDue
 from scale0.wire.client import ClientReply
 
 # A request's identity across retries: (who asked, request_id). "Who" is the client_id the
@@ -20,7 +22,7 @@ RequestKey = tuple[bytes, bytes]
 class Pending:
     """One client request: waiting for a worker (``ticket`` None) or dispatched to one."""
 
-    seq: int
+    seq: RequestDue  # also its deadline's timer key
     client: bytes  # routing id to answer; updated when the client retries from a new connection
     key: RequestKey
     service: str
@@ -38,7 +40,11 @@ class Pending:
 
 
 class ReplyCache:
-    """Recent final replies by RequestKey: LRU, bounded by entries, total body bytes and age."""
+    """Recent final replies by RequestKey, bounded by entries, total body bytes and age.
+
+    First in, first out: a hit does not refresh an entry, so insertion order is expiry order
+    and the oldest entry is the one evicted (and the first that :meth:`prune` reaches).
+    """
 
     __slots__ = ("_bytes", "_entries", "max_age_s", "max_bytes", "max_entries")
 
@@ -83,3 +89,72 @@ class ReplyCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class WaitQueue:
+    """Requests waiting for a worker, first in first out per service (R6).
+
+    An answered request (its deadline passed, or it was moved) stays in its queue until it is
+    reached and is then skipped: so :meth:`count` is what really waits, kept apart from the
+    queues' lengths. Every change to a queue goes through here, so the two never disagree.
+    """
+
+    __slots__ = ("_queues", "counts")
+
+    def __init__(self) -> None:
+        self._queues: dict[str, deque[Pending]] = {}
+        self.counts: dict[str, int] = {}  # service -> requests really waiting (read only)
+
+    def count(self, service: str) -> int:
+        return self.counts.get(service, 0)
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def services(self) -> set[str]:
+        """The services some request waits for."""
+        return {s for s, n in self.counts.items() if n}
+
+    def queued(self) -> list[str]:
+        """The services with a queue, waiting requests or not (a snapshot)."""
+        return [s for s, q in self._queues.items() if q]
+
+    def push(self, pending: Pending, *, front: bool = False) -> None:
+        queue = self._queues.get(pending.service)
+        if queue is None:
+            queue = self._queues[pending.service] = deque()
+        if front:
+            queue.appendleft(pending)
+        else:
+            queue.append(pending)
+        self.counts[pending.service] = self.counts.get(pending.service, 0) + 1
+
+    def pop(self, service: str) -> Pending | None:
+        """The first request still waiting for ``service`` (answered ones are dropped)."""
+        queue = self._queues.get(service)
+        while queue:
+            pending = queue.popleft()
+            if not pending.done:
+                self.counts[service] -= 1
+                return pending
+        return None
+
+    def put_back(self, service: str, kept: list[Pending]) -> None:
+        """Return ``kept`` (popped from ``service``'s queue, in order) to its front."""
+        queue = self._queues.setdefault(service, deque())
+        queue.extendleft(reversed(kept))
+        self.counts[service] = self.counts.get(service, 0) + len(kept)
+
+    def expired(self, pending: Pending) -> None:
+        """``pending`` no longer waits (it is being answered): its entry is skipped later."""
+        self.counts[pending.service] -= 1
+
+    def forwarded_to_us(self, service: str) -> Iterator[Pending]:
+        """Take out, in order, the live requests peers forwarded us that wait for ``service``."""
+        queue = self._queues.get(service)
+        if not queue:
+            return
+        for pending in [p for p in queue if p.origin is not None and not p.done]:
+            queue.remove(pending)
+            self.counts[service] -= 1
+            yield pending

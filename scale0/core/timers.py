@@ -10,7 +10,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from enum import Enum
+from typing import Generic, NamedTuple, NewType, TypeVar
+
+from scale0.core.effects import Channel
 
 K = TypeVar("K")
 
@@ -46,3 +49,38 @@ class TimerHeap(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+# ---- what a broker's timers watch (scale0.core.broker) ---------------------------------------
+
+
+#: A request's deadline (R6, R9): the request's own number (``Pending.seq``) among those the
+#: broker holds, so arming one for every request allocates nothing (docs/performance.md).
+RequestDue = NewType("RequestDue", int)
+
+
+class SessionDue(NamedTuple):
+    """A client or worker session's expiry (R8); ``gen`` tells it from an earlier session's."""
+
+    channel: Channel
+    routing_id: bytes
+    gen: int
+
+
+class BeatDue(NamedTuple):
+    """The broker's next HEARTBEAT to a worker (R11), for the session of generation ``gen``."""
+
+    routing_id: bytes
+    gen: int
+
+
+class Periodic(Enum):
+    """The broker's own rounds: one entry each in the heap, re-armed when it fires."""
+
+    SWEEP = "sweep"  # forget old error scores, bans, cached replies; sample history
+    PEERS = "peers"  # expire silent peers, HELLO or HEARTBEAT on every link (F1, F3)
+    TABLE = "table"  # commit the worker changes gathered into one table version (F5)
+    REPUBLISH = "republish"  # a config source publishes its config again (F11)
+
+
+TimerKey = RequestDue | SessionDue | BeatDue | Periodic

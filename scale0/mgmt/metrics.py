@@ -2,6 +2,8 @@
 
 Rendering from ``status`` keeps one source for both: the management command and the scrape
 show the same counters. Names follow Prometheus conventions (``_total`` counters, seconds).
+:class:`MetricsWriter` is the exposition itself, shared with the task coordinator's
+``/metrics`` (scale0/mgmt/taskpage.py).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["render_metrics"]
+__all__ = ["MetricsWriter", "render_metrics"]
 
 _STATES = ("joining", "active", "disabled")
 
@@ -40,10 +42,12 @@ def _number(value: Any) -> str:
     return "0"
 
 
-class _Writer:
-    def __init__(self, broker: str) -> None:
+class MetricsWriter:
+    """Families of samples in exposition format; ``labels`` go on every sample."""
+
+    def __init__(self, labels: Mapping[str, str] | None = None) -> None:
         self.lines: list[str] = []
-        self.broker = broker
+        self.labels = dict(labels or {})
 
     def family(
         self, name: str, kind: str, text: str, samples: Iterable[tuple[dict[str, str], Any]]
@@ -54,12 +58,16 @@ class _Writer:
             self.sample(name, labels, value)
 
     def sample(self, name: str, labels: dict[str, str], value: Any) -> None:
-        self.lines.append(f"{name}{_labels({'broker': self.broker, **labels})} {_number(value)}")
+        self.lines.append(f"{name}{_labels({**self.labels, **labels})} {_number(value)}")
+
+    def text(self) -> str:
+        """The exposition: every line, ending in a newline."""
+        return "\n".join(self.lines) + "\n"
 
 
 def render_metrics(status: Mapping[str, Any]) -> str:
     """The exposition text for one broker's ``status`` result (see docs/management.md)."""
-    w = _Writer(str(status.get("broker", "")))
+    w = MetricsWriter({"broker": str(status.get("broker", ""))})
     counters: Mapping[str, Any] = status.get("counters", {})
     services: list[Mapping[str, Any]] = list(status.get("services", []))
     state = status.get("state")
@@ -179,4 +187,4 @@ def render_metrics(status: Mapping[str, Any]) -> str:
             "Event log records waiting for the writer thread.",
             [({}, event_log.get("queued", 0))],
         )
-    return "\n".join(w.lines) + "\n"
+    return w.text()

@@ -25,11 +25,9 @@ import asyncio
 import base64
 import binascii
 import hmac
-import ipaddress
 import itertools
 import json
 import secrets
-import socket
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -43,8 +41,9 @@ import tornado.netutil
 import tornado.web
 
 from scale0.config.model import ManagementSettings
-from scale0.core.admin import COMMANDS, Command
+from scale0.core.commands import COMMANDS, Command
 from scale0.core.effects import Channel, ManagementSubmit
+from scale0.mgmt.http import SECURITY_HEADERS, allowed_hosts, base_url, bind
 from scale0.mgmt.metrics import render_metrics
 from scale0.net.node import BrokerNode
 from scale0.wire.admin import MAX_PASSWORD_CHARS, ManagementReply, ManagementRequest
@@ -73,16 +72,6 @@ STATIC_FILES: Final[dict[str, tuple[str, str]]] = {
     "/static/app.css": ("app.css", "text/css; charset=utf-8"),
 }
 
-_SECURITY_HEADERS: Final = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
 
 _HTTP_STATUS: Final = {200: 200, 400: 400, 401: 401, 403: 403, 429: 429, 501: 404, 503: 503}
 
@@ -139,7 +128,7 @@ class _TooLarge(tornado.httputil.HTTPMessageDelegate):
             {
                 "Content-Type": "application/json",
                 "Content-Length": str(len(body)),
-                **_SECURITY_HEADERS,
+                **SECURITY_HEADERS,
             }
         )
         self.connection.write_headers(
@@ -249,21 +238,15 @@ class ManagementServer:
 
     @property
     def url(self) -> str:
-        host = self.settings.http_address
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return base_url(self.settings.http_address, self.port)
 
     def start(self) -> str:
         """Bind ``http_address:http_port`` (0 picks a port) and serve; returns the base URL.
 
         Raises OSError when the address cannot be bound (the port is in use, ...).
         """
-        sockets = tornado.netutil.bind_sockets(
-            self.settings.http_port, self.settings.http_address, family=socket.AF_UNSPEC
-        )
-        self.port = sockets[0].getsockname()[1]
-        self.allowed_hosts = _allowed_hosts(self.settings.http_address, self.port)
+        sockets, self.port = bind(self.settings.http_address, self.settings.http_port)
+        self.allowed_hosts = allowed_hosts(self.settings.http_address, self.port)
         self._server = tornado.httpserver.HTTPServer(
             _LimitedApp(self.app), max_body_size=MAX_BODY_BYTES, xheaders=False
         )
@@ -330,20 +313,6 @@ class ManagementServer:
             del self.sessions[key]
 
 
-def _allowed_hosts(address: str, port: int) -> frozenset[str]:
-    """The Host headers this server answers: its address, plus localhost names on loopback."""
-    names = {address}
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        ip = None
-    if ip is not None and ip.is_loopback:
-        names |= {"127.0.0.1", "localhost", "[::1]"}
-    if ip is not None and ip.version == 6:
-        names.add(f"[{address}]")
-    return frozenset(f"{name}:{port}" for name in names)
-
-
 # ---- handlers ----------------------------------------------------------------------------------
 
 
@@ -369,7 +338,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.server = server
 
     def set_default_headers(self) -> None:
-        for name, value in _SECURITY_HEADERS.items():
+        for name, value in SECURITY_HEADERS.items():
             self.set_header(name, value)
 
     @property

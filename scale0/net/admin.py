@@ -25,7 +25,7 @@ import zmq.asyncio
 from tornado.ioloop import IOLoop
 
 from scale0.config.model import Admin
-from scale0.core.admin import check_credentials
+from scale0.core.commands import check_credentials
 from scale0.core.effects import (
     Authenticate,
     Event,

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from scale0.core.admin import COMMANDS
+from scale0.core.commands import COMMANDS
 from scale0.core.effects import Channel, Log, RequestDone
 from scale0.trend.eventlog import EventLogWriter, request_templates
 from scale0.wire.admin import ManagementReply, ManagementRequest

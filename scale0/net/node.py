@@ -678,7 +678,8 @@ class BrokerNode:
                 )
             except ProtocolError as error:
                 self._counters["malformed"] += 1
-                event = Malformed(channel, routing_id, error)
+                signature = frames[2] if len(frames) > 2 else b""  # frame 1: whose protocol
+                event = Malformed(channel, routing_id, error, signature)
             else:
                 self._counters["received"] += 1
                 event = Received(channel, routing_id, message)

@@ -17,10 +17,10 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from scale0.config.errors import ConfigError
-from scale0.config.formats import Format, parse
+from scale0.config.formats import CONFIG_TYPE_FORMATS, parse
 from scale0.config.model import NetworkConfig
 from scale0.config.schema import typed_fields
 from scale0.wire.frames import ConfigType
@@ -28,12 +28,6 @@ from scale0.wire.frames import ConfigType
 __all__ = ["ClientConfig", "parse_config_document"]
 
 log = logging.getLogger("scale0.client")
-
-#: The codec of each config type a client may negotiate (JSON is read by the json module).
-_FORMATS: Final[dict[ConfigType, Format]] = {
-    ConfigType.XML: "xml",
-    ConfigType.ZFL: "zfl",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +76,7 @@ def parse_config_document(config_type: ConfigType, document: bytes) -> dict[str,
         if config_type is ConfigType.JSON:
             tree: Any = json.loads(document)
         else:
-            tree = parse(document, _FORMATS[config_type]).tree
+            tree = parse(document, CONFIG_TYPE_FORMATS[config_type]).tree
     except (ValueError, ConfigError) as exc:
         log.warning("config document (%s) does not parse: %s", config_type.value, exc)
         return {}

@@ -26,7 +26,7 @@ B5  vespid tasks are placed by the coordinator (P1-P6) whenever a task, a node o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -195,11 +195,14 @@ class Book:
 
     # ---- clients ----
 
-    def authorize(self, auth_id: object, password: object, what: str) -> str | None:
-        """A1: the auth_id allowed to create tasks (None when submissions are open, A4)."""
+    def authorize(
+        self, auth_id: object, password: object, what: str, roles: Iterable[str] | None = None
+    ) -> str | None:
+        """A1: the auth_id allowed to do ``what`` (an admin with one of ``roles``, default the
+        submit roles); None when the coordinator is open (A4)."""
         if self.authorizer is None:
             return None
-        return self.authorizer.check(auth_id, password, what)
+        return self.authorizer.check(auth_id, password, what, roles)
 
     def client_connect(self, client_id: object, now: float) -> str:
         if client_id is None:

@@ -227,6 +227,12 @@ class TaskClient:
                 raise TimeoutError(f"task {name!r} not complete after {wait_s} s: {info}")
             time.sleep(poll_s)
 
+    @property
+    def broker_answered(self) -> bool:
+        """Whether the broker answered this client's negotiation (so a timeout means the
+        coordinator, not the broker, did not answer)."""
+        return self._client.config is not None
+
     # ---- lifetime ----
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "parse_node_repositories",
     "parse_requirements",
     "place",
+    "verdicts",
 ]
 
 MAX_MEMORY_MB: Final = 1 << 40
@@ -250,6 +251,20 @@ def _unfit(load: NodeLoad, req: Requirements, idle: bool) -> str | None:
     if free_cores < req.cores:
         return f"needs {req.cores} cores, {free_cores} free of {node.cores}"
     return None
+
+
+def verdicts(req: Requirements, nodes: Sequence[NodeLoad]) -> list[tuple[str, str | None, bool]]:
+    """P6 per node, by name: (node, why it cannot take the task now or None if it can, whether
+    it could when idle). The reasons are those of :func:`place`'s explanation."""
+    result: list[tuple[str, str | None, bool]] = []
+    for load in sorted(nodes, key=lambda item: item.record.name):
+        if not load.alive:
+            result.append((load.record.name, "not connected", False))
+            continue
+        result.append(
+            (load.record.name, _unfit(load, req, idle=False), _unfit(load, req, idle=True) is None)
+        )
+    return result
 
 
 def place(req: Requirements, nodes: Sequence[NodeLoad]) -> Placed | Unplaced:

@@ -40,6 +40,9 @@ class CoordinatorConfig:
     heartbeat_interval_s: float = 0.1
     tick_s: float = 0.25
     settings: Settings = field(default_factory=Settings)
+    #: The status page and /metrics (docs/tasks.md §11.2): None is off, 0 picks a free port.
+    http_port: int | None = None
+    http_address: str = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,13 @@ def _roles(fields: _Fields) -> tuple[str, ...]:
     return tuple(roles)
 
 
+def _http_port(fields: _Fields) -> int | None:
+    port: int | None = fields.get("http_port", int, None)
+    if port is not None and not 0 <= port <= 65535:
+        raise fields.fail("http_port", f"must be 0-65535 (0 picks a free port), not {port!r}")
+    return port
+
+
 def load_coordinator(path: Path) -> CoordinatorConfig:
     """Read and check a scale0-coordinator config file."""
     fields = _Fields(path, _read(path))
@@ -174,6 +184,8 @@ def load_coordinator(path: Path) -> CoordinatorConfig:
             resend_s=fields.positive("resend_s", 5.0),
             node_status_interval_s=fields.positive("node_status_interval_s", 30.0),
         ),
+        http_port=_http_port(fields),
+        http_address=fields.get("http_address", str, "127.0.0.1"),
     )
     fields.done()
     return config

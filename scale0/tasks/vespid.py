@@ -15,6 +15,10 @@ V3  ``task-info`` for a name the coordinator does not know answers ``status: "in
     vespid way of saying "no such task"), not an error.
 V4  ``status`` is null while a task waits or is pending, ``working`` while it runs,
     ``complete`` at the end; ``success`` follows S1/S2 of scale0.tasks.model.
+V5  The operator commands check credentials first (A1 of scale0.tasks.auth, when the
+    coordinator has ``admins_from``): ``task-cancel`` needs a submit role, ``task-list`` and
+    ``task-explain`` any admin; ``task-info`` stays open (a running task calls it without
+    credentials, docs/tasks.md §10).
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+from scale0.tasks.auth import READ_ROLES
 from scale0.tasks.book import Book
 from scale0.tasks.errors import ErrorCode, Refused
 from scale0.tasks.messages import iter_create_fields
-from scale0.tasks.model import Severity, TaskRecord, TaskState, severity_from
+from scale0.tasks.model import Protocol, Severity, TaskRecord, TaskState, severity_from
+from scale0.tasks.placement import parse_requirements, verdicts
 from scale0.tasks.zerotask import Outcome
 
-__all__ = ["COMMANDS", "handle", "task_info", "vespid_status"]
+__all__ = ["COMMANDS", "handle", "list_row", "node_verdicts", "task_info", "vespid_status"]
 
 log = logging.getLogger("scale0.tasks")
 
@@ -63,8 +69,13 @@ def task_info(book: Book, task: TaskRecord) -> dict[str, Any]:
             "node": task.node,
             "explain": book.explain(task),
             "protocol": task.protocol.value,
+            "reruns": task.reruns,
+            "refused": task.refused,
+            "error": task.error,
         }
     )
+    if task.protocol is Protocol.ZEROTASK:
+        info.update({"method": task.method, "params": task.params, "owner": task.owner})
     return info
 
 
@@ -117,9 +128,42 @@ def _complete(
     return {"name": name, "duplicate": not accepted}
 
 
+def _operator(
+    book: Book, message: dict[str, Any], what: str, roles: frozenset[str] | None = None
+) -> None:
+    """V5: the credentials of an operator command (checked before anything else)."""
+    book.authorize(message.get("auth_id"), message.get("auth_password"), what, roles)
+
+
 def _cancel(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
-    task = book.cancel(_name(message), now)
-    return {"name": task.name, "status": vespid_status(task.state)}
+    name = _name(message)
+    _operator(book, message, f"task-cancel {name!r}")
+    before = book.task(name)
+    task = book.cancel(name, now)
+    return {
+        "name": task.name,
+        "status": vespid_status(task.state),
+        "state": task.state.value,
+        "success": None if task.success is None else task.success.label,
+        "was": before.state.value,
+        "attempt": before.attempt,
+        "node": before.node if before.state is TaskState.RUNNING else None,
+    }
+
+
+def list_row(task: TaskRecord) -> dict[str, Any]:
+    """One task as task-list shows it."""
+    return {
+        "name": task.name,
+        "protocol": task.protocol.value,
+        "state": task.state.value,
+        "success": None if task.success is None else task.success.label,
+        "attempt": task.attempt,
+        "node": task.node,
+        "time-create": task.time_create,
+        "time-start": task.time_start,
+        "time-finish": task.time_finish,
+    }
 
 
 def _list(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
@@ -130,24 +174,59 @@ def _list(book: Book, message: dict[str, Any], now: float, caller: str | None) -
         raise Refused(
             ErrorCode.INVALID_PARAMS, f"state must be one of {[s.value for s in TaskState]}"
         )
+    _operator(book, message, "task-list", READ_ROLES)
     tasks = [
-        {
-            "name": task.name,
-            "protocol": task.protocol.value,
-            "state": task.state.value,
-            "success": None if task.success is None else task.success.label,
-            "attempt": task.attempt,
-            "node": task.node,
-        }
-        for task in book.tasks.values()
-        if state is None or task.state.value == state
+        list_row(task) for task in book.tasks.values() if state is None or task.state.value == state
     ]
     return {"tasks": tasks, "counts": book.counts()}
 
 
+def node_verdicts(book: Book, task: TaskRecord) -> list[dict[str, Any]]:
+    """Per node: could it take ``task`` now, and if not, which requirement fails (P6). Empty
+    unless the task waits for a node (pending) or for its parent (waiting)."""
+    if task.state not in (TaskState.PENDING, TaskState.WAITING):
+        return []
+    if task.protocol is Protocol.VESPID:
+        req = parse_requirements(task.requirements, task.repositories)
+        return [
+            {"node": node, "fits": reason is None, "fits_idle": idle, "reason": reason}
+            for node, reason, idle in verdicts(req, book.loads())
+        ]
+    rows = []
+    for load in sorted(book.loads(), key=lambda item: item.record.name):
+        node = load.record
+        reason = None
+        if not load.alive or not node.zerotask:
+            reason = "not connected" if not load.alive else "not a zerotask node"
+        elif node.methods and task.method not in node.methods:
+            reason = f"does not serve method {task.method!r}"
+        rows.append(
+            {"node": node.name, "fits": reason is None, "fits_idle": None, "reason": reason}
+        )
+    return rows
+
+
+def _explain(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
+    name = _name(message)
+    _operator(book, message, f"task-explain {name!r}", READ_ROLES)
+    task = book.task(name)
+    return {
+        "name": task.name,
+        "protocol": task.protocol.value,
+        "state": task.state.value,
+        "status": vespid_status(task.state),
+        "success": None if task.success is None else task.success.label,
+        "attempt": task.attempt,
+        "node": task.node,
+        "parent": task.parent,
+        "explain": book.explain(task),
+        "nodes": node_verdicts(book, task),
+    }
+
+
 Command = Callable[[Book, dict[str, Any], float, str | None], dict[str, Any]]
 
-#: Every command (docs/tasks.md §3.2); task-cancel and task-list are extensions.
+#: Every command (docs/tasks.md §3.2); task-cancel, task-list, task-explain are extensions.
 COMMANDS: Final[dict[str, Command]] = {
     "task-create": _create,
     "task-info": _info,
@@ -155,6 +234,7 @@ COMMANDS: Final[dict[str, Command]] = {
     "task-complete": _complete,
     "task-cancel": _cancel,
     "task-list": _list,
+    "task-explain": _explain,
 }
 
 

@@ -161,9 +161,19 @@ def name_frame(frame: bytes, index: int, what: str) -> str:
     return name
 
 
-def cached_name(frame: bytes) -> str | None:
-    """The name :func:`name_frame` already validated for this exact frame, else None."""
-    return _NAME_CACHE.get(frame)
+def valid_name(frame: bytes) -> str | None:
+    """The name in ``frame`` if it is a valid one (as :func:`name_frame` decides), else None.
+
+    For the raw-frame readers of scale0/wire/hot.py: a cache hit costs one dict lookup, and a
+    name seen for the first time is checked here and remembered, whichever path saw it first.
+    """
+    name = _NAME_CACHE.get(frame)
+    if name is not None:
+        return name
+    try:
+        return name_frame(frame, 0, "name")
+    except ProtocolError:
+        return None
 
 
 _STATUS_CACHE: dict[int, bytes] = {code: b"%d" % code for code in range(100, 600)}

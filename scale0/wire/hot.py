@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from scale0.wire.frames import MAX_ID_BYTES, SIG_CLIENT, SIG_WORKER, cached_name
+from scale0.wire.frames import MAX_ID_BYTES, SIG_CLIENT, SIG_WORKER, valid_name
 
 __all__ = ["client_request_fields", "worker_reply_fields"]
 
@@ -33,8 +33,9 @@ def client_request_fields(
 ) -> tuple[str, bytes, tuple[bytes, ...]] | None:
     """``(service, request_id, body)`` of a plain S0C1 REQUEST, or None (use the typed decoder).
 
-    A service name not yet seen by :func:`scale0.wire.frames.name_frame` is None too: its first
-    REQUEST goes the typed way, which validates the name and remembers it.
+    The service name is checked by :func:`scale0.wire.frames.valid_name`, the typed decoder's
+    own rules (remembered after the first time): an invalid one is None, for the typed decoder's
+    exact error.
     """
     if (
         len(frames) < 6
@@ -44,7 +45,7 @@ def client_request_fields(
         or max(map(len, frames)) > max_frame_bytes
     ):
         return None
-    service = cached_name(frames[4])
+    service = valid_name(frames[4])
     request_id = frames[5]
     if service is None or not 0 < len(request_id) <= MAX_ID_BYTES:
         return None

@@ -119,6 +119,7 @@ class Fabric:
         self.outbox: dict[str, list[Send]] = {}  # broker -> Sends to clients/workers
         self.effects: dict[str, list[Effect]] = {}
         self.seeds: dict[str, tuple[str, ...]] = {}
+        self._ids = 0  # request ids of request_with
         for entry_ in network.brokers:
             name = entry_.identity
             self.add(name, None if name in joining else network)
@@ -304,6 +305,13 @@ class Fabric:
 
     def request(self, name: str, rid: bytes, request_id: bytes, service: str = "echo") -> None:
         message = ClientRequest(service=service, request_id=request_id, body=(b"hi",))
+        self.feed(name, Received(Channel.FRONTEND, rid, message))
+        self.settle()
+
+    def request_with(self, name: str, rid: bytes, service: str, *body: bytes) -> None:
+        """A client REQUEST with ``body`` (a fresh request id each time)."""
+        self._ids += 1
+        message = ClientRequest(service=service, request_id=b"q%d" % self._ids, body=body)
         self.feed(name, Received(Channel.FRONTEND, rid, message))
         self.settle()
 

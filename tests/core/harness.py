@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from scale0.config.model import BrokerEntry, NetworkConfig
-from scale0.core.broker import Broker, State
+from scale0.core.broker import Broker
 from scale0.core.effects import Channel, Effect, Malformed, Received, Send, Shutdown, Tick
 from scale0.wire.client import CheckConfig, ClientReply, ClientRequest, Heartbeat
 from scale0.wire.errors import ProtocolError
@@ -44,7 +44,7 @@ NETWORK = NetworkConfig(
 class Harness:
     """One broker, a clock that moves only when told, and helpers to play clients and workers."""
 
-    def __init__(self, state: State = "active", **network: Any) -> None:
+    def __init__(self, state: str = "active", **network: Any) -> None:
         self.now = 1000.0
         self.wall = 1_700_000_000.0
         self.network = dataclasses.replace(NETWORK, **network)

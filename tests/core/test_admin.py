@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from scale0.config.model import Admin, BrokerEntry
-from scale0.core.admin import (
+from scale0.core.admin import MAX_AUTHENTICATING_PER_SENDER
+from scale0.core.commands import (
     COMMANDS,
-    MAX_AUTHENTICATING_PER_SENDER,
     REDACTED,
     Outcome,
     check_credentials,

@@ -23,6 +23,7 @@ from scale0.wire.client import (
     Heartbeat,
 )
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType
+from scale0.wire.peer import BrokerState
 from scale0.wire.worker import WorkerPartial, WorkerReply
 from tests.core.harness import BACK, FRONT, Harness, dispatched, only, replies, sends
 
@@ -105,9 +106,9 @@ def test_r3_not_active_refuses_negotiation_and_work(state: str) -> None:
     h = Harness(state=state)  # type: ignore[arg-type]
     msg = only(sends(h.client(C1)))[1]
     assert isinstance(msg, DisconnectError) and msg.code == 503
-    h.broker.state = "active"
+    h.broker.core.state = BrokerState.ACTIVE
     h.client(C1)
-    h.broker.state = state  # type: ignore[assignment]
+    h.broker.core.state = BrokerState(state)
     msg = only(sends(h.request(C1, b"r")))[1]
     assert isinstance(msg, DisconnectError) and msg.code == 503
 

@@ -216,8 +216,8 @@ def test_f10_a_joining_broker_refuses_work_with_503() -> None:
 def test_f11_a_peer_that_is_not_active_answers_checkconfig_with_503() -> None:
     fabric = started()
     a = fabric.brokers["a"]
-    a.state = "joining"
-    b_rid = next(rid for rid, name in a._peer_rids.items() if name == "b")
+    a.core.state = BrokerState("joining")
+    b_rid = next(rid for rid, name in a.family.broker_of.items() if name == "b")
     ask = CheckConfig(config_type=ConfigType.JSON, client_id="b", protocol=SIG_BROKER)
     out = a.handle(Received(Channel.PEER, b_rid, ask), fabric.now, fabric.wall)
     answer = next(e.message for e in out if isinstance(e, Send))
@@ -254,10 +254,10 @@ def test_f5_a_tablereq_gets_the_delta_since_or_everything() -> None:
     fabric.worker("b", W1)
     fabric.advance(0.1)
     b = fabric.brokers["b"]
-    a_rid = next(rid for rid, name in b._peer_rids.items() if name == "a")
+    a_rid = next(rid for rid, name in b.family.broker_of.items() if name == "a")
     full = b.handle(Received(Channel.PEER, a_rid, TableReq("a")), fabric.now, fabric.wall)
     delta = b.handle(
-        Received(Channel.PEER, a_rid, TableReq("a", since_seq=b._table.seq)),
+        Received(Channel.PEER, a_rid, TableReq("a", since_seq=b.family.table.seq)),
         fabric.now,
         fabric.wall,
     )
@@ -282,7 +282,7 @@ def test_f6_a_forwarded_request_is_never_forwarded_again() -> None:
     fabric.worker("c", W1)
     fabric.advance(1.1)
     b = fabric.brokers["b"]
-    a_rid = next(rid for rid, name in b._peer_rids.items() if name == "a")
+    a_rid = next(rid for rid, name in b.family.broker_of.items() if name == "a")
     out = b.handle(
         Received(Channel.PEER, a_rid, Forward(b"T1", "echo", "a", (b"x",))), fabric.now, fabric.wall
     )
@@ -366,7 +366,7 @@ def test_f13_a_disabled_broker_keeps_talking_and_forwards_nothing() -> None:
     fabric = started()
     fabric.worker("c", W1)
     fabric.advance(1.1)
-    fabric.brokers["c"].state = "disabled"
+    fabric.brokers["c"].core.state = BrokerState.DISABLED
     fabric.advance(1.0)
     view = {p["broker_id"]: p for p in fabric.brokers["a"].peers_view()}
     assert view["c"]["status"] == "up" and view["c"]["state"] == "disabled"
@@ -435,7 +435,7 @@ def test_f7_what_waits_for_a_lost_last_worker_goes_back_to_its_origin_with_404()
     fabric.client("a", C1)
     fabric.request("a", C1, b"local")  # a's worker is busy with this one
     a = fabric.brokers["a"]
-    b_rid = next(rid for rid, name in a._peer_rids.items() if name == "b")
+    b_rid = next(rid for rid, name in a.family.broker_of.items() if name == "b")
     a.handle(
         Received(Channel.PEER, b_rid, Forward(b"T9", "echo", "b", (b"x",))),
         0 + fabric.now,

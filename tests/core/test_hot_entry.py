@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from scale0.core.effects import Effect
 from scale0.wire.client import ClientRequest
+from scale0.wire.peer import BrokerState
 from scale0.wire.worker import WorkerReply
 from tests.core.harness import BACK, FRONT, Harness, dispatched
 
@@ -47,7 +48,7 @@ def _play(lean: bool) -> list[list[Effect]]:
     h.advance(10.0)  # past the start-up grace: unknown services are 404 now
     h.client(b"C")  # the silent session expired meanwhile
     request(b"C", b"r5", "nobody")
-    h.broker.state = "disabled"
+    h.broker.core.state = BrokerState.DISABLED
     request(b"C", b"r6")  # R3
     return trace
 

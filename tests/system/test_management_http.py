@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from scale0.core.admin import COMMANDS
+from scale0.core.commands import COMMANDS
 from scale0.mgmt.server import api_routes
 from scale0.testing import Family, FamilyMember, running_family
 

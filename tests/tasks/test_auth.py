@@ -103,3 +103,53 @@ def test_vespid_needs_an_admin_and_records_who() -> None:
 
 def test_open_without_authorizer() -> None:
     assert new_book().authorize(None, None, "x") is None
+
+
+def command(book: Book, message: dict[str, Any]) -> dict[str, Any]:
+    reply = vespid_handle(book, json.dumps(message).encode(), 1.0).reply
+    assert reply is not None
+    result: dict[str, Any] = json.loads(reply)
+    return result
+
+
+BOSS = {"auth_id": "boss", "auth_password": "pw-boss"}
+VIEWER = {"auth_id": "viewer", "auth_password": "pw-view"}
+
+
+def test_cancel_needs_a_submit_role(caplog: pytest.LogCaptureFixture) -> None:
+    book = secured()
+    assert command(book, {"command": "task-create", **vespid("v"), **BOSS})["name"] == "v"
+    caplog.set_level(logging.WARNING, logger="scale0.tasks")
+    for credentials in ({}, VIEWER, {"auth_id": "boss", "auth_password": "nope"}):
+        refused = command(book, {"command": "task-cancel", "name": "v", **credentials})
+        assert (refused["code"], refused["error"]) == (-32008, "forbidden"), refused
+        assert "role admin" in refused["message"]
+    assert "task-cancel 'v' by auth_id 'viewer'" in caplog.text
+    assert book.tasks["v"].state.value == "pending"
+    # The credentials are checked before the name: no probing for task names without them.
+    assert command(book, {"command": "task-cancel", "name": "ghost"})["code"] == -32008
+    assert command(book, {"command": "task-cancel", "name": "ghost", **BOSS})["code"] == -32004
+    cancelled = command(book, {"command": "task-cancel", "name": "v", **BOSS})
+    assert cancelled["command"] == "task-cancel-response"
+    assert book.tasks["v"].state.value == "complete"
+
+
+def test_list_and_explain_need_any_admin_info_stays_open() -> None:
+    book = secured()
+    command(book, {"command": "task-create", **vespid("v"), **BOSS})
+    for name in ("task-list", "task-explain"):
+        message = {"command": name, "name": "v"}
+        assert command(book, message)["code"] == -32008
+        wrong = {"auth_id": "viewer", "auth_password": "pw-boss"}
+        assert command(book, {**message, **wrong})["code"] == -32008
+        assert command(book, {**message, **VIEWER})["command"] == f"{name}-response"
+        assert command(book, {**message, **BOSS})["command"] == f"{name}-response"
+    # A running task reads its own task-info without credentials (docs/tasks.md §10).
+    assert command(book, {"command": "task-info", "name": "v"})["state"] == "pending"
+
+
+def test_a_remembered_read_grant_does_not_allow_cancel() -> None:
+    authorizer = Authorizer(ADMINS)
+    assert authorizer.check("viewer", "pw-view", "task-list", auth.READ_ROLES) == "viewer"
+    with pytest.raises(Refused):
+        authorizer.check("viewer", "pw-view", "task-cancel 'v'")

@@ -4,6 +4,7 @@ restart with everything kept, bad configs."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -74,6 +75,23 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path, kind: str) -> None:
     assert b"bad.yaml" in result.stderr
 
 
+def test_an_http_port_in_use_exits_2_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = tmp_path / "coordinator.yaml"
+        path.write_text(f"endpoint: tcp://127.0.0.1:1\ndata_dir: d\nhttp_port: {port}\n")
+        result = subprocess.run(
+            ["scale0-coordinator", "--config", str(path)],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert f"http_port: cannot listen on 127.0.0.1:{port}" in result.stderr.decode()
+
+
 def test_only_admins_create_tasks_when_admins_from_is_set(tmp_path: Path) -> None:
     admins = (
         Admin("boss", hash_password("pw-boss", n=2**4), "admin"),
@@ -103,5 +121,5 @@ def test_only_admins_create_tasks_when_admins_from_is_set(tmp_path: Path) -> Non
                 assert boss.wait_complete("job")["success"] == "ok"
                 assert boss.info("job")["command"] == "task-info-response"
     log = coord.stderr.read_text()
-    assert "task submission refused" in log
+    assert "task request refused" in log
     assert "'viewer'" in log

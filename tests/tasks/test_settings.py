@@ -15,6 +15,7 @@ def test_the_shipped_configs_load() -> None:
     coordinator = load_coordinator(REPO / "conf/tasks/coordinator.yml")
     assert coordinator.zerotask_service == "zerotask"
     assert coordinator.data_dir.is_absolute()
+    assert (coordinator.http_port, coordinator.http_address) == (None, "127.0.0.1")  # off
     names = {load_node(REPO / f"conf/tasks/{n}.yml").name for n in ("node1", "node2")}
     assert names == {"node1", "node2"}
 
@@ -30,6 +31,9 @@ def test_the_shipped_configs_load() -> None:
         ("endpoint: tcp://x:1\ndata_dir: d\ncapacity: true\n", "capacity: must be"),
         ("endpoint: tcp://x:1\ndata_dir: d\ncolour: blue\n", "colour: unknown key"),
         ("endpoint: [unclosed\n", "not YAML/JSON"),
+        ("endpoint: tcp://x:1\ndata_dir: d\nhttp_port: 70000\n", "http_port: must be 0-65535"),
+        ("endpoint: tcp://x:1\ndata_dir: d\nhttp_port: '80'\n", "http_port: must be a whole"),
+        ("endpoint: tcp://x:1\ndata_dir: d\nhttp_address: 1\n", "http_address: must be a str"),
     ],
 )
 def test_coordinator_errors(tmp_path: Path, text: str, needle: str) -> None:

@@ -26,9 +26,9 @@ def send(book: Book, message: Any, now: float = 1.0) -> dict[str, Any]:
     return result
 
 
-def test_rules_header_lists_v1_to_v4() -> None:
+def test_rules_header_lists_v1_to_v5() -> None:
     assert re.findall(r"^(V\d+)\s", vespid.__doc__ or "", re.MULTILINE) == [
-        f"V{i}" for i in range(1, 5)
+        f"V{i}" for i in range(1, 6)
     ]
 
 
@@ -172,11 +172,105 @@ def test_cancel_and_list() -> None:
         "command": "task-cancel-response",
         "name": "t",
         "status": "complete",
+        "state": "complete",
+        "success": "terminated",
+        "was": "pending",
+        "attempt": 0,
+        "node": None,
     }
     assert send(book, {"command": "task-info", "name": "t"})["success"] == "terminated"
     listed = send(book, {"command": "task-list", "state": "complete"})
     assert [t["name"] for t in listed["tasks"]] == ["t"]
     assert listed["counts"]["complete"] == 1
+    again = send(book, {"command": "task-cancel", "name": "t"})
+    assert (again["code"], again["error"]) == (-32006, "stale-attempt")
+    assert "already complete" in again["message"]
+
+
+def test_list_rows_carry_protocol_node_attempt_and_times() -> None:
+    book = new_book()
+    node_set(book, "n1", 2000, 2, now=0.5)
+    send(book, {"command": "task-create", **spec("run")}, 1.0)
+    send(book, {"command": "task-create", **spec("big", memory=9000)}, 2.0)
+    book.client_connect("c", 2.5)
+    book.create_zerotask("c", "square", [3], "z1", 3.0)
+    rows = {row["name"]: row for row in send(book, {"command": "task-list"})["tasks"]}
+    assert rows["run"] == {
+        "name": "run",
+        "protocol": "vespid",
+        "state": "running",
+        "success": None,
+        "attempt": 1,
+        "node": "n1",
+        "time-create": 1.0,
+        "time-start": 1.0,
+        "time-finish": None,
+    }
+    assert (rows["big"]["state"], rows["big"]["node"]) == ("pending", None)
+    assert (rows["z1"]["protocol"], rows["z1"]["time-create"]) == ("zerotask", 3.0)
+    pending = send(book, {"command": "task-list", "state": "pending"})["tasks"]
+    assert sorted(row["name"] for row in pending) == ["big", "z1"]
+
+
+def test_explain_names_the_failing_requirement_per_node() -> None:
+    book = new_book()
+    node_set(book, "n1", 2000, 2)
+    send(
+        book,
+        {
+            "command": "node-set",
+            "name": "n2",
+            "capabilities": {"memory": 8000, "cores": 1},
+            "repositories": {},
+        },
+    )
+    send(book, {"command": "task-create", **spec("job", memory=4000, cores=2)})
+    reply = send(book, {"command": "task-explain", "name": "job"})
+    assert reply["command"] == "task-explain-response"
+    assert (reply["state"], reply["status"], reply["protocol"]) == ("pending", None, "vespid")
+    assert reply["explain"].startswith("no node could ever run it")
+    assert reply["nodes"] == [
+        {
+            "node": "n1",
+            "fits": False,
+            "fits_idle": False,
+            "reason": "needs 4000 MB memory, 2000 free of 2000",
+        },
+        {"node": "n2", "fits": False, "fits_idle": False, "reason": "needs 2 cores, 1 free of 1"},
+    ]
+    # A node that fits only when idle: "no room now", and the verdict says it would fit idle.
+    send(book, {"command": "task-create", **spec("hog", memory=7000)})
+    assert book.tasks["hog"].node == "n2"
+    send(book, {"command": "task-create", **spec("next", memory=6000)})
+    later = send(book, {"command": "task-explain", "name": "next"})
+    assert later["explain"].startswith("no node has room now")
+    assert later["nodes"][1] == {
+        "node": "n2",
+        "fits": False,
+        "fits_idle": True,
+        "reason": "needs 6000 MB memory, 1000 free of 8000",
+    }
+
+
+def test_explain_of_running_complete_and_zerotask_tasks() -> None:
+    book = new_book()
+    node_set(book, "n1", 2000, 2)
+    send(book, {"command": "task-create", **spec("run")})
+    running = send(book, {"command": "task-explain", "name": "run"})
+    assert (running["state"], running["node"], running["nodes"]) == ("running", "n1", [])
+    assert running["explain"] == "attempt 1 runs on node n1"
+    send(book, {"command": "task-complete", "name": "run", "node": "n1", "success": "ok"})
+    done = send(book, {"command": "task-explain", "name": "run"})
+    assert (done["state"], done["success"], done["explain"]) == ("complete", "ok", "complete")
+    book.client_connect("c", 1.0)
+    book.create_zerotask("c", "square", [2], "z", 1.0)
+    book.node_connect("zn", 1.0)
+    book.node_status("zn", ["add"], 1.0)
+    zerotask = send(book, {"command": "task-explain", "name": "z"})
+    assert zerotask["explain"] == "announced to zn; no node has asked for it yet"
+    verdicts = {row["node"]: row for row in zerotask["nodes"]}
+    assert verdicts["zn"]["reason"] == "does not serve method 'square'"
+    assert verdicts["n1"]["reason"] == "not a zerotask node"
 
 
 @pytest.mark.parametrize(
@@ -209,6 +303,9 @@ def test_cancel_and_list() -> None:
         ),
         ({"command": "task-cancel", "name": "ghost"}, -32004, "ghost"),
         ({"command": "task-list", "state": "sleeping"}, -32602, "state"),
+        ({"command": "task-explain", "name": "ghost"}, -32004, "no task 'ghost'"),
+        ({"command": "task-explain"}, -32602, "name"),
+        ({"command": "task-cancel", "name": 7}, -32602, "name"),
     ],
 )
 def test_errors(message: Any, code: int, needle: str) -> None:
@@ -250,6 +347,8 @@ def test_arbitrary_bytes_never_raise(body: bytes) -> None:
                 "attempt",
                 "activetasks",
                 "state",
+                "auth_id",
+                "auth_password",
             ]
         ),
         st.none()

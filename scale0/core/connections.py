@@ -1,0 +1,26 @@
+"""A negotiated client or worker connection, as the broker's rooms share it (R1).
+
+Owned by scale0/core/sessions.py; dispatch reads a worker's session (when it was last heard,
+its generation), the family reads it to build the heartbeat table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scale0.core.effects import Channel
+
+__all__ = ["Session"]
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    """A negotiated client or worker connection (R1)."""
+
+    routing_id: bytes
+    channel: Channel
+    client_id: str
+    config_version: int
+    last_seen: float
+    timeout_s: float  # silent this long = gone (liveness x interval)
+    gen: int  # tells a live timer entry from one left by an earlier session

@@ -1,0 +1,457 @@
+"""Dispatch: requests and the workers that run them (R4-R11, R14, R15 of scale0/core/broker.py).
+
+What waits for a worker is a :class:`WaitQueue`; what runs is in flight by ticket; a request's
+identity across retries (client_id, request_id) finds it while it lives (R10) and the reply
+cache after. Workers are in a :class:`~scale0.core.workers.WorkerPool`, least recently used
+first. A request with no ready worker here may go to a peer (F6, scale0/core/family.py).
+
+The hot path (docs/performance.md) is :meth:`Dispatch.client_request` and
+:meth:`Dispatch.worker_reply`: the typed ``Broker.handle`` and the raw-frame entry points
+``Broker.handle_request`` / ``handle_reply`` both end here, so there is one copy of the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from scale0.core.context import Core
+from scale0.core.effects import Channel, Effect, Log, Send
+from scale0.core.ports import FamilyPort, ForwardingPort, LifecyclePort, SessionsPort
+from scale0.core.records import refused, request_done
+from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
+from scale0.core.timers import BeatDue, RequestDue
+from scale0.core.workers import Worker, WorkerPool
+from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
+from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, is_reserved_service
+from scale0.wire.peer import BrokerState, ForwardPartial, ForwardReply
+from scale0.wire.worker import Ready, WorkerPartial, WorkerRequest
+
+__all__ = ["Dispatch"]
+
+REPLY_CACHE_ENTRIES = 10_000
+REPLY_CACHE_BYTES = 64 << 20
+REPLY_CACHE_AGE_S = 60.0
+
+
+class Dispatch:
+    """Requests waiting, in flight and answered; the worker pool; the failover grace (R7)."""
+
+    family: FamilyPort
+    forwarding: ForwardingPort
+    lifecycle: LifecyclePort
+    sessions: SessionsPort
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.pool = WorkerPool()
+        self.waiting = WaitQueue()
+        self.requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered yet
+        self.inflight: dict[bytes, Pending] = {}  # by ticket: at a worker or a peer
+        self.live: dict[RequestKey, Pending] = {}  # by key: our own clients' (R10)
+        self.service_left: dict[str, float] = {}  # service -> when its last worker went (R7)
+        self.cache = ReplyCache(
+            max_entries=REPLY_CACHE_ENTRIES,
+            max_bytes=REPLY_CACHE_BYTES,
+            max_age_s=REPLY_CACHE_AGE_S,
+        )
+
+    # ---- workers (R4, R8, R11, R15) --------------------------------------------------------
+
+    def ready(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        msg: Ready,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        core = self.core
+        sessions = self.sessions
+        session = sessions.session(Channel.BACKEND, routing_id, now, out)
+        if session is None or sessions.skewed(
+            Channel.BACKEND, routing_id, msg.time, now, wall, out
+        ):
+            return
+        routes = core.routes
+        refused = [
+            s
+            for s in msg.services
+            if is_reserved_service(s) or (routes is not None and s not in routes)
+        ]
+        if refused:
+            why = f"services not offered here or reserved: {', '.join(refused)}"
+            out.append(
+                Send(Channel.BACKEND, routing_id, DisconnectError(400, why, protocol=SIG_WORKER))
+            )
+            sessions.forget(Channel.BACKEND, routing_id, now, out, "refused")
+            return
+        network = core.network
+        interval_s = max(msg.hbeatinterval_ms, network.default_heartbeat_interval_ms) / 1000
+        services = tuple(dict.fromkeys(msg.services))
+        worker = Worker(routing_id, services, msg.capacity, msg.heartbeat, interval_s)
+        old = self.pool.workers.get(routing_id)
+        if self.family.peers:
+            self.family.table_changed(old.services if old is not None else (), now)
+        self.pool.add(worker)
+        session.timeout_s = interval_s * network.liveness if msg.heartbeat else float("inf")
+        if old is None:
+            core.timers.push(now + interval_s, BeatDue(routing_id, session.gen))
+        details = {"worker": routing_id.hex(), "services": list(services), "capacity": msg.capacity}
+        out.append(Log("info", "worker_ready", details))
+        self.worker_free(worker, now, out)
+
+    def worker_free(self, worker: Worker, now: float, out: list[Effect]) -> None:
+        """Give queued requests to a worker with spare capacity, then list it as ready."""
+        if self.family.peers:
+            self.family.table_changed(worker.services, now)
+        waiting = self.waiting
+        for service in worker.services:
+            while worker.spare > 0 and waiting.counts.get(service):
+                pending = waiting.pop(service)
+                if pending is None:
+                    break
+                self.dispatch_to(worker, pending, now, out)
+        self.pool.list_ready(worker)
+
+    def worker_lost(
+        self, routing_id: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
+    ) -> None:
+        """R8: a worker is gone; each of its requests is dispatched again or answered 504."""
+        worker = self.pool.remove(routing_id)
+        if worker is None:
+            return
+        self.core.counters["workers_lost"] += 1
+        family = self.family
+        if family.peers:
+            family.table_changed(worker.services, now)
+        gone = [s for s in worker.services if not self.pool.offers(s)]
+        for service in gone:
+            self.service_left[service] = now
+        silent_ms = round(silent_s * 1000)
+        details = {"worker": routing_id.hex(), "reason": reason, "silent_ms": silent_ms}
+        out.append(Log("warning", "worker_lost", details))
+        for ticket in sorted(worker.in_flight):
+            pending = self.inflight.pop(ticket, None)
+            if pending is not None:
+                self.route_again(pending, now, out, 504, "worker lost")
+        if gone and family.peers:
+            self.forwarding.orphaned(gone, now, out)
+
+    def beat(self, key: BeatDue, now: float, wall: float, out: list[Effect]) -> None:
+        """R11: the broker's HEARTBEAT to a worker, with the interval it enforces."""
+        session = self.sessions.workers.get(key.routing_id)
+        worker = self.pool.workers.get(key.routing_id)
+        if session is None or session.gen != key.gen or worker is None:
+            return
+        beat = Heartbeat(
+            time=wall,
+            config_version=self.core.network.config_version,
+            hbeatinterval_ms=round(worker.interval_s * 1000),
+            protocol=SIG_WORKER,
+        )
+        out.append(Send(Channel.BACKEND, key.routing_id, beat))
+        self.core.timers.push(now + worker.interval_s, key)
+
+    # ---- requests (R5, R6, R7, R9, R10) ----------------------------------------------------
+
+    def client_request(
+        self,
+        routing_id: bytes,
+        service: str,
+        request_id: bytes,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
+    ) -> None:
+        core = self.core
+        session = self.sessions.session(Channel.FRONTEND, routing_id, now, out)
+        if session is None:
+            return
+        if core.state is not BrokerState.ACTIVE:
+            refusal = self.family.not_accepting(SIG_CLIENT, Channel.FRONTEND)
+            out.append(Send(Channel.FRONTEND, routing_id, refusal))
+            return
+        core.counters["requests"] += 1
+        key = (session.client_id.encode(), request_id)
+        cached = self.cache.get(key, now)
+        if cached is not None:
+            core.counters["cache_hits"] += 1
+            core.metrics.reply(cached.status)
+            out.append(Send(Channel.FRONTEND, routing_id, cached))
+            return
+        live = self.live.get(key)
+        if live is not None:
+            core.counters["duplicates_joined"] += 1
+            live.client = routing_id  # answer wherever the client asks from now
+            return
+        if is_reserved_service(service):
+            self._reserved(routing_id, service, request_id, body, out)
+            return
+        if not self._known(service, now):
+            core.counters["errors_404"] += 1
+            core.metrics.reply(404)
+            if core.event_log is not None:
+                refused(out, service, routing_id, body, now, 404)
+            failure = ClientReply.failure(service, request_id, 404, f"no service {service!r}")
+            out.append(Send(Channel.FRONTEND, routing_id, failure))
+            return
+        deadline = now + core.timeout_s
+        pending = Pending(core.next_seq(), routing_id, key, service, request_id, body, deadline)
+        pending.started = now
+        self.requests[pending.seq] = pending
+        self.live[key] = pending
+        core.timers.push(deadline, pending.seq)
+        self.route(pending, now, out, front=False)
+
+    def take(self, pending: Pending, now: float, out: list[Effect]) -> None:
+        """A request a peer forwarded us (F7): held and routed like our own, never forwarded."""
+        self.requests[pending.seq] = pending
+        self.core.timers.push(pending.deadline, pending.seq)
+        self.route(pending, now, out, front=False)
+
+    def _known(self, service: str, now: float) -> bool:
+        """R7: a service with a worker, or one that had one within the failover grace."""
+        core = self.core
+        if core.routes is not None:
+            return service in core.routes  # listed services wait for a worker (R6)
+        if self.pool.offers(service) or now - core.started < core.timeout_s:
+            return True
+        if any(peer.offers(service) for peer in self.family.peers.values() if peer.usable()):
+            return True
+        left = self.service_left.get(service)
+        return left is not None and now - left < core.timeout_s
+
+    def route(self, pending: Pending, now: float, out: list[Effect], *, front: bool) -> None:
+        """R5, R6, F6: a ready worker here; else a peer; else wait here (bounded)."""
+        worker = self.pool.take(pending.service)
+        if worker is not None:
+            self.dispatch_to(worker, pending, now, out)
+            return
+        core = self.core
+        service = pending.service
+        family = self.family
+        if family.peers and pending.origin is None and core.state is BrokerState.ACTIVE:
+            # F6: a peer with free slots; else wait here if we offer it; else any peer that does.
+            forwarding = self.forwarding
+            peer = forwarding.pick_peer(service, free=True)
+            if peer is None and not self.pool.offers(service):
+                peer = forwarding.pick_peer(service, free=False)
+            if peer is not None:
+                forwarding.forward_to(peer, pending, out)
+                return
+        elif pending.origin is not None and not self.pool.offers(service):
+            self.fail(pending, 404, f"no worker for {service!r} on {core.identity}", out)
+            return
+        waiting = self.waiting.count(service)
+        if waiting >= core.network.max_queued_requests and not front:
+            self.fail(pending, 503, f"{waiting} requests already wait for {service!r}", out)
+            return
+        self.waiting.push(pending, front=front)
+
+    def route_again(
+        self, pending: Pending, now: float, out: list[Effect], status: int, why: str
+    ) -> None:
+        """Its worker or peer is lost (R8, F3, F8): dispatch again within max_retries, else fail."""
+        pending.ticket = pending.worker = pending.peer = None
+        if pending.attempt <= self.core.network.max_retries:
+            self.core.counters["retries"] += 1
+            pending.deadline = now + self.core.timeout_s
+            self.core.timers.push(pending.deadline, pending.seq)
+            self.route(pending, now, out, front=True)
+        else:
+            self.fail(pending, status, f"{why} after {pending.attempt} attempt(s)", out)
+
+    def dispatch_to(self, worker: Worker, pending: Pending, now: float, out: list[Effect]) -> None:
+        ticket = self.core.next_ticket()
+        pending.ticket = ticket
+        pending.worker = worker.routing_id
+        pending.attempt += 1
+        if pending.attempt > 1:
+            # A retry gets a whole deadline of its own on the new worker.
+            pending.deadline = max(pending.deadline, now + self.core.timeout_s)
+        worker.in_flight.add(ticket)
+        self.inflight[ticket] = pending
+        if self.family.peers:
+            self.family.table_changed(worker.services, now)
+        request = WorkerRequest(ticket=ticket, service=pending.service, body=pending.body)
+        out.append(Send(Channel.BACKEND, worker.routing_id, request))
+
+    def worker_reply(
+        self,
+        routing_id: bytes,
+        ticket: bytes,
+        status: int,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
+    ) -> None:
+        session = self.sessions.workers.get(routing_id)
+        if session is not None:
+            session.last_seen = now  # inline: the hot path (sessions.seen does the same)
+        worker = self.pool.workers.get(routing_id)
+        pending = self.inflight.get(ticket)
+        if pending is None or pending.worker != routing_id:
+            self.core.counters["dropped"] += 1  # R14: unknown ticket, silently
+            if worker is not None and ticket in worker.in_flight:
+                # A late answer to a request already given 504 (R9): the slot is free again.
+                worker.in_flight.discard(ticket)
+                self.worker_free(worker, now, out)
+            return
+        del self.inflight[ticket]
+        reply = ClientReply(
+            service=pending.service, request_id=pending.request_id, status=status, body=body
+        )
+        self.finish(pending, reply, out, now)
+        if worker is not None:
+            worker.in_flight.discard(ticket)
+            if self.core.state is not BrokerState.ACTIVE and not worker.in_flight:
+                self.lifecycle.move_worker(
+                    routing_id, now, out
+                )  # R18: its last request is answered
+            else:
+                self.worker_free(worker, now, out)
+
+    def worker_partial(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        msg: WorkerPartial,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        self.sessions.seen(Channel.BACKEND, routing_id, now)
+        pending = self.inflight.get(msg.ticket)
+        if pending is None or pending.worker != routing_id:
+            self.core.counters["dropped"] += 1
+            return
+        pending.deadline = now + self.core.timeout_s  # progress: the deadline moves on (R9)
+        self.relay_partial(pending, msg.body, out)
+
+    def relay_partial(self, pending: Pending, body: tuple[bytes, ...], out: list[Effect]) -> None:
+        if pending.origin is not None:
+            out.append(Send(Channel.PEER, pending.client, ForwardPartial(pending.origin, body)))
+            return
+        partial = ClientPartial(service=pending.service, request_id=pending.request_id, body=body)
+        out.append(Send(Channel.FRONTEND, pending.client, partial))
+
+    def retire(self, pending: Pending) -> None:
+        """The request has its final answer: forget it everywhere but the reply cache."""
+        pending.done = True
+        self.requests.pop(pending.seq, None)
+        self.live.pop(pending.key, None)
+
+    def finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
+        core = self.core
+        self.retire(pending)
+        if core.event_log is not None:
+            request_done(out, pending, reply.status, reply.body, now)
+        core.metrics.observe(pending.service, reply.status, now - pending.started)
+        core.counters["replies"] += 1
+        if pending.origin is not None:  # F7: the origin broker caches; we only answer it
+            answer = ForwardReply(pending.origin, reply.status, reply.body)
+            out.append(Send(Channel.PEER, pending.client, answer))
+        else:
+            self.cache.put(pending.key, reply, now)
+            out.append(Send(Channel.FRONTEND, pending.client, reply))
+        if core.draining:
+            self.lifecycle.answered(pending, out)
+
+    def fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None:
+        core = self.core
+        core.counters[f"errors_{status}"] = core.counters.get(f"errors_{status}", 0) + 1
+        self.retire(pending)
+        if core.event_log is not None:
+            request_done(out, pending, status, (), core.clock)
+        core.metrics.observe(pending.service, status, core.clock - pending.started)
+        failure = ClientReply.failure(pending.service, pending.request_id, status, message)
+        if pending.origin is not None:
+            answer = ForwardReply(pending.origin, status, failure.body)
+            out.append(Send(Channel.PEER, pending.client, answer))
+        else:
+            out.append(Send(Channel.FRONTEND, pending.client, failure))
+        if core.draining:
+            self.lifecycle.answered(pending, out)
+
+    def _reserved(
+        self,
+        routing_id: bytes,
+        service: str,
+        request_id: bytes,
+        body: tuple[bytes, ...],
+        out: list[Effect],
+    ) -> None:
+        """Reserved names (protocol.md §7.3): the MMI services from the live state of the whole
+        family (our workers and every usable peer's table), the rest refused."""
+        name = body[0].decode("utf-8", "replace") if body else ""
+        if service == "mmi.service":
+            answer: tuple[bytes, ...] = (b"200" if self._workers_of(name) else b"404",)
+        elif service == "mmi.workers":
+            answer = (b"%d" % self._workers_of(name),)
+        elif service == "mmi.services":
+            names = set(self.pool.services())
+            for peer in self.family.peers.values():
+                if peer.usable():
+                    names.update(peer.table)
+            answer = tuple(sorted(n.encode() for n in names))
+        else:
+            answer = ()
+        if service in ("mmi.service", "mmi.workers", "mmi.services"):
+            reply = ClientReply(service=service, request_id=request_id, status=200, body=answer)
+        elif service.startswith("mmi."):
+            reply = ClientReply.failure(service, request_id, 501, "MMI service unknown")
+        else:
+            reply = ClientReply.failure(service, request_id, 404, "no broker service")
+        self.core.metrics.reply(reply.status)
+        out.append(Send(Channel.FRONTEND, routing_id, reply))
+
+    def _workers_of(self, service: str) -> int:
+        """Workers offering ``service`` here and at every usable peer (its table's rows)."""
+        count = sum(1 for w in self.pool.workers.values() if service in w.services)
+        for peer in self.family.peers.values():
+            if peer.usable():
+                count += len(peer.table.get(service, ()))
+        return count
+
+    def deadline(self, key: RequestDue, now: float, out: list[Effect]) -> None:
+        """R6, R9: a request past its deadline is answered 503 (waiting) or 504 (running)."""
+        pending = self.requests.get(key)
+        if pending is None or pending.done:
+            return
+        if pending.deadline > now:
+            self.core.timers.push(pending.deadline, key)  # moved on by a PARTIAL or a retry
+            return
+        if pending.ticket is None:
+            self.waiting.expired(pending)
+            why = f"no worker for {pending.service!r} before the deadline"
+            self.fail(pending, 503, why, out)
+            return
+        if pending.peer is not None:
+            peer = self.family.peers.get(pending.peer)
+            if peer is not None:
+                peer.forwarded.discard(pending.ticket)
+        # The worker keeps the slot: it may still be running the request. Its late REPLY finds
+        # no ticket (R14) and gives the slot back; so does losing the worker.
+        self.inflight.pop(pending.ticket, None)
+        self.fail(pending, 504, f"no reply within {self.core.timeout_s:g} s", out)
+
+    def is_live(self, key: RequestDue) -> bool:
+        """Whether a request timer still watches a request (else it is dropped unfired)."""
+        return key in self.requests
+
+    def services_left(self, services: Iterable[str], now: float) -> None:
+        """R7: services a peer (or our last worker) no longer offers stay known for a while."""
+        for service in services:
+            self.service_left[service] = now
+
+    def sweep(self, now: float) -> None:
+        """Bound memory: forget services gone past the failover grace, and old cached replies."""
+        timeout_s = self.core.timeout_s
+        for service in [s for s, t in self.service_left.items() if now - t >= timeout_s]:
+            del self.service_left[service]
+        self.cache.prune(now)
+
+    def client_busy(self, routing_id: bytes) -> bool:
+        """Whether our own client ``routing_id`` has a request not answered yet."""
+        return any(p.client == routing_id and p.origin is None for p in self.requests.values())

@@ -1,0 +1,551 @@
+"""The family: links to the other brokers, HELLO, heartbeat tables, forwarding (F1-F9, F12, F13).
+
+Each other member is a :class:`~scale0.core.peers.Peer`, whose link state moves by the table in
+scale0/core/states.py. Messages from peers arrive on two channels: our peer ROUTER
+(``Channel.PEER``: what peers send on their links to us) and our own links
+(``Channel.LINK``: what peers answer on the links we opened). Each channel has its own
+{message type: handler} table, so adding a peer message is one entry, not another ``elif``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
+
+from scale0.config.model import NetworkConfig
+from scale0.core.context import PROTOCOL, Core
+from scale0.core.effects import Channel, Close, Connect, Effect, Log, Send
+from scale0.core.peers import LocalTable, Peer
+from scale0.core.ports import DispatchPort, ForwardingPort, ReplicationPort, SessionsPort
+from scale0.core.replica import Plan
+from scale0.core.states import PeerInput, PeerLink
+from scale0.core.timers import Periodic
+from scale0.wire.client import (
+    CheckConfig,
+    Config,
+    ConfigAck,
+    Disconnect,
+    DisconnectError,
+)
+from scale0.wire.frames import SIG_BROKER, Message
+from scale0.wire.peer import (
+    BrokerState,
+    Forward,
+    ForwardPartial,
+    ForwardReply,
+    Hello,
+    PeerHeartbeat,
+    Table,
+    TableMode,
+    TableReq,
+    TableWorker,
+)
+
+__all__ = ["TABLE_COMMIT_S", "Family"]
+
+#: Worker changes are gathered this long into one table version before peers hear of them.
+TABLE_COMMIT_S = 0.05
+
+M = TypeVar("M", bound=Message)
+#: A message from a peer that said HELLO: (peer, its routing id here, message, now, wall, out).
+PeerHandler = Callable[[Peer, bytes, Any, float, float, list[Effect]], None]
+#: An answer on our own link to a peer: (peer, message, now, wall, out).
+LinkHandler = Callable[[Peer, Any, float, float, list[Effect]], None]
+
+
+class Family:
+    """What this broker knows of the other members, and what it says to them."""
+
+    dispatch: DispatchPort
+    forwarding: ForwardingPort
+    replication: ReplicationPort
+    sessions: SessionsPort
+
+    def __init__(self, core: Core, seeds: Sequence[str]) -> None:
+        self.core = core
+        self.peers: dict[str, Peer] = {}
+        self.broker_of: dict[bytes, str] = {}  # our peer ROUTER's routing ids -> broker_id
+        # A joining broker's seed links: link name -> endpoint; the ones that answered HELLO;
+        # the broker_id each one's HELLO gave.
+        self.seeds = {f"seed:{i}": endpoint for i, endpoint in enumerate(seeds)}
+        self.seed_linked: set[str] = set()
+        self.seed_names: dict[str, str] = {}
+        self.table = LocalTable()
+        self._table_armed = False
+        self._on_peer: dict[type[Message], PeerHandler] = {}
+        self._on_link: dict[type[Message], LinkHandler] = {}
+        self._peer_handles(Forward, self._forward_in)
+        self._peer_handles(PeerHeartbeat, self._peer_heartbeat)
+        self._peer_handles(TableReq, self._table_req_in)
+        self._peer_handles(Table, self._table_in)
+        self._peer_handles(CheckConfig, self._check_config_in)
+        self._peer_handles(Disconnect, self._disconnect_in)
+        self._link_handles(Table, self._link_table)
+        self._link_handles(Config, self._link_config)
+        self._link_handles(ConfigAck, self._link_config)
+        self._link_handles(Disconnect, self._link_disconnect)
+
+    def _peer_handles(
+        self, kind: type[M], handler: Callable[[Peer, bytes, M, float, float, list[Effect]], None]
+    ) -> None:
+        self._on_peer[kind] = cast(PeerHandler, handler)
+
+    def _link_handles(
+        self, kind: type[M], handler: Callable[[Peer, M, float, float, list[Effect]], None]
+    ) -> None:
+        self._on_link[kind] = cast(LinkHandler, handler)
+
+    # ---- start, links and HELLO (F1, F2, F3, F12, F13) -------------------------------------
+
+    def connect_seeds(self, out: list[Effect]) -> None:
+        """F1: a joining broker links to its seeds, to fetch the family's config."""
+        if self.core.state is BrokerState.JOINING:
+            out.extend(Connect(link, endpoint) for link, endpoint in self.seeds.items())
+
+    def plan_links(self, network: NetworkConfig, plan: Plan, out: list[Effect]) -> None:
+        """Perform ``plan``'s links (K5): one per other member of ``network`` (F1); refresh how
+        each peer's table reaches us from the config's links."""
+        wants: dict[str, tuple[bool, TableMode]] = {}
+        for link in network.peers or ():
+            if link.target == self.core.identity:
+                wants[link.source] = (True, TableMode(link.table_mode))
+        for broker_id in plan.close:
+            peer = self.peers.pop(broker_id, None)
+            if peer is not None and peer.routing_id is not None:
+                self.broker_of.pop(peer.routing_id, None)
+            out.append(Close(broker_id))
+            out.append(Log("info", "peer_removed", {"peer": broker_id}))
+        for broker_id, endpoint in plan.connect.items():
+            known = self.peers.get(broker_id)
+            if known is not None and known.routing_id is not None:
+                self.broker_of.pop(known.routing_id, None)
+            self.peers[broker_id] = Peer(broker_id, endpoint, TableMode.PULL, False)
+            out.append(Connect(broker_id, endpoint))
+        for broker_id, peer in self.peers.items():
+            peer.pull, peer.wants = wants.get(broker_id, (not network.peers, TableMode.PULL))
+
+    def joined(self, out: list[Effect]) -> None:
+        """A joining broker's first config applied: its seed links are done with."""
+        for link in self.seeds:
+            # Say goodbye first: the seed then frees our broker_id for our real link (F2).
+            out.append(Send(Channel.LINK, link.encode(), Disconnect(protocol=SIG_BROKER)))
+            out.append(Close(link))
+        self.seeds.clear()
+        self.seed_linked.clear()
+
+    def _endpoints(self) -> dict[str, str]:
+        entry = self.core.entry
+        if entry is None:
+            return {}
+        return {
+            "frontend": entry.frontend,
+            "backend": entry.backend,
+            "peer": entry.peer,
+            "config_pub": entry.config_pub,
+        }
+
+    def _hello(self, mode: TableMode) -> Hello:
+        core = self.core
+        return Hello(
+            broker_id=core.identity,
+            family=self.replication.replica.family or core.network.family,
+            state=core.state,
+            config_version=self.replication.replica.version,
+            endpoints=self._endpoints(),
+            table_mode=mode,
+        )
+
+    def say_hello(self, now: float, wall: float, out: list[Effect]) -> None:
+        """HELLO on every link not answered yet; HEARTBEAT on the others (F1, F13)."""
+        for broker_id, peer in self.peers.items():
+            if not peer.linked:
+                mode = peer.wants if peer.pull else TableMode.PULL
+                out.append(Send(Channel.LINK, broker_id.encode(), self._hello(mode)))
+            else:
+                out.append(Send(Channel.LINK, broker_id.encode(), self._heartbeat_message(wall)))
+        if self.core.state is BrokerState.JOINING:
+            check = self.replication.check_config_message()
+            for seed in self.seeds:
+                if seed in self.seed_linked:
+                    out.append(Send(Channel.LINK, seed.encode(), check))
+                else:
+                    out.append(Send(Channel.LINK, seed.encode(), self._hello(TableMode.PULL)))
+
+    def _heartbeat_message(self, wall: float) -> PeerHeartbeat:
+        return PeerHeartbeat(
+            broker_id=self.core.identity,
+            time=wall,
+            state=self.core.state,
+            config_version=self.replication.replica.version,
+            table_seq=self.table.seq,
+        )
+
+    def round(self, now: float, wall: float, out: list[Effect]) -> None:
+        """Every interval: expire silent peers (F3), then HELLO or HEARTBEAT on every link."""
+        limit = self.core.interval_s * self.core.network.liveness
+        for peer in list(self.peers.values()):
+            if peer.link is not PeerLink.DOWN and now - peer.last_seen > limit:
+                self._peer_down(peer, now, out, PeerInput.SILENT, "silent")
+        self.say_hello(now, wall, out)
+        self.core.timers.push(now + self.core.interval_s, Periodic.PEERS)
+
+    def _heard(self, peer: Peer, now: float, out: list[Effect]) -> None:
+        peer.last_seen = now
+        if peer.step(PeerInput.HEARD) is PeerLink.DOWN:
+            out.append(Log("info", "peer_up", {"peer": peer.broker_id}))
+
+    def _peer_down(
+        self, peer: Peer, now: float, out: list[Effect], event: PeerInput, reason: str
+    ) -> None:
+        was = peer.step(event)
+        peer.push_to = False
+        if peer.routing_id is not None and event is not PeerInput.SILENT:
+            # Silence is only a suspicion: the peer's link is still the same connection and it
+            # does not know we dropped it, so it will not say HELLO again. Keep its routing id,
+            # so that what it says next on that link counts (F3) instead of being ignored as
+            # "before HELLO" (F2) for good. A restart (new HELLO) or DISCONNECT replaces it.
+            self.broker_of.pop(peer.routing_id, None)
+            peer.routing_id = None
+        self.dispatch.services_left(peer.table, now)
+        peer.forget_table()
+        if was is not PeerLink.DOWN:
+            self.core.counters["peers_lost"] += 1
+            silent_ms = round((now - peer.last_seen) * 1000)
+            details = {"peer": peer.broker_id, "reason": reason, "silent_ms": silent_ms}
+            out.append(Log("warning", "peer_lost", details))
+        for ticket in sorted(peer.forwarded):
+            pending = self.dispatch.inflight.pop(ticket, None)
+            if pending is not None:
+                self.dispatch.route_again(pending, now, out, 504, f"peer {peer.broker_id} lost")
+        peer.forwarded.clear()
+
+    def active_endpoint(self, channel: Channel) -> str | None:
+        """The frontend or backend of an active peer we are linked to (the first by id)."""
+        for broker_id in sorted(self.peers):
+            if not self.peers[broker_id].usable():
+                continue
+            entry = self.core.member(broker_id)
+            if entry is not None:
+                return entry.frontend if channel is Channel.FRONTEND else entry.backend
+        return None
+
+    def not_accepting(self, protocol: bytes, channel: Channel) -> DisconnectError:
+        """R3: 503, or (disabled, draining) 301 to an active peer's endpoint for this channel."""
+        core = self.core
+        state = core.state.value
+        if core.state is BrokerState.DISABLED and channel in PROTOCOL:
+            target = self.active_endpoint(channel)
+            if target is not None:
+                why = f"broker {core.identity} is {state}: go to {target}"
+                return DisconnectError(301, why, endpoint=target, protocol=protocol)
+        return DisconnectError(503, f"broker {core.identity} is {state}", protocol=protocol)
+
+    def shutdown(self, out: list[Effect]) -> None:
+        """R17: DISCONNECT on every link (peers' and seeds')."""
+        for link in [*self.peers, *self.seeds]:
+            out.append(Send(Channel.LINK, link.encode(), Disconnect(protocol=SIG_BROKER)))
+
+    # ---- what peers say (F2, F3, F4, F12) --------------------------------------------------
+
+    def received(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        message: Message,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        """A message on our peer ROUTER (``Channel.PEER``) or on one of our links (``LINK``)."""
+        if channel is Channel.LINK:
+            link = routing_id.decode("utf-8", "replace")
+            if link in self.seeds:
+                self._seed_message(link, message, now, wall, out)
+                return
+            peer = self.peers.get(link)
+            if peer is not None:  # else a link we closed: its last messages are of no interest
+                self._link_message(peer, message, now, wall, out)
+            return
+        if isinstance(message, Hello):
+            self._hello_in(routing_id, message, now, wall, out)
+            return
+        broker_id = self.broker_of.get(routing_id)
+        peer = self.peers.get(broker_id) if broker_id is not None else None
+        if peer is None:
+            self.core.counters["peer_ignored"] += 1  # F2: nothing counts before HELLO
+            return
+        claimed = getattr(message, "broker_id", peer.broker_id)
+        if claimed != peer.broker_id:
+            self.core.counters["peer_ignored"] += 1
+            details = {"peer": peer.broker_id, "claimed": str(claimed)}
+            out.append(Log("warning", "peer_spoof", details))
+            return
+        self._heard(peer, now, out)
+        handler = self._on_peer.get(type(message))
+        if handler is None:
+            self.core.counters["peer_ignored"] += 1
+            return
+        handler(peer, routing_id, message, now, wall, out)
+
+    def _hello_in(
+        self, routing_id: bytes, msg: Hello, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """F2: a peer's link says HELLO on our ROUTER."""
+        core = self.core
+        if core.state is BrokerState.JOINING:
+            return  # nothing to check it against yet; it says HELLO again every interval
+        family = core.network.family
+        peer = self.peers.get(msg.broker_id)
+        if msg.family != family or peer is None:
+            why = (
+                f"family {msg.family!r} is not {family!r}"
+                if msg.family != family
+                else f"{msg.broker_id!r} is not a broker of family {family!r}"
+            )
+            out.append(
+                Send(Channel.PEER, routing_id, DisconnectError(401, why, protocol=SIG_BROKER))
+            )
+            out.append(Log("warning", "peer_refused", {"peer": msg.broker_id, "reason": why}))
+            return
+        if peer.routing_id is not None and peer.routing_id != routing_id:
+            if now - peer.last_seen < core.interval_s:
+                why = f"broker_id {msg.broker_id!r} is in use by a live link"
+                out.append(
+                    Send(Channel.PEER, routing_id, DisconnectError(409, why, protocol=SIG_BROKER))
+                )
+                return
+            # A new link for a known broker: it restarted. What it held for us is gone.
+            self.broker_of.pop(peer.routing_id, None)
+            self._peer_down(peer, now, out, PeerInput.LOST, "restarted")
+        peer.routing_id = routing_id
+        self.broker_of[routing_id] = peer.broker_id
+        peer.state = msg.state
+        peer.config_version = msg.config_version
+        peer.push_to = msg.table_mode is TableMode.PUSH
+        self._heard(peer, now, out)
+        mode = peer.wants if peer.pull else TableMode.PULL
+        out.append(Send(Channel.PEER, routing_id, self._hello(mode)))
+        if peer.push_to:
+            self._send_table(peer, None, out)
+        if not peer.linked:  # say HELLO on our link now rather than at the next interval
+            out.append(Send(Channel.LINK, peer.broker_id.encode(), self._hello(mode)))
+        self.replication.newer_config(peer, msg.config_version, out)
+
+    def _link_message(
+        self, peer: Peer, message: Message, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """What comes back on our own link to ``peer``: answers to what we sent on it."""
+        if isinstance(message, ForwardReply):
+            self._heard(peer, now, out)
+            self.forwarding.reply_in(peer, message, now, out)
+        elif isinstance(message, ForwardPartial):
+            self._heard(peer, now, out)
+            self.forwarding.partial_in(peer, message, now, out)
+        elif isinstance(message, Hello):
+            self._link_hello(peer, message, now, out)
+        elif isinstance(message, DisconnectError):
+            details = {"peer": peer.broker_id, "code": message.code, "reason": message.message}
+            out.append(Log("warning", "peer_refused_us", details))
+            peer.step(PeerInput.REFUSED)
+        elif not peer.linked:
+            self.core.counters["peer_ignored"] += 1
+        else:
+            self._heard(peer, now, out)
+            handler = self._on_link.get(type(message))
+            if handler is None:
+                self.core.counters["peer_ignored"] += 1
+                return
+            handler(peer, message, now, wall, out)
+
+    def _link_hello(self, peer: Peer, message: Hello, now: float, out: list[Effect]) -> None:
+        """F1: the peer answered our HELLO: the link is up, and we may pull its table (F5)."""
+        if message.broker_id != peer.broker_id or message.family != self.core.network.family:
+            details = {"peer": peer.broker_id, "said": message.broker_id}
+            out.append(Log("warning", "peer_wrong_hello", details))
+            return
+        self._heard(peer, now, out)
+        peer.state = message.state
+        peer.config_version = message.config_version
+        if peer.step(PeerInput.HELLO_ANSWERED) is not PeerLink.LINKED:
+            out.append(Log("info", "peer_linked", {"peer": peer.broker_id}))
+            if peer.pull and peer.wants is TableMode.PULL:
+                self._send_table_req(peer, full=True, out=out)
+        self.replication.newer_config(peer, message.config_version, out)
+
+    def _link_table(
+        self, peer: Peer, msg: Table, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        if msg.broker_id == peer.broker_id:
+            self._table_in(peer, peer.routing_id or b"", msg, now, wall, out)
+
+    def _link_config(
+        self, peer: Peer, msg: Config | ConfigAck, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        self.replication.config_answer(peer.broker_id, msg, out, now, wall)
+
+    def _link_disconnect(
+        self, peer: Peer, msg: Disconnect, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        self._peer_down(peer, now, out, PeerInput.LOST, "disconnect")
+
+    def _disconnect_in(
+        self,
+        peer: Peer,
+        routing_id: bytes,
+        msg: Disconnect,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        self._peer_down(peer, now, out, PeerInput.LOST, "disconnect")  # F12
+
+    def _forward_in(
+        self,
+        peer: Peer,
+        routing_id: bytes,
+        msg: Forward,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        self.forwarding.forward_in(peer, routing_id, msg, now, out)
+
+    def _check_config_in(
+        self,
+        peer: Peer,
+        routing_id: bytes,
+        msg: CheckConfig,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        self.replication.peer_check_config(peer, routing_id, msg, out)
+
+    def _seed_message(
+        self, link: str, message: Message, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """A joining broker's seed links: HELLO, then CHECKCONFIG until a CONFIG applies."""
+        if isinstance(message, Hello):
+            self.seed_linked.add(link)
+            self.seed_names[link] = message.broker_id
+            if self.core.state is BrokerState.JOINING:
+                check = self.replication.check_config_message()
+                out.append(Send(Channel.LINK, link.encode(), check))
+        elif isinstance(message, (Config, ConfigAck)):
+            origin = self.seed_names.get(link, link)
+            self.replication.config_answer(origin, message, out, now, wall)
+        elif isinstance(message, DisconnectError):
+            self.seed_linked.discard(link)
+            details = {"seed": self.seeds[link], "code": message.code, "reason": message.message}
+            out.append(Log("warning", "seed_refused_us", details))
+
+    def _peer_heartbeat(
+        self,
+        peer: Peer,
+        routing_id: bytes,
+        msg: PeerHeartbeat,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        limit = self.core.network.max_clock_skew_s
+        skew = abs(msg.time - wall)
+        if skew > limit:
+            why = f"clock skew {skew:.1f} s is over {limit} s"
+            out.append(
+                Send(Channel.PEER, routing_id, DisconnectError(412, why, protocol=SIG_BROKER))
+            )
+            self._peer_down(peer, now, out, PeerInput.LOST, "clock_skew")
+            return
+        peer.state = msg.state
+        peer.config_version = msg.config_version
+        if msg.table_seq < peer.table_seq:
+            peer.forget_table()  # its table started again (it restarted): pull all of it
+        # Pull mode: its HEARTBEAT says our copy is stale. (Push mode repairs gaps in _table_in.)
+        pulling = peer.pull and peer.linked and peer.wants is TableMode.PULL
+        if pulling and msg.table_seq > peer.table_seq:
+            self._send_table_req(peer, full=False, out=out)
+        self.replication.newer_config(peer, msg.config_version, out)
+
+    # ---- tables (F5, F9) -------------------------------------------------------------------
+
+    def _send_table_req(self, peer: Peer, *, full: bool, out: list[Effect]) -> None:
+        since = None if full or peer.table_seq == 0 else peer.table_seq
+        request = TableReq(broker_id=self.core.identity, since_seq=since)
+        out.append(Send(Channel.LINK, peer.broker_id.encode(), request))
+
+    def _send_table(self, peer: Peer, since: int | None, out: list[Effect]) -> None:
+        if peer.routing_id is None:
+            return
+        identity = self.core.identity
+        delta = self.table.since(since) if since is not None else None
+        if delta is None:
+            table = Table(identity, self.table.seq, True, self.table.full())
+        else:
+            table = Table(identity, self.table.seq, False, delta)
+        out.append(Send(Channel.PEER, peer.routing_id, table))
+
+    def _table_req_in(
+        self,
+        peer: Peer,
+        routing_id: bytes,
+        msg: TableReq,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        self._send_table(peer, msg.since_seq, out)
+
+    def _table_in(
+        self, peer: Peer, routing_id: bytes, msg: Table, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        if not peer.pull:
+            self.core.counters["peer_ignored"] += 1  # no link in the config shares its table
+            return
+        if not msg.full and msg.table_seq > peer.table_seq + 1 and peer.wants is TableMode.PUSH:
+            # A pushed delta skipped a version we never saw: ask for everything.
+            self._send_table_req(peer, full=True, out=out)
+            return
+        if not msg.full and msg.table_seq <= peer.table_seq:
+            return  # old news
+        before = list(peer.table)
+        peer.apply_table(msg.table_seq, msg.full, msg.services)
+        self.dispatch.services_left([s for s in before if s not in peer.table], now)
+        self.forwarding.drain_to_peers(now, out)
+
+    def table_changed(self, services: Sequence[str], now: float) -> None:
+        """Workers of ``services`` changed: peers hear of it in the next table version."""
+        self.table.mark(services)
+        if not self._table_armed:
+            self._table_armed = True
+            self.core.timers.push(now + TABLE_COMMIT_S, Periodic.TABLE)
+
+    def commit_table(self, now: float, wall: float, out: list[Effect]) -> None:
+        """F5: the changes gathered become one table version, pushed to who asked for push."""
+        self._table_armed = False
+        if not self.table.dirty:
+            return
+        rows: dict[str, list[TableWorker]] = {}
+        sessions = self.sessions.workers
+        for worker in self.dispatch.pool.workers.values():
+            session = sessions.get(worker.routing_id)
+            if session is None:
+                continue
+            row = TableWorker(
+                worker_id=session.client_id,
+                capacity=max(worker.spare, 0),
+                last_heartbeat=max(wall - (now - session.last_seen), 0.0),
+            )
+            for service in worker.services:
+                rows.setdefault(service, []).append(row)
+        delta = self.table.commit({s: tuple(r) for s, r in rows.items()})
+        if not delta:
+            return
+        table = Table(self.core.identity, self.table.seq, False, delta)
+        for peer in self.peers.values():
+            if peer.push_to and peer.routing_id is not None and peer.link is not PeerLink.DOWN:
+                out.append(Send(Channel.PEER, peer.routing_id, table))
+
+    def services(self) -> Iterable[str]:
+        """The services some usable peer offers."""
+        return {s for p in self.peers.values() if p.usable() for s in p.table}

@@ -1,0 +1,218 @@
+"""What each room of the broker core asks of the others: one Protocol per room.
+
+The rooms (sessions, dispatch, guard, family, forwarding, replication, lifecycle, views,
+admin) never import each other: each names its collaborators by these Protocols, and
+scale0/core/broker.py, the façade, builds the rooms and wires them together. So no import
+circle can form between them (an import-linter contract in setup.cfg holds them to it), and a
+room's dependence on another is written down here, member by member.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from scale0.config.model import NetworkConfig
+from scale0.core.connections import Session
+from scale0.core.effects import Channel, Effect
+from scale0.core.peers import Peer
+from scale0.core.replica import Plan, Replica
+from scale0.core.requests import Pending, ReplyCache, WaitQueue
+from scale0.core.states import BrokerInput, Change
+from scale0.core.timers import RequestDue
+from scale0.core.workers import WorkerPool
+from scale0.wire.client import CheckConfig, ClientReply, Config, ConfigAck, DisconnectError
+from scale0.wire.peer import Forward, ForwardPartial, ForwardReply
+from scale0.wire.worker import Ready, WorkerPartial
+
+__all__ = [
+    "DispatchPort",
+    "FamilyPort",
+    "ForwardingPort",
+    "GuardPort",
+    "LifecyclePort",
+    "ReplicationPort",
+    "SessionsPort",
+]
+
+
+class SessionsPort(Protocol):
+    """scale0/core/sessions.py: the client and worker sessions."""
+
+    clients: dict[bytes, Session]
+    workers: dict[bytes, Session]
+
+    def session(
+        self, channel: Channel, routing_id: bytes, now: float, out: list[Effect]
+    ) -> Session | None: ...
+
+    def seen(self, channel: Channel, routing_id: bytes, now: float) -> None: ...
+
+    def adopt(self, channel: Channel, routing_id: bytes, now: float) -> Session: ...
+
+    def skewed(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        sent: float,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> bool: ...
+
+    def forget(
+        self, channel: Channel, routing_id: bytes, now: float, out: list[Effect], reason: str
+    ) -> None: ...
+
+    def renegotiate_all(self, why: str, out: list[Effect]) -> None: ...
+
+
+class DispatchPort(Protocol):
+    """scale0/core/dispatch.py: requests waiting and in flight, and the worker pool."""
+
+    pool: WorkerPool
+    waiting: WaitQueue
+    requests: dict[RequestDue, Pending]
+    inflight: dict[bytes, Pending]
+    cache: ReplyCache
+
+    def worker_lost(
+        self, routing_id: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
+    ) -> None: ...
+
+    def route_again(
+        self, pending: Pending, now: float, out: list[Effect], status: int, why: str
+    ) -> None: ...
+
+    def take(self, pending: Pending, now: float, out: list[Effect]) -> None: ...
+
+    def finish(
+        self, pending: Pending, reply: ClientReply, out: list[Effect], now: float
+    ) -> None: ...
+
+    def fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None: ...
+
+    def retire(self, pending: Pending) -> None: ...
+
+    def relay_partial(
+        self, pending: Pending, body: tuple[bytes, ...], out: list[Effect]
+    ) -> None: ...
+
+    def services_left(self, services: Iterable[str], now: float) -> None: ...
+
+    def client_busy(self, routing_id: bytes) -> bool: ...
+
+    def client_request(
+        self,
+        routing_id: bytes,
+        service: str,
+        request_id: bytes,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
+    ) -> None: ...
+
+    def ready(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        msg: Ready,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None: ...
+
+    def worker_reply(
+        self,
+        routing_id: bytes,
+        ticket: bytes,
+        status: int,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
+    ) -> None: ...
+
+    def worker_partial(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        msg: WorkerPartial,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None: ...
+
+
+class GuardPort(Protocol):
+    """scale0/core/guard.py: error scores and bans."""
+
+    banned: dict[bytes, float]
+
+
+class FamilyPort(Protocol):
+    """scale0/core/family.py: the other members, their links and tables."""
+
+    peers: dict[str, Peer]
+    seeds: dict[str, str]
+    seed_linked: set[str]
+    seed_names: dict[str, str]
+
+    def not_accepting(self, protocol: bytes, channel: Channel) -> DisconnectError: ...
+
+    def table_changed(self, services: Sequence[str], now: float) -> None: ...
+
+    def plan_links(self, network: NetworkConfig, plan: Plan, out: list[Effect]) -> None: ...
+
+    def joined(self, out: list[Effect]) -> None: ...
+
+    def say_hello(self, now: float, wall: float, out: list[Effect]) -> None: ...
+
+
+class ForwardingPort(Protocol):
+    """scale0/core/forwarding.py: requests sent to peers and taken from them."""
+
+    def pick_peer(self, service: str, *, free: bool) -> Peer | None: ...
+
+    def forward_to(self, peer: Peer, pending: Pending, out: list[Effect]) -> None: ...
+
+    def drain_to_peers(self, now: float, out: list[Effect]) -> None: ...
+
+    def orphaned(self, services: Sequence[str], now: float, out: list[Effect]) -> None: ...
+
+    def forward_in(
+        self, peer: Peer, routing_id: bytes, msg: Forward, now: float, out: list[Effect]
+    ) -> None: ...
+
+    def reply_in(self, peer: Peer, msg: ForwardReply, now: float, out: list[Effect]) -> None: ...
+
+    def partial_in(
+        self, peer: Peer, msg: ForwardPartial, now: float, out: list[Effect]
+    ) -> None: ...
+
+
+class LifecyclePort(Protocol):
+    """scale0/core/lifecycle.py: the broker's state, and moving work away."""
+
+    def change(self, change: BrokerInput, now: float, by: str, out: list[Effect]) -> Change: ...
+
+    def move_worker(self, routing_id: bytes, now: float, out: list[Effect]) -> None: ...
+
+    def answered(self, pending: Pending, out: list[Effect]) -> None: ...
+
+
+class ReplicationPort(Protocol):
+    """scale0/core/replication.py: the config replica and what peers say of configs."""
+
+    replica: Replica
+
+    def check_config_message(self) -> CheckConfig: ...
+
+    def newer_config(self, peer: Peer, version: int, out: list[Effect]) -> None: ...
+
+    def config_answer(
+        self, origin: str, msg: Config | ConfigAck, out: list[Effect], now: float, wall: float
+    ) -> None: ...
+
+    def peer_check_config(
+        self, peer: Peer, routing_id: bytes, msg: CheckConfig, out: list[Effect]
+    ) -> None: ...

@@ -1,0 +1,230 @@
+"""Sessions and negotiation: who has said CHECKCONFIG, with which config, and when it last spoke.
+
+Rules R1, R2, R3 (its first half), R12 and R16 of scale0/core/broker.py. A session is per
+channel (frontend: clients, backend: workers) and routing id; its ``client_id`` is unique per
+channel among live connections (409 otherwise); a silent session expires (R8) through its
+:class:`~scale0.core.timers.SessionDue` timer, which carries the session's generation so that a
+timer left by an earlier session of the same routing id does nothing.
+"""
+
+from __future__ import annotations
+
+from scale0.core.connections import Session
+from scale0.core.context import PROTOCOL, Core
+from scale0.core.effects import Channel, Effect, Send
+from scale0.core.ports import DispatchPort, FamilyPort
+from scale0.core.records import heartbeat_gap
+from scale0.core.timers import BeatDue, SessionDue
+from scale0.wire.client import (
+    CheckConfig,
+    Config,
+    ConfigAck,
+    Disconnect,
+    DisconnectError,
+    ForceNegotiate,
+    Heartbeat,
+)
+from scale0.wire.frames import SIG_CLIENT
+from scale0.wire.peer import BrokerState
+
+__all__ = ["Sessions"]
+
+
+class Sessions:
+    """The client and worker sessions of one broker, and the negotiation that opens them."""
+
+    dispatch: DispatchPort
+    family: FamilyPort
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.by_channel: dict[Channel, dict[bytes, Session]] = {
+            Channel.FRONTEND: {},
+            Channel.BACKEND: {},
+        }
+        self.clients = self.by_channel[Channel.FRONTEND]
+        self.workers = self.by_channel[Channel.BACKEND]
+        self._client_ids: dict[tuple[Channel, str], bytes] = {}
+        self._gen = 0
+
+    def session(
+        self, channel: Channel, routing_id: bytes, now: float, out: list[Effect]
+    ) -> Session | None:
+        """R1: the sender's session, seen now; None (and FORCENEGOTIATE) if it has none."""
+        session = self.by_channel[channel].get(routing_id)
+        if session is None:
+            message = ForceNegotiate(reason="send CHECKCONFIG first", protocol=PROTOCOL[channel])
+            out.append(Send(channel, routing_id, message))
+            return None
+        if channel is Channel.BACKEND:
+            interval_s = session.timeout_s / self.core.network.liveness
+            heartbeat_gap(out, routing_id, now - session.last_seen, interval_s)
+        session.last_seen = now
+        return session
+
+    def adopt(self, channel: Channel, routing_id: bytes, now: float) -> Session:
+        """A Majordomo sender's session (§10, D1 of scale0/core/majordomo.py): it has no
+        CHECKCONFIG, so its first valid message opens one, on the running config."""
+        session = self.by_channel[channel].get(routing_id)
+        if session is not None:
+            session.last_seen = now
+            return session
+        core = self.core
+        client_id = f"{core.identity}.{routing_id.hex()}"
+        self._gen += 1
+        timeout_s = core.interval_s * core.network.liveness
+        session = Session(
+            routing_id, channel, client_id, core.network.config_version, now, timeout_s, self._gen
+        )
+        self.by_channel[channel][routing_id] = session
+        self._client_ids[(channel, client_id)] = routing_id
+        core.timers.push(now + timeout_s, SessionDue(channel, routing_id, session.gen))
+        return session
+
+    def seen(self, channel: Channel, routing_id: bytes, now: float) -> None:
+        """Any message from ``routing_id`` keeps its session alive (a worker's REPLY, PARTIAL)."""
+        session = self.by_channel[channel].get(routing_id)
+        if session is not None:
+            session.last_seen = now
+
+    def check_config(
+        self, channel: Channel, routing_id: bytes, msg: CheckConfig, now: float, out: list[Effect]
+    ) -> None:
+        """R2, R3: CONFIGACK or CONFIG to an active broker's caller; 503 or 301 otherwise."""
+        core = self.core
+        protocol = PROTOCOL[channel]
+        if core.state is not BrokerState.ACTIVE:
+            out.append(Send(channel, routing_id, self.family.not_accepting(protocol, channel)))
+            return
+        client_id = msg.client_id or f"{core.identity}.{routing_id.hex()}"
+        sessions = self.by_channel[channel]
+        holder = self._client_ids.get((channel, client_id))
+        if holder is not None and holder != routing_id:
+            other = sessions.get(holder)
+            if other is not None and now - other.last_seen < core.interval_s:
+                why = f"client_id {client_id!r} is in use by a live connection"
+                out.append(Send(channel, routing_id, DisconnectError(409, why, protocol=protocol)))
+                return
+            self.forget(channel, holder, now, out, "replaced")
+        old = sessions.get(routing_id)
+        if old is not None and old.client_id != client_id:
+            self._client_ids.pop((channel, old.client_id), None)
+        self._gen += 1
+        version = core.network.config_version
+        timeout_s = core.interval_s * core.network.liveness
+        session = Session(routing_id, channel, client_id, version, now, timeout_s, self._gen)
+        if old is not None:
+            session.timeout_s = old.timeout_s
+        sessions[routing_id] = session
+        self._client_ids[(channel, client_id)] = routing_id
+        core.timers.push(now + session.timeout_s, SessionDue(channel, routing_id, session.gen))
+        worker = self.dispatch.pool.workers.get(routing_id) if channel is Channel.BACKEND else None
+        if worker is not None:
+            # A registered worker renegotiating (after FORCENEGOTIATE): its beat timer belongs
+            # to the old session, so it gets one of this session.
+            core.timers.push(now + worker.interval_s, BeatDue(routing_id, session.gen))
+        if msg.config_version == version:
+            ack = ConfigAck(config_version=version, client_id=client_id, protocol=protocol)
+            out.append(Send(channel, routing_id, ack))
+            return
+        config = Config(
+            config_type=msg.config_type,
+            config_version=version,
+            # §3.2: the digest covers the view sent; the signature covers the whole config, so
+            # it goes only with the whole config (peers, not clients).
+            sha256=core.client_view_sha256,
+            client_id=client_id,
+            document=core.client_view(msg.config_type),
+            signature=None,
+            protocol=protocol,
+        )
+        out.append(Send(channel, routing_id, config))
+
+    def skewed(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        sent: float,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> bool:
+        """R12: True (and DISCONNECTERROR 412, session ended) if ``sent`` is too far from ours."""
+        limit = self.core.network.max_clock_skew_s
+        skew = abs(sent - wall)
+        if skew <= limit:
+            return False
+        why = f"clock skew {skew:.1f} s is over {limit} s"
+        out.append(Send(channel, routing_id, DisconnectError(412, why, protocol=PROTOCOL[channel])))
+        self.forget(channel, routing_id, now, out, "clock_skew")
+        return True
+
+    def heartbeat(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        msg: Heartbeat,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        """A client's or worker's HEARTBEAT: liveness, skew (R12), its config version (R16)."""
+        session = self.session(channel, routing_id, now, out)
+        if session is None or self.skewed(channel, routing_id, msg.time, now, wall, out):
+            return
+        version = self.core.network.config_version
+        if msg.config_version < version:
+            why = f"config_version {version} is current"
+            out.append(
+                Send(channel, routing_id, ForceNegotiate(reason=why, protocol=PROTOCOL[channel]))
+            )
+            return
+        if channel is Channel.FRONTEND:
+            # Workers get the broker's own heartbeats on their schedule; clients get an answer.
+            beat = Heartbeat(time=wall, config_version=version, protocol=SIG_CLIENT)
+            out.append(Send(channel, routing_id, beat))
+
+    def disconnect(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        msg: Disconnect,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        self.forget(channel, routing_id, now, out, "disconnect")
+
+    def forget(
+        self, channel: Channel, routing_id: bytes, now: float, out: list[Effect], reason: str
+    ) -> None:
+        """End ``routing_id``'s session on ``channel``; a worker's requests go elsewhere (R8)."""
+        session = self.by_channel.get(channel, {}).pop(routing_id, None)
+        if session is not None and self._client_ids.get((channel, session.client_id)) == routing_id:
+            del self._client_ids[(channel, session.client_id)]
+        if channel is Channel.BACKEND:
+            silent_s = now - session.last_seen if session is not None else 0.0
+            self.dispatch.worker_lost(routing_id, now, out, reason, silent_s)
+
+    def expire(self, key: SessionDue, now: float, out: list[Effect]) -> None:
+        """R8: a session silent for its timeout ends; a live one re-arms its timer."""
+        session = self.by_channel[key.channel].get(key.routing_id)
+        if session is None or session.gen != key.gen:
+            return
+        expires = session.last_seen + session.timeout_s
+        if expires > now:
+            self.core.timers.push(expires, key)
+            return
+        self.forget(key.channel, key.routing_id, now, out, "expired")
+
+    def renegotiate_all(self, why: str, out: list[Effect]) -> None:
+        """F10: a new config runs; every client and worker is told FORCENEGOTIATE."""
+        for channel, sessions in self.by_channel.items():
+            message = ForceNegotiate(reason=why, protocol=PROTOCOL[channel])
+            out.extend(Send(channel, routing_id, message) for routing_id in sessions)
+
+    def disconnect_all(self, out: list[Effect]) -> None:
+        """R17: shutdown tells every client and worker DISCONNECT."""
+        for channel, sessions in self.by_channel.items():
+            message = Disconnect(protocol=PROTOCOL[channel])
+            out.extend(Send(channel, routing_id, message) for routing_id in sessions)

@@ -1,0 +1,102 @@
+"""tools/bench's client: every request it sends, warm-up and timed phase together, carries a
+request id it never used before, so no broker answers one from its reply cache. And each
+Majordomo case of the bench runs end to end.
+
+The client runs against a real ROUTER on 127.0.0.1 (in a thread of this process) that records
+every request id and answers in the framing the client speaks: S0P/1, and each Majordomo one.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import zmq
+
+from tools import bench
+from tools.mdp import DIALECTS, Dialect, reply_header, request_header
+from tools.mdp_brokers import BrokerUnavailable, build_c_broker
+
+REQUESTS = 1500  # plus the client's 1000 warm-up requests
+
+
+@contextmanager
+def recording_echo(dialect: Dialect | None) -> Iterator[tuple[str, list[bytes]]]:
+    """A ROUTER answering each request at once; yields its endpoint and the ids it saw."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    seen: list[bytes] = []
+    stop = threading.Event()
+    if dialect is None:
+        skip, head = 4, [b"", b"S0C1", b"REPLY", bench.SERVICE]
+    else:
+        skip, head = (
+            len(request_header(dialect, bench.SERVICE)),
+            reply_header(dialect, bench.SERVICE),
+        )
+
+    def serve() -> None:
+        while not stop.is_set():
+            if not router.poll(50):
+                continue
+            identity, *frames = router.recv_multipart()
+            request_id, payload = frames[skip], frames[skip + 1]
+            seen.append(request_id)
+            status = [b"200"] if dialect is None else []
+            router.send_multipart([identity, *head, request_id, *status, payload])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{port}", seen
+    finally:
+        stop.set()
+        thread.join(5)
+        router.close()
+        ctx.term()
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("framing", ["s0p", *sorted(DIALECTS)])
+def test_bench_sends_a_fresh_request_id_every_time(framing: str) -> None:
+    dialect = None if framing == "s0p" else DIALECTS[framing]
+    with recording_echo(dialect) as (endpoint, seen):
+        result = bench.run_client(
+            [endpoint],
+            dialect=dialect,
+            requests=REQUESTS,
+            window=50,
+            payload=b"x" * 100,
+            middle_pid=None,
+        )
+    assert len(seen) == REQUESTS + 1000
+    assert len(set(seen)) == len(seen), "a request id was sent twice"
+    assert result["throughput"] > 0
+
+
+@pytest.mark.parametrize("case", ["proxy", "c-lru", "majortomo"])
+def test_bench_majordomo_cases_run_on_the_same_drivers(case: str, tmp_path: Path) -> None:
+    """Each Majordomo case of tools/bench, end to end and small: its broker process, MDP worker
+    processes and the MDP client; every request answered, the broker's CPU measured."""
+    run = bench.CASES[case]
+    if case == "c-lru":
+        try:
+            binary = build_c_broker(tmp_path)
+        except BrokerUnavailable as e:
+            if "gcc not found" in str(e):
+                pytest.skip(str(e))
+            raise
+        run = functools.partial(run, binary=binary)
+    result = run(1, 1, dialect_key="majortomo", requests=300, window=20, payload=b"x" * 100)
+    assert result["throughput"] > 0
+    # /proc counts CPU in clock ticks (10 ms): 300 requests through zmq.proxy may cost none.
+    assert result["cpu_us_per_request"] >= 0
+    assert result["drivers_us_per_request"] > 0  # includes this process, timed finely
+    if case == "c-lru":
+        assert result["wakeups_per_request"] > 0
