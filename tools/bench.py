@@ -11,6 +11,8 @@ these setups, each with the client, the workers and the middle process in separa
   pyzmq's libzmq): the floor every broker is a ratio to;
 - ``majortomo``: majortomo's Majordomo broker (PyPI, pinned in setup.cfg), logging at WARNING;
 - ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
+- ``scale0-mdp``: the same broker on the same Majordomo drivers as ``c-lru`` and ``majortomo``
+  (same-driver: its ratio to the floor is the one to quote);
 - ``family``: two brokers of one family, the client at the first and every worker at the
   second, so every request is forwarded (FORWARD/FORWARDREPLY); CPU is both brokers';
 - ``eventlog``: the ``scale0`` case with the broker writing its event log (``event_log_dir``,
@@ -24,8 +26,8 @@ Drivers: ``proxy``, ``c-lru`` and ``majortomo`` are driven by the same Majordomo
 (tools/mdp.py, ``--mdp`` picks its framing; default majortomo's MDP/0.2, the only one majortomo
 speaks) and, behind the two brokers, the same Majordomo worker processes; behind zmq.proxy,
 which speaks no Majordomo to workers, DEALER workers answer in MDP reply framing. The Scale0
-cases run S0P/1 clients and workers, because the broker does not route Majordomo yet
-(docs/protocol.md §10): their ratio to ``c-lru`` is not same-driver, and the output says so.
+cases ``scale0``, ``family`` and ``base`` run S0P/1 clients and workers (with ``--capacity``):
+their ratio to ``c-lru`` is not same-driver, and the output says so; ``scale0-mdp`` is.
 Every request carries a fresh request id (no reply is served from a broker's reply cache).
 
 ``tools/bench trend [--events N]`` is a separate case (see ``trend_main``): the event log
@@ -389,8 +391,7 @@ def case_scale0(
 ) -> dict[str, float]:
     # "info" only adds start/stop lines: broker_stopped carries the stats read below.
     overrides = {"log_level": "info", "event_log_dir": "events" if event_log else None}
-    if command is not None:
-        del overrides["event_log_dir"]  # another tree's broker: its own default
+    # (None leaves the key out of the file: a tree from before event_log_dir reads it as well)
     with (
         tempfile.TemporaryDirectory() as tmp,
         running_broker(
@@ -431,6 +432,42 @@ def case_eventlog(workers: int, capacity: int, **client: Any) -> dict[str, float
     return case_scale0(workers, capacity, event_log=True, **client)
 
 
+def case_scale0_mdp(
+    workers: int, capacity: int, *, dialect_key: str, **client: Any
+) -> dict[str, float]:
+    """The Scale0 broker on the **same** Majordomo drivers as c-lru and majortomo: the client
+    and worker processes of tools/mdp.py in ``--mdp``'s reading (capacity 1 by MDP's
+    definition, so ``capacity`` does not apply), the ratio to the floor same-driver."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_broker(
+            Path(tmp),
+            broker_overrides={"log_level": "info", "event_log_dir": None},
+            max_queued_requests=100_000,
+        ) as broker,
+    ):
+        backend = broker.endpoints["backend"]
+        procs = [start(mdp_worker, backend, dialect_key) for _ in range(workers)]
+        try:
+            time.sleep(0.2)
+            result = run_client(
+                [broker.endpoints["frontend"]],
+                dialect=DIALECTS[dialect_key],
+                middle_pid=broker.pid,
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
+            )
+        finally:
+            for p in procs:
+                p.kill()
+        broker.stop()
+        for line in broker.logs():
+            stats = line.get("stats") if line.get("event") == "broker_stopped" else None
+            if isinstance(stats, dict) and stats.get("requests") and "net_wakeups" in stats:
+                result["wakeups_per_request"] = stats["net_wakeups"] / stats["requests"]
+        return result
+
+
 def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
     """Two brokers of one family: the client at b1, every worker at b2 (docs/protocol.md §5.4).
 
@@ -441,7 +478,7 @@ def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
         running_brokers(
             Path(tmp),
             2,
-            broker_overrides=[{"log_level": "info"}, {"log_level": "info"}],
+            broker_overrides=[{"log_level": "info", "event_log_dir": None}] * 2,
             max_queued_requests=100_000,
         ) as (b1, b2),
     ):
@@ -486,10 +523,11 @@ CASES = {
     "majortomo": case_majortomo,
     "scale0": case_scale0,
     "eventlog": case_eventlog,
+    "scale0-mdp": case_scale0_mdp,
     "family": case_family,
 }
 #: The cases driven by the Majordomo client (and, but for proxy, the Majordomo workers).
-MDP_CASES = ("proxy", "c-lru", "majortomo")
+MDP_CASES = ("proxy", "c-lru", "majortomo", "scale0-mdp")
 
 
 # ---- trend: the event log writer and the Spark job (tools/bench trend) --------------------------
@@ -600,6 +638,7 @@ DRIVERS = {
     "majortomo": "MDP",
     "scale0": "S0P",
     "eventlog": "S0P",
+    "scale0-mdp": "MDP",
     "family": "S0P",
     "base": "S0P",
 }
@@ -640,9 +679,8 @@ def notes(args: argparse.Namespace, names: list[str], skipped: dict[str, str]) -
     s0p = [n for n in names if DRIVERS.get(n) == "S0P" and n != "direct"]
     if s0p:
         lines.append(
-            f"S0P driver ({', '.join(s0p)}): the Scale0 broker does not route Majordomo yet "
-            "(docs/protocol.md §10), so these run S0P/1 clients and workers (capacity "
-            f"{args.capacity}): their ratio to c-lru is NOT same-driver"
+            f"S0P driver ({', '.join(s0p)}): S0P/1 clients and workers (capacity "
+            f"{args.capacity}): their ratio to c-lru is NOT same-driver (scale0-mdp is)"
         )
     for name, reason in skipped.items():
         lines.append(f"{name}: not run: {reason}")
@@ -769,7 +807,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         return f"{row[key]:.2f}" if key in row else "-"
 
     head = (
-        f"{'case':9} {'driver':6} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} "
+        f"{'case':10} {'driver':6} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} "
         f"{'p99 µs':>8} {'µs CPU/req':>10} {'main+other':>11} {'x proxy':>8} {'x c-lru':>8} "
         f"{'CPU x c-lru':>11} {'wakeups/req':>11} {'drivers µs/req':>14}"
     )
@@ -782,7 +820,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             split = f"{main:.0f}+{row['cpu_us_per_request'] - main:.0f}"
         wakeups = f"{row['wakeups_per_request']:.2f}" if "wakeups_per_request" in row else "-"
         lines.append(
-            f"{row['case']:9} {row['driver']:6} {row['workers']:>7} {row['payload']:>7} "
+            f"{row['case']:10} {row['driver']:6} {row['workers']:>7} {row['payload']:>7} "
             f"{row['throughput']:>9.0f} {row['p50_us']:>8.0f} {row['p99_us']:>8.0f} "
             f"{cpu:>10} {split:>11} {ratio(row, 'throughput_vs_proxy'):>8} "
             f"{ratio(row, 'throughput_vs_c_lru'):>8} {ratio(row, 'cpu_vs_c_lru'):>11} "

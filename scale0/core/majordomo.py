@@ -25,6 +25,8 @@ Majordomo workers, with one copy of the routing rules.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from scale0.core.context import Core
 from scale0.core.effects import Channel, Effect, Send
 from scale0.core.ports import DispatchPort, FamilyPort, SessionsPort
@@ -49,6 +51,15 @@ from scale0.wire.worker import Ready, WorkerPartial, WorkerRequest
 __all__ = ["Majordomo"]
 
 
+class Reading(NamedTuple):
+    """How one Majordomo peer frames its messages: its signature, whether frame 0 is the empty
+    delimiter (18/MDP's text has none), and majortomo's client command numbers (§10)."""
+
+    protocol: bytes
+    delimited: bool = True
+    majortomo: bool = False
+
+
 class Majordomo:
     """Which connections speak Majordomo (and which version), and the rewriting of answers."""
 
@@ -60,21 +71,22 @@ class Majordomo:
         self.core = core
         #: (channel, routing id) -> the Majordomo signature it speaks. Kept past its session
         #: while a request of its is still answered (a client is silent while it waits).
-        self.speaks: dict[tuple[Channel, bytes], bytes] = {}
+        self.speaks: dict[tuple[Channel, bytes], Reading] = {}
         self._held: dict[tuple[bytes, bytes], list[bytes]] = {}  # MDPC01 PARTIALs (D3)
         self._ids = 0
 
     # ---- what Majordomo senders say --------------------------------------------------------
 
     def _open(
-        self, channel: Channel, routing_id: bytes, protocol: bytes, now: float, out: list[Effect]
+        self, channel: Channel, routing_id: bytes, reading: Reading, now: float, out: list[Effect]
     ) -> bool:
         """D1: the sender's session, opened by its first valid message; False if refused."""
         core = self.core
-        self.speaks[channel, routing_id] = protocol
+        self.speaks[channel, routing_id] = reading
         if core.state is not BrokerState.ACTIVE:
             if channel is Channel.BACKEND:
-                out.append(Send(channel, routing_id, MdpWorkerDisconnect(protocol=protocol)))
+                bye = MdpWorkerDisconnect(protocol=reading.protocol, delimited=reading.delimited)
+                out.append(Send(channel, routing_id, bye))
                 self.sessions.forget(channel, routing_id, now, out, "not_active")
             else:
                 core.counters["dropped"] += 1
@@ -91,7 +103,8 @@ class Majordomo:
         wall: float,
         out: list[Effect],
     ) -> None:
-        if not self._open(channel, routing_id, msg.protocol, now, out):
+        reading = Reading(msg.protocol, msg.delimited, msg.majortomo)
+        if not self._open(channel, routing_id, reading, now, out):
             return
         self._ids += 1  # Majordomo has no request id: each request is new (no R10 join)
         request_id = b"mdp.%d" % self._ids
@@ -106,7 +119,7 @@ class Majordomo:
         wall: float,
         out: list[Effect],
     ) -> None:
-        if not self._open(channel, routing_id, msg.protocol, now, out):
+        if not self._open(channel, routing_id, Reading(msg.protocol, msg.delimited), now, out):
             return
         network = self.core.network
         ready = Ready(
@@ -155,7 +168,8 @@ class Majordomo:
             self.sessions.seen(channel, routing_id, now)
             return
         # A heartbeat from a worker we do not know (it was forgotten): tell it to start over.
-        out.append(Send(channel, routing_id, MdpWorkerDisconnect(protocol=msg.protocol)))
+        bye = MdpWorkerDisconnect(protocol=msg.protocol, delimited=msg.delimited)
+        out.append(Send(channel, routing_id, bye))
 
     def worker_disconnect(
         self,
@@ -193,17 +207,21 @@ class Majordomo:
             out[:] = kept
 
     def _rewrite(
-        self, channel: Channel, routing_id: bytes, message: Message, protocol: bytes
+        self, channel: Channel, routing_id: bytes, message: Message, reading: Reading
     ) -> Message | None:
         if message.protocol in MDP_SIGNATURES:
             return message  # already Majordomo (this room's own DISCONNECT)
+        protocol, delimited, majortomo = reading
         if channel is Channel.BACKEND:
             if isinstance(message, WorkerRequest):
-                return MdpWorkerRequest(message.ticket, message.body, protocol=protocol)
+                body = message.body
+                return MdpWorkerRequest(
+                    message.ticket, body, protocol=protocol, delimited=delimited
+                )
             if isinstance(message, Heartbeat):
-                return MdpWorkerHeartbeat(protocol=protocol)
+                return MdpWorkerHeartbeat(protocol=protocol, delimited=delimited)
             if isinstance(message, (DisconnectError, Disconnect)):
-                return MdpWorkerDisconnect(protocol=protocol)
+                return MdpWorkerDisconnect(protocol=protocol, delimited=delimited)
             return None  # FORCENEGOTIATE, CONFIG...: nothing a Majordomo worker knows
         if isinstance(message, ClientReply):
             body = message.body
@@ -212,13 +230,17 @@ class Majordomo:
             held = self._held.pop((routing_id, message.request_id), None)
             if held is not None:
                 body = (*held, *body)
-            return MdpClientReply(message.service, body, protocol=protocol)
+            return MdpClientReply(
+                message.service, body, protocol=protocol, delimited=delimited, majortomo=majortomo
+            )
         if isinstance(message, ClientPartial):
             if protocol == MDPC01:  # 7/MDP has no partial replies: they go with the final one
                 key = (routing_id, message.request_id)
                 self._held.setdefault(key, []).extend(message.body)
                 return None
-            return MdpClientPartial(message.service, message.body)
+            return MdpClientPartial(
+                message.service, message.body, delimited=delimited, majortomo=majortomo
+            )
         return None  # DISCONNECTERROR, FORCENEGOTIATE, HEARTBEAT...: no such Majordomo command
 
     def sweep(self) -> None:

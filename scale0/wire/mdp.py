@@ -32,9 +32,23 @@ W02_HEARTBEAT: Final = b"\x05"
 W02_DISCONNECT: Final = b"\x06"
 
 
-def _client_head(protocol: bytes, command: bytes) -> list[bytes]:
+# Two other readings of MDP/0.2 meet a broker (docs/protocol.md §10): 18/MDP's own text has no
+# empty frame 0 (``delimited=False`` on a message: the registry reads such frames as if they
+# had one, and this module writes them back without it); majortomo (PyPI) keeps frame 0 but
+# numbers the client commands like the worker's and answers without the service frame
+# (``majortomo=True``). A broker answers each peer in the reading it spoke.
+MAJORTOMO_REQUEST: Final = b"\x02"
+MAJORTOMO_PARTIAL: Final = b"\x03"
+MAJORTOMO_FINAL: Final = b"\x04"
+
+
+def _head(delimited: bool, *frames: bytes) -> list[bytes]:
+    return [EMPTY, *frames] if delimited else list(frames)
+
+
+def _client_head(protocol: bytes, command: bytes, delimited: bool = True) -> list[bytes]:
     # MDPC01 carries no command frame (7/MDP); MDPC02 does (18/MDP).
-    return [EMPTY, MDPC01] if protocol == MDPC01 else [EMPTY, protocol, command]
+    return _head(delimited, MDPC01) if protocol == MDPC01 else _head(delimited, protocol, command)
 
 
 def _client_service_index(frames: Sequence[bytes]) -> int:
@@ -57,15 +71,19 @@ class MdpClientRequest(Message):
     service: str
     body: tuple[bytes, ...] = ()
     protocol: bytes = field(default=MDPC02, kw_only=True)
+    delimited: bool = field(default=True, kw_only=True)
+    majortomo: bool = field(default=False, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
-        head = _client_head(self.protocol, C02_REQUEST)
+        command = MAJORTOMO_REQUEST if self.majortomo else C02_REQUEST
+        head = _client_head(self.protocol, command, self.delimited)
         return [*head, self.service.encode("utf-8"), *self.body]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
         service, body = _client_parse(frames)
-        return cls(service, body, protocol=frames[1])
+        majortomo = frames[1] == MDPC02 and frames[2] == MAJORTOMO_REQUEST
+        return cls(service, body, protocol=frames[1], majortomo=majortomo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +95,13 @@ class MdpClientReply(Message):
     service: str
     body: tuple[bytes, ...] = ()
     protocol: bytes = field(default=MDPC02, kw_only=True)
+    delimited: bool = field(default=True, kw_only=True)
+    majortomo: bool = field(default=False, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
-        head = _client_head(self.protocol, C02_FINAL)
+        if self.majortomo:  # no service frame in majortomo's reading
+            return [*_client_head(self.protocol, MAJORTOMO_FINAL, self.delimited), *self.body]
+        head = _client_head(self.protocol, C02_FINAL, self.delimited)
         return [*head, self.service.encode("utf-8"), *self.body]
 
     @classmethod
@@ -97,9 +119,14 @@ class MdpClientPartial(Message):
 
     service: str
     body: tuple[bytes, ...] = ()
+    delimited: bool = field(default=True, kw_only=True)
+    majortomo: bool = field(default=False, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
-        return [EMPTY, MDPC02, C02_PARTIAL, self.service.encode("utf-8"), *self.body]
+        if self.majortomo:
+            return [*_head(self.delimited, MDPC02, MAJORTOMO_PARTIAL), *self.body]
+        head = _head(self.delimited, MDPC02, C02_PARTIAL)
+        return [*head, self.service.encode("utf-8"), *self.body]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -135,9 +162,10 @@ class MdpWorkerReady(Message):
 
     service: str
     protocol: bytes = field(default=MDPW02, kw_only=True)
+    delimited: bool = field(default=True, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
-        return [EMPTY, self.protocol, W_READY, self.service.encode("utf-8")]
+        return [*_head(self.delimited, self.protocol, W_READY), self.service.encode("utf-8")]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -154,9 +182,11 @@ class MdpWorkerRequest(Message):
     ticket: bytes
     body: tuple[bytes, ...] = ()
     protocol: bytes = field(default=MDPW02, kw_only=True)
+    delimited: bool = field(default=True, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
-        return [EMPTY, self.protocol, W_REQUEST, self.ticket, EMPTY, *self.body]
+        head = _head(self.delimited, self.protocol, W_REQUEST)
+        return [*head, self.ticket, EMPTY, *self.body]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -173,9 +203,10 @@ class MdpWorkerPartial(Message):
 
     ticket: bytes
     body: tuple[bytes, ...] = ()
+    delimited: bool = field(default=True, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
-        return [EMPTY, MDPW02, W02_PARTIAL, self.ticket, EMPTY, *self.body]
+        return [*_head(self.delimited, MDPW02, W02_PARTIAL), self.ticket, EMPTY, *self.body]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -192,10 +223,11 @@ class MdpWorkerReply(Message):
     ticket: bytes
     body: tuple[bytes, ...] = ()
     protocol: bytes = field(default=MDPW02, kw_only=True)
+    delimited: bool = field(default=True, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
         command = W01_REPLY if self.protocol == MDPW01 else W02_FINAL
-        return [EMPTY, self.protocol, command, self.ticket, EMPTY, *self.body]
+        return [*_head(self.delimited, self.protocol, command), self.ticket, EMPTY, *self.body]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -210,10 +242,11 @@ class MdpWorkerHeartbeat(Message):
     COMMAND: ClassVar[bytes] = b"HEARTBEAT"
 
     protocol: bytes = field(default=MDPW02, kw_only=True)
+    delimited: bool = field(default=True, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
         command = W01_HEARTBEAT if self.protocol == MDPW01 else W02_HEARTBEAT
-        return [EMPTY, self.protocol, command]
+        return _head(self.delimited, self.protocol, command)
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -229,10 +262,11 @@ class MdpWorkerDisconnect(Message):
     COMMAND: ClassVar[bytes] = b"DISCONNECT"
 
     protocol: bytes = field(default=MDPW02, kw_only=True)
+    delimited: bool = field(default=True, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
         command = W01_DISCONNECT if self.protocol == MDPW01 else W02_DISCONNECT
-        return [EMPTY, self.protocol, command]
+        return _head(self.delimited, self.protocol, command)
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:

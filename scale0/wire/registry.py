@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from enum import Enum
 from types import MappingProxyType
@@ -23,6 +24,7 @@ from scale0.wire.client import (
 )
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import (
+    EMPTY,
     FRAME_COMMAND,
     FRAME_EMPTY,
     FRAME_SIGNATURE,
@@ -124,6 +126,7 @@ _TABLE: Final[dict[_Key, type[Message]]] = {
     (mdp.MDPW01, mdp.W01_DISCONNECT, FROM): mdp.MdpWorkerDisconnect,
     # --- 18/MDP, §10 ---
     (mdp.MDPC02, mdp.C02_REQUEST, TO): mdp.MdpClientRequest,
+    (mdp.MDPC02, mdp.MAJORTOMO_REQUEST, TO): mdp.MdpClientRequest,  # majortomo's numbering
     (mdp.MDPC02, mdp.C02_PARTIAL, FROM): mdp.MdpClientPartial,
     (mdp.MDPC02, mdp.C02_FINAL, FROM): mdp.MdpClientReply,
     (mdp.MDPW02, mdp.W_READY, TO): mdp.MdpWorkerReady,
@@ -138,6 +141,9 @@ _TABLE: Final[dict[_Key, type[Message]]] = {
 
 #: Read-only view of the table, for tests and docs.
 COMMANDS: Final[Mapping[_Key, type[Message]]] = MappingProxyType(_TABLE)
+
+#: MDP/0.2 signatures that may come without the empty frame 0 (18/MDP's own text, §10).
+_UNDELIMITED: Final = frozenset({mdp.MDPC02, mdp.MDPW02})
 
 #: Every signature this implementation speaks; anything else in frame 1 is a 501.
 SIGNATURES: Final = frozenset(signature for signature, _, _ in COMMANDS)
@@ -158,6 +164,12 @@ def _decode(
             cls = _TABLE.get((signature, frames[2], direction))
             if cls is not None and max(map(len, frames)) <= max_frame_bytes:
                 return cls.from_frames(frames)
+    if frames and frames[0] in _UNDELIMITED and frames[0] in accept:
+        # 18/MDP's own framing has no empty frame 0 (§10): read it as if it had one, and say
+        # so on the message, which is answered in the same framing. Frame numbers in errors
+        # count the frame 0 it left out.
+        message = _decode([EMPTY, *frames], direction, accept, max_frame_bytes)
+        return dataclasses.replace(message, delimited=False)  # type: ignore[type-var]
     check_frame_sizes(frames, max_frame_bytes)
     if not frames:
         raise ProtocolError.malformed(FRAME_EMPTY, "empty delimiter missing (0 frames)")

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 import zmq
 
 from scale0.net.client import Client
@@ -21,7 +22,7 @@ from scale0.net.worker import echo_handler
 from scale0.testing import running_brokers
 from tests.system.ctl import wait_until
 from tests.system.test_family import FAST, WAIT_S, family_ready, worker_thread
-from tools.mdp import MDP01, MdpError, Request
+from tools.mdp import MAJORTOMO, MDP01, MDP02, Dialect, MdpError, Request
 from tools.mdp import Client as MdpClient
 from tools.mdp import Worker as MdpWorker
 
@@ -34,11 +35,15 @@ def echo(worker: MdpWorker, request: Request) -> None:
 
 @contextlib.contextmanager
 def mdp_worker(
-    endpoint: str, service: bytes, ctx: zmq.Context[zmq.Socket[bytes]], handler: Handler = echo
+    endpoint: str,
+    service: bytes,
+    ctx: zmq.Context[zmq.Socket[bytes]],
+    handler: Handler = echo,
+    dialect: Dialect = MDP01,
 ) -> Iterator[MdpWorker]:
-    """A 7/MDP worker in a thread, heartbeating at the family's FAST interval, until the block
-    ends; what it raised fails the test."""
-    worker = MdpWorker(endpoint, service, MDP01, context=ctx, heartbeat_interval_s=0.2)
+    """A Majordomo worker in a thread, heartbeating at the family's FAST interval, until the
+    block ends; what it raised fails the test."""
+    worker = MdpWorker(endpoint, service, dialect, context=ctx, heartbeat_interval_s=0.2)
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -140,3 +145,92 @@ def test_a_majordomo_worker_that_stops_loses_no_request(tmp_path: Path) -> None:
             client.close()
     finally:
         ctx.destroy(linger=0)
+
+
+def partials(worker: MdpWorker, request: Request) -> None:
+    worker.partial(request, [b"one"])
+    worker.reply(request, [b"end", *request.body])
+
+
+@pytest.mark.parametrize("dialect", [MDP01, MDP02, MAJORTOMO], ids=lambda d: d.name)
+def test_every_reading_of_majordomo_is_answered_in_its_own_framing(
+    tmp_path: Path, dialect: Dialect
+) -> None:
+    """7/MDP, 18/MDP's own framing (no empty frame 0) and majortomo's: tools/mdp.py's client
+    and worker of that reading, through one broker; PARTIALs where the version has them."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        with running_brokers(tmp_path, 1, sources=(0,), **FAST) as brokers:
+            (b1,) = brokers
+            client = MdpClient(b1.endpoints["frontend"], dialect, context=ctx)
+            handler = echo if dialect is MDP01 else partials
+            with mdp_worker(b1.endpoints["backend"], b"echo", ctx, handler, dialect):
+                wait_until(
+                    lambda: client.request(b"mmi.service", [b"echo"], WAIT_S)[-1] == b"200",
+                    "the worker registered",
+                )
+                client.send(b"echo", [b"hi"])
+                got: list[bytes] = []
+                while True:
+                    reply = client.recv(WAIT_S)
+                    got.extend(reply.body)
+                    if reply.final:
+                        break
+            expected = [b"mdp:hi"] if dialect is MDP01 else [b"one", b"end", b"hi"]
+            assert got == expected
+            assert client.dropped == 0
+            client.close()
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_majortomos_own_client_and_worker_join_unchanged(tmp_path: Path) -> None:
+    """The majortomo package (PyPI), an independent MDP/0.2 implementation: its Worker serves
+    and its Client asks through a Scale0 broker, with a PARTIAL on the way."""
+    majortomo = pytest.importorskip("majortomo")  # in the test extra: missing means a broken env
+    with running_brokers(tmp_path, 1, sources=(0,), **FAST) as brokers:
+        (b1,) = brokers
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        stop = threading.Event()
+        errors: list[BaseException] = []
+        worker = majortomo.Worker(
+            b1.endpoints["backend"],
+            b"upper",
+            heartbeat_interval=0.2,
+            heartbeat_timeout=5.0,
+            zmq_context=ctx,
+        )
+
+        def serve() -> None:
+            try:
+                worker.connect()
+                while not stop.is_set():
+                    client_id, body = worker.wait_for_request()
+                    worker.send_reply_partial(client_id, [b"working"])
+                    worker.send_reply_final(client_id, [frame.upper() for frame in body])
+            except BaseException as e:
+                if not stop.is_set():
+                    errors.append(e)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        client = majortomo.Client(b1.endpoints["frontend"], zmq_context=ctx)
+        client.connect()
+        try:
+            probe = MdpClient(b1.endpoints["frontend"], MDP01, context=ctx)
+            wait_until(
+                lambda: probe.request(b"mmi.service", [b"upper"], WAIT_S) == [b"200"],
+                "majortomo's worker registered",
+            )
+            probe.close()
+            for word in (b"hello", b"scale0"):
+                client.send(b"upper", word, b"x")
+                assert client.recv_all_as_list(timeout=WAIT_S) == [b"working", word.upper(), b"X"]
+        finally:
+            stop.set()
+            client.close()
+            b1.stop()  # its DISCONNECT ends wait_for_request in the worker thread
+            thread.join(WAIT_S)
+            ctx.destroy(linger=0)
+        assert not thread.is_alive(), "majortomo worker thread did not stop"
+        assert not errors, errors

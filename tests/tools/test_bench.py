@@ -80,7 +80,7 @@ def test_bench_sends_a_fresh_request_id_every_time(framing: str) -> None:
     assert result["throughput"] > 0
 
 
-@pytest.mark.parametrize("case", ["proxy", "c-lru", "majortomo"])
+@pytest.mark.parametrize("case", ["proxy", "c-lru", "majortomo", "scale0-mdp"])
 def test_bench_majordomo_cases_run_on_the_same_drivers(case: str, tmp_path: Path) -> None:
     """Each Majordomo case of tools/bench, end to end and small: its broker process, MDP worker
     processes and the MDP client; every request answered, the broker's CPU measured."""
@@ -98,5 +98,5 @@ def test_bench_majordomo_cases_run_on_the_same_drivers(case: str, tmp_path: Path
     # /proc counts CPU in clock ticks (10 ms): 300 requests through zmq.proxy may cost none.
     assert result["cpu_us_per_request"] >= 0
     assert result["drivers_us_per_request"] > 0  # includes this process, timed finely
-    if case == "c-lru":
+    if case in ("c-lru", "scale0-mdp"):
         assert result["wakeups_per_request"] > 0
