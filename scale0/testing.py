@@ -607,18 +607,20 @@ def running_family(
     management: bool = True,
     management_overrides: Sequence[Mapping[str, Any]] | None = None,
     admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
+    broker_overrides: Sequence[Mapping[str, Any]] | None = None,
     **network_overrides: Any,
 ) -> Iterator[Family]:
     """Start ``size`` brokers ``b1``.. as real processes, each with its HTTP management server
     unless ``management`` is False; stop every one (by PID) on exit. The files are those of
-    :func:`write_family_configs` (``management_overrides`` included); the members can be
-    stopped and started again one by one."""
+    :func:`write_family_configs` (``management_overrides`` included; ``broker_overrides``:
+    BrokerConfig fields per broker); the members can be stopped and started again one by one."""
     broker_files, _network_file, network = write_family_configs(
         tmp_path,
         size,
         management=management,
         management_overrides=management_overrides,
         admins=admins,
+        broker_overrides=broker_overrides,
         **network_overrides,
     )
     family = Family(

@@ -1,5 +1,6 @@
 """Fixtures shared across test directories: one real local SparkSession for the whole test
-session (starting one costs seconds), and one trend summary made by the real job with it.
+session (starting one costs seconds; tests/trend, the event log system test and the Trends
+panel's tests use it), and one trend summary made by the real job with it.
 
 Also Hypothesis's profile for this suite: no per-example deadline. A deadline is a timed
 assertion, and speed is measured by the benchmarks, never by a test (on a loaded 2-core

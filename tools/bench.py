@@ -15,6 +15,9 @@ these setups, each with the client, the workers and the middle process in separa
   (same-driver: its ratio to the floor is the one to quote);
 - ``family``: two brokers of one family, the client at the first and every worker at the
   second, so every request is forwarded (FORWARD/FORWARDREPLY); CPU is both brokers';
+- ``eventlog``: the ``scale0`` case with the broker writing its event log (``event_log_dir``,
+  docs/trend.md) to a temporary directory; ``scale0`` runs with it off, so the row's
+  ``x scale0`` is what the log costs in throughput (the issue's target: under 10 %);
 - ``base`` (with ``--base-tree DIR``): the same broker run from another source tree, e.g. the
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
   against its own "before" in the same invocation.
@@ -379,14 +382,21 @@ def case_majortomo(
 
 
 def case_scale0(
-    workers: int, capacity: int, *, command: list[str] | None = None, **client: Any
+    workers: int,
+    capacity: int,
+    *,
+    command: list[str] | None = None,
+    event_log: bool = False,
+    **client: Any,
 ) -> dict[str, float]:
+    # "info" only adds start/stop lines: broker_stopped carries the stats read below.
+    overrides = {"log_level": "info", "event_log_dir": "events" if event_log else None}
+    # (None leaves the key out of the file: a tree from before event_log_dir reads it as well)
     with (
         tempfile.TemporaryDirectory() as tmp,
-        # "info" only adds start/stop lines: broker_stopped carries the stats read below.
         running_broker(
             Path(tmp),
-            broker_overrides={"log_level": "info"},
+            broker_overrides=overrides,
             max_queued_requests=100_000,
             command=command,
         ) as broker,
@@ -409,7 +419,17 @@ def case_scale0(
             stats = line.get("stats") if line.get("event") == "broker_stopped" else None
             if isinstance(stats, dict) and stats.get("requests") and "net_wakeups" in stats:
                 result["wakeups_per_request"] = stats["net_wakeups"] / stats["requests"]
+        if event_log:  # the log was really written: one request line per answer
+            result["request_records"] = sum(
+                path.read_bytes().count(b'"kind":"request"')
+                for path in (Path(tmp) / "events").rglob("*.jsonl")
+            )
         return result
+
+
+def case_eventlog(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+    """``scale0`` with the event log on (docs/trend.md "In the broker")."""
+    return case_scale0(workers, capacity, event_log=True, **client)
 
 
 def case_scale0_mdp(
@@ -422,7 +442,7 @@ def case_scale0_mdp(
         tempfile.TemporaryDirectory() as tmp,
         running_broker(
             Path(tmp),
-            broker_overrides={"log_level": "info"},
+            broker_overrides={"log_level": "info", "event_log_dir": None},
             max_queued_requests=100_000,
         ) as broker,
     ):
@@ -458,7 +478,7 @@ def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
         running_brokers(
             Path(tmp),
             2,
-            broker_overrides=[{"log_level": "info"}, {"log_level": "info"}],
+            broker_overrides=[{"log_level": "info", "event_log_dir": None}] * 2,
             max_queued_requests=100_000,
         ) as (b1, b2),
     ):
@@ -490,12 +510,19 @@ def base_case(tree: Path) -> Callable[..., dict[str, float]]:
     return case_base
 
 
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The run of median throughput (the lower middle one of an even count), with how many."""
+    ordered = sorted(runs, key=lambda r: r["throughput"])
+    return {**ordered[(len(ordered) - 1) // 2], "runs": len(runs)}
+
+
 CASES = {
     "direct": case_direct,
     "proxy": case_proxy,
     "c-lru": case_c_lru,
     "majortomo": case_majortomo,
     "scale0": case_scale0,
+    "eventlog": case_eventlog,
     "scale0-mdp": case_scale0_mdp,
     "family": case_family,
 }
@@ -610,6 +637,7 @@ DRIVERS = {
     "c-lru": "MDP",
     "majortomo": "MDP",
     "scale0": "S0P",
+    "eventlog": "S0P",
     "scale0-mdp": "MDP",
     "family": "S0P",
     "base": "S0P",
@@ -623,6 +651,8 @@ def notes(args: argparse.Namespace, names: list[str], skipped: dict[str, str]) -
         f"window {args.window}, {args.requests} timed requests per case, a fresh request id for "
         "every request (ratios only compare within this run)"
     ]
+    if args.repeat > 1:
+        lines.append(f"each case: the median (by req/s) of {args.repeat} interleaved runs")
     mdp = [n for n in names if n in MDP_CASES]
     brokers = [n for n in mdp if n != "proxy"]
     if mdp:
@@ -691,6 +721,13 @@ def main() -> int:
         type=Path,
         help="also run case 'base': the broker from this source tree (it holds scale0/)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every case this many times, interleaved, and keep each case's median run "
+        "(by throughput): steadier ratios on a loaded machine",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     cases: dict[str, Callable[..., dict[str, float]]] = {}
@@ -720,22 +757,28 @@ def main() -> int:
         rows = []
         for workers in args.workers:
             for size in args.payload:
-                results = {
-                    name: case(
-                        workers,
-                        args.capacity,
-                        requests=args.requests,
-                        window=args.window,
-                        payload=b"x" * size,
-                    )
-                    for name, case in cases.items()
-                }
+                runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+                for _ in range(max(1, args.repeat)):
+                    for name, case in cases.items():
+                        runs[name].append(
+                            case(
+                                workers,
+                                args.capacity,
+                                requests=args.requests,
+                                window=args.window,
+                                payload=b"x" * size,
+                            )
+                        )
+                results = {name: median_run(done) for name, done in runs.items()}
                 proxy, floor = results.get("proxy"), results.get("c-lru")
+                plain = results.get("scale0")
                 for name, r in results.items():
                     row = {"case": name, "driver": DRIVERS[name], "workers": workers}
                     row.update(payload=size, **r)
                     if proxy:
                         row["throughput_vs_proxy"] = r["throughput"] / proxy["throughput"]
+                    if plain and name == "eventlog":
+                        row["throughput_vs_scale0"] = r["throughput"] / plain["throughput"]
                     if floor:
                         row["throughput_vs_c_lru"] = r["throughput"] / floor["throughput"]
                         if name != "direct":
@@ -783,6 +826,15 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{ratio(row, 'throughput_vs_c_lru'):>8} {ratio(row, 'cpu_vs_c_lru'):>11} "
             f"{wakeups:>11} {row['drivers_us_per_request']:>14.1f}"
         )
+    costs = [row for row in rows if "throughput_vs_scale0" in row]
+    if costs:
+        lines.append("event log on / off (eventlog / scale0, same run):")
+        for row in costs:
+            lines.append(
+                f"  workers {row['workers']}, payload {row['payload']}: throughput "
+                f"x {row['throughput_vs_scale0']:.3f}, "
+                f"{row.get('request_records', 0)} request records written"
+            )
     return "\n".join(lines)
 
 

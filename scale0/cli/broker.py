@@ -77,6 +77,7 @@ class Prepared:
     data_dir: Path
     last_good: Offer | None
     config_path: Path
+    event_log_dir: Path | None = None
 
 
 def _resolve(base: Path, path: str) -> Path:
@@ -195,6 +196,18 @@ def prepare(config_path: Path) -> Prepared:
         except CryptoError as exc:
             raise StartError(f"{config_path}: trusted_keys[{i}]: {exc}") from None
     data_dir = _resolve(base, broker.data_dir)
+    event_log_dir = None
+    if broker.event_log_dir is not None:
+        event_log_dir = _resolve(base, broker.event_log_dir)
+        try:
+            event_log_dir.mkdir(parents=True, exist_ok=True)
+            if not os.access(event_log_dir, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+        except OSError as exc:
+            raise StartError(
+                f"{config_path}: event_log_dir: cannot create {event_log_dir}: "
+                f"{exc.strerror or exc}"
+            ) from None
     try:
         saved = read_last_good(data_dir)
     except ConfigError as exc:
@@ -215,7 +228,9 @@ def prepare(config_path: Path) -> Prepared:
         )
     network: NetworkConfig | None = None
     signature: str | None = None
-    prepared = Prepared(broker, None, None, tuple(trusted), data_dir, last_good, config_path)
+    prepared = Prepared(
+        broker, None, None, tuple(trusted), data_dir, last_good, config_path, event_log_dir
+    )
     if broker.config_source:
         offer = source_offer(prepared)
         network = load(_resolve(base, broker.network_config or ""), kind="network")
@@ -240,7 +255,9 @@ def prepare(config_path: Path) -> Prepared:
                 + "; ".join(mismatches)
                 + " (make them agree, then start again)"
             )
-    return Prepared(broker, network, signature, tuple(trusted), data_dir, last_good, config_path)
+    return Prepared(
+        broker, network, signature, tuple(trusted), data_dir, last_good, config_path, event_log_dir
+    )
 
 
 def _warn_saved_mismatch(prepared: Prepared) -> None:
@@ -300,6 +317,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
         signature=prepared.signature,
         trusted_keys=prepared.trusted,
         data_dir=prepared.data_dir,
+        event_log_dir=prepared.event_log_dir,
         reload=(lambda: reload_offer(prepared)) if prepared.broker.config_source else None,
     )
     try:

@@ -114,8 +114,12 @@ class BrokerConfig:
     data_dir: str = field(
         default="data", metadata=doc("Directory for durable state (last good config, tasks).")
     )
-    event_log_dir: str = field(
-        default="events", metadata=doc("Directory the event log is written to.")
+    event_log_dir: str | None = field(
+        default=None,
+        metadata=doc(
+            "Directory the event log (docs/trend.md) is written to, relative to this file; "
+            "absent: no event log."
+        ),
     )
     log_level: LogLevel = field(
         default="info", metadata=doc("Log level: debug | info | warning | error.")

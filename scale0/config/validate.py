@@ -194,7 +194,7 @@ def _broker(c: BrokerConfig) -> Iterator[Finding]:
         yield from check_endpoint(f"config_sub_ports[{i}]", endpoint)
     for i, endpoint in enumerate(c.seeds):
         yield from check_endpoint(f"seeds[{i}]", endpoint)
-    for name in ("network_config", "signing_key"):
+    for name in ("network_config", "signing_key", "event_log_dir"):
         if getattr(c, name) == "":
             yield name, "must not be empty (leave it out instead)"
     if c.config_source:

@@ -106,6 +106,7 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
   scale0/core/states.py       the two state machines as tables: broker state, peer link
   scale0/core/views.py        status and the management tables
   scale0/core/admin.py        management requests (M1-M6); commands.py, the command table
+  scale0/core/records.py      what the event log gets: RequestDone, heartbeat_gap (docs/trend.md)
 The rooms never import each other: each names what it asks of the others by a Protocol in
 scale0/core/ports.py, and only this façade wires them (import-linter contract core-rooms).
 """
@@ -292,6 +293,16 @@ class Broker:
             Periodic.TABLE: lambda key, now, wall, out: self.family.commit_table(now, wall, out),
             Periodic.REPUBLISH: lambda key, now, wall, out: self.replication.republish(now, out),
         }
+
+    @property
+    def event_log(self) -> Mapping[str, int] | None:
+        """The node's event log counters while it writes one (docs/trend.md): set, the core
+        reports a RequestDone for every request answered here (scale0/core/records.py)."""
+        return self.core.event_log
+
+    @event_log.setter
+    def event_log(self, stats: Mapping[str, int] | None) -> None:
+        self.core.event_log = stats
 
     def _event(
         self, kind: type[E], handler: Callable[[E, float, float, list[Effect]], None]

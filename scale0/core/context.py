@@ -70,6 +70,8 @@ class Core:
         self.wanted = wanted
         #: Drain (SIGTERM) ran: the broker is disabled and stops once nothing is in flight.
         self.draining = False
+        #: The node's event log counters while it writes one (docs/trend.md): RequestDone on.
+        self.event_log: Mapping[str, int] | None = None
         self.boot_id = boot_id
         self.timers: TimerHeap[TimerKey] = TimerHeap()
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from scale0.core.context import Core
 from scale0.core.effects import Channel, Effect, Log, Send
 from scale0.core.ports import FamilyPort, ForwardingPort, LifecyclePort, SessionsPort
+from scale0.core.records import refused, request_done
 from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
 from scale0.core.timers import BeatDue, RequestDue
 from scale0.core.workers import Worker, WorkerPool
@@ -113,7 +114,9 @@ class Dispatch:
                 self.dispatch_to(worker, pending, now, out)
         self.pool.list_ready(worker)
 
-    def worker_lost(self, routing_id: bytes, now: float, out: list[Effect], reason: str) -> None:
+    def worker_lost(
+        self, routing_id: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
+    ) -> None:
         """R8: a worker is gone; each of its requests is dispatched again or answered 504."""
         worker = self.pool.remove(routing_id)
         if worker is None:
@@ -125,7 +128,9 @@ class Dispatch:
         gone = [s for s in worker.services if not self.pool.offers(s)]
         for service in gone:
             self.service_left[service] = now
-        out.append(Log("warning", "worker_lost", {"worker": routing_id.hex(), "reason": reason}))
+        silent_ms = round(silent_s * 1000)
+        details = {"worker": routing_id.hex(), "reason": reason, "silent_ms": silent_ms}
+        out.append(Log("warning", "worker_lost", details))
         for ticket in sorted(worker.in_flight):
             pending = self.inflight.pop(ticket, None)
             if pending is not None:
@@ -186,6 +191,8 @@ class Dispatch:
         if not self._known(service, now):
             core.counters["errors_404"] += 1
             core.metrics.reply(404)
+            if core.event_log is not None:
+                refused(out, service, routing_id, body, now, 404)
             failure = ClientReply.failure(service, request_id, 404, f"no service {service!r}")
             out.append(Send(Channel.FRONTEND, routing_id, failure))
             return
@@ -338,6 +345,8 @@ class Dispatch:
     def finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
         core = self.core
         self.retire(pending)
+        if core.event_log is not None:
+            request_done(out, pending, reply.status, reply.body, now)
         core.metrics.observe(pending.service, reply.status, now - pending.started)
         core.counters["replies"] += 1
         if pending.origin is not None:  # F7: the origin broker caches; we only answer it
@@ -353,6 +362,8 @@ class Dispatch:
         core = self.core
         core.counters[f"errors_{status}"] = core.counters.get(f"errors_{status}", 0) + 1
         self.retire(pending)
+        if core.event_log is not None:
+            request_done(out, pending, status, (), core.clock)
         core.metrics.observe(pending.service, status, core.clock - pending.started)
         failure = ClientReply.failure(pending.service, pending.request_id, status, message)
         if pending.origin is not None:

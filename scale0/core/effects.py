@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from scale0.core.replica import Offer
 from scale0.wire.admin import ManagementReply, ManagementRequest
@@ -252,6 +252,25 @@ class Drained:
     """After ``Drain``: no request is in flight any more; the node may stop now."""
 
 
+class RequestDone(NamedTuple):
+    """A request got its final answer at this broker: the event log's ``request`` record
+    (docs/trend.md "In the broker"), made by scale0/core/records.py while the node writes an
+    event log (``Broker.event_log``). Times are the core's monotonic ``now``; the node turns
+    them into wall-clock milliseconds. A NamedTuple rather than a frozen dataclass: one is made
+    per request on the hot path, and a tuple is the cheapest object to build."""
+
+    service: str
+    worker: bytes | None  # routing id of the worker that ran it; None: failed without one
+    client: bytes | None  # routing id of the client; None for a request a peer forwarded here
+    forwarded_from: str | None  # the peer broker that forwarded it here
+    started: float  # when it arrived (monotonic s)
+    finished: float  # when the final answer went (monotonic s)
+    bytes_in: int  # request body bytes
+    bytes_out: int  # reply body bytes (0 for the broker's own error answers)
+    status: int
+    attempts: int  # dispatches to workers or peers
+
+
 Effect = (
     Send
     | Log
@@ -264,4 +283,5 @@ Effect = (
     | FanOut
     | ReadConfig
     | Drained
+    | RequestDone
 )

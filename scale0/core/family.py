@@ -210,7 +210,9 @@ class Family:
         peer.forget_table()
         if was is not PeerLink.DOWN:
             self.core.counters["peers_lost"] += 1
-            out.append(Log("warning", "peer_lost", {"peer": peer.broker_id, "reason": reason}))
+            silent_ms = round((now - peer.last_seen) * 1000)
+            details = {"peer": peer.broker_id, "reason": reason, "silent_ms": silent_ms}
+            out.append(Log("warning", "peer_lost", details))
         for ticket in sorted(peer.forwarded):
             pending = self.dispatch.inflight.pop(ticket, None)
             if pending is not None:

@@ -77,7 +77,7 @@ class DispatchPort(Protocol):
     cache: ReplyCache
 
     def worker_lost(
-        self, routing_id: bytes, now: float, out: list[Effect], reason: str
+        self, routing_id: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
     ) -> None: ...
 
     def route_again(

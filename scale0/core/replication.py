@@ -163,7 +163,9 @@ class Replication:
             out.append(Log("warning", "config_conflict", details))
         elif isinstance(outcome, Refused):
             counters["configs_refused"] += 1
-            out.append(Log("warning", "config_refused", {**where, "reason": outcome.reason}))
+            offer = event.offer
+            details = {**where, "reason": outcome.reason, "version": offer.config_version}
+            out.append(Log("warning", "config_refused", {**details, "sha256": offer.sha256}))
         return outcome
 
     def _applied(

@@ -13,6 +13,7 @@ from scale0.core.connections import Session
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Channel, Effect, Send
 from scale0.core.ports import DispatchPort, FamilyPort
+from scale0.core.records import heartbeat_gap
 from scale0.core.timers import BeatDue, SessionDue
 from scale0.wire.client import (
     CheckConfig,
@@ -55,6 +56,9 @@ class Sessions:
             message = ForceNegotiate(reason="send CHECKCONFIG first", protocol=PROTOCOL[channel])
             out.append(Send(channel, routing_id, message))
             return None
+        if channel is Channel.BACKEND:
+            interval_s = session.timeout_s / self.core.network.liveness
+            heartbeat_gap(out, routing_id, now - session.last_seen, interval_s)
         session.last_seen = now
         return session
 
@@ -199,7 +203,8 @@ class Sessions:
         if session is not None and self._client_ids.get((channel, session.client_id)) == routing_id:
             del self._client_ids[(channel, session.client_id)]
         if channel is Channel.BACKEND:
-            self.dispatch.worker_lost(routing_id, now, out, reason)
+            silent_s = now - session.last_seen if session is not None else 0.0
+            self.dispatch.worker_lost(routing_id, now, out, reason, silent_s)
 
     def expire(self, key: SessionDue, now: float, out: list[Effect]) -> None:
         """R8: a session silent for its timeout ends; a live one re-arms its timer."""

@@ -169,4 +169,22 @@ def render_metrics(status: Mapping[str, Any]) -> str:
         "Workers lost (silent or disconnected).",
         [({}, counters.get("workers_lost", 0))],
     )
+    event_log: Mapping[str, Any] | None = status.get("event_log")
+    if event_log is not None:  # only while the broker writes an event log (docs/trend.md)
+        w.family(
+            "scale0_event_log_records_total",
+            "counter",
+            "Event log records: written to disk, dropped (buffer full) or lost to a failed write.",
+            [
+                ({"outcome": "written"}, event_log.get("written", 0)),
+                ({"outcome": "dropped"}, event_log.get("dropped", 0)),
+                ({"outcome": "write_failed"}, event_log.get("write_failed", 0)),
+            ],
+        )
+        w.family(
+            "scale0_event_log_queued",
+            "gauge",
+            "Event log records waiting for the writer thread.",
+            [({}, event_log.get("queued", 0))],
+        )
     return w.text()

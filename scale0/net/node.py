@@ -51,10 +51,12 @@ from scale0.core.effects import (
     FanOut,
     Log,
     Malformed,
+    ManagementSubmit,
     Persist,
     Publish,
     ReadConfig,
     Received,
+    RequestDone,
     Send,
     Shutdown,
     Start,
@@ -63,6 +65,7 @@ from scale0.core.effects import (
 )
 from scale0.core.replica import Offer
 from scale0.net.admin import ManagementBridge
+from scale0.net.eventlog import BrokerEventLog
 from scale0.net.frames_io import (
     IMPLEMENTATION,
     IoKey,
@@ -72,6 +75,8 @@ from scale0.net.frames_io import (
     send_frames,
 )
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
+from scale0.trend.eventlog import EventLogWriter
+from scale0.wire.admin import ManagementReply
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import SIG_BROKER, Message
@@ -178,10 +183,15 @@ class BrokerNode:
         trusted_keys: Sequence[Ed25519PublicKey] = (),
         data_dir: Path | None = None,
         reload: Callable[[], Offer] | None = None,
+        event_log_dir: Path | None = None,
     ) -> None:
+        """``event_log_dir``: write the event log there (docs/trend.md), None: no event log."""
         self.identity = broker_config.identity
         self._broker_config = broker_config
         self._data_dir = data_dir
+        self._event_log_dir = event_log_dir
+        #: The event log while the node runs with one (created by start(), closed by stop()).
+        self.event_log: BrokerEventLog | None = None
         self._reload = reload  # reads and signs a config source's file (SIGHUP, reload_config)
         self._loop = loop
         self._batch_size = max(1, batch_size)
@@ -279,6 +289,8 @@ class BrokerNode:
         """Hand the core an event from outside the sockets (management); on the loop thread."""
         if self._stopped:
             return
+        if self.event_log is not None and isinstance(event, ManagementSubmit) and event.session_ok:
+            self.event_log.management_asked(event.channel, event.routing_id, event.request)
         self._feed(event)
         self._pump()  # its sends may have swallowed a socket's FD edge
 
@@ -304,6 +316,15 @@ class BrokerNode:
         except BaseException:
             self._close_sockets(linger_ms=0)
             raise
+        if self._event_log_dir is not None:
+            try:
+                writer = EventLogWriter(self._event_log_dir, self.identity).start()
+            except BaseException:
+                self._close_sockets(linger_ms=0)
+                raise
+            self.event_log = BrokerEventLog(writer)
+            self.broker.event_log = self.event_log.stats  # the core reports RequestDone now
+            self.event_log.started()
         self._started = True
         self._endpoints = {port.channel: port.endpoint for port in self._ports.values()}
         self._endpoints.pop(Channel.CONFIG, None)
@@ -350,7 +371,23 @@ class BrokerNode:
         finally:
             self.management.close()
             self._close_sockets(linger_ms=self._flush_ms)
+            self._close_event_log()
             self._closed.set()
+
+    def _close_event_log(self) -> None:
+        """Last at a stop: worker_leave (shutdown), broker_stop, the writer's last file renamed."""
+        events = self.event_log
+        if events is None:
+            return
+        self.broker.event_log = None
+        try:
+            if not events.stopped():
+                self._log(
+                    logging.ERROR, "event_log_close_timeout", {"stats": events.writer.stats()}
+                )
+        except Exception:  # a full disk at the last rename: say so, the stop goes on
+            self._counters["internal_errors"] += 1
+            self._log(logging.ERROR, "event_log_close_failed", exc_info=True)
 
     def drain(self, grace_s: float) -> None:
         """Graceful stop (SIGTERM, SIGINT; docs/operations.md "Stopping a broker"): the core
@@ -768,10 +805,15 @@ class BrokerNode:
     def _perform(self, effects: Iterable[Effect]) -> None:
         ports = self._ports
         outbox = self._outbox
+        events = self.event_log
+        # Management requests waiting for their answer (event log): empty nearly always.
+        asked = events.asked if events is not None else None
         for effect in effects:
             try:
                 if isinstance(effect, Send):
                     channel = effect.channel
+                    if asked and type(effect.message) is ManagementReply and events is not None:
+                        events.management_answered(channel, effect.routing_id, effect.message)
                     if channel is Channel.LINK:
                         port = ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
                     else:
@@ -792,8 +834,13 @@ class BrokerNode:
                         outbox.append((port.io, frames[0], frames[1:]))
                     else:
                         outbox.append((port.io, effect.routing_id, frames))
+                elif isinstance(effect, RequestDone):
+                    if events is not None:
+                        events.request(effect)
                 elif isinstance(effect, Log):
                     self._log(level_number(effect.level), effect.event, effect.fields)
+                    if events is not None:
+                        events.log(effect)
                 elif isinstance(effect, Connect):
                     self._connect_link(effect.link, effect.endpoint)
                 elif isinstance(effect, Close):
@@ -808,6 +855,8 @@ class BrokerNode:
                 elif isinstance(effect, Persist):
                     self._persist(effect)
                 elif isinstance(effect, Authenticate | FanOut):
+                    if events is not None and isinstance(effect, Authenticate):
+                        events.management_asked(effect.channel, effect.routing_id, effect.request)
                     self.management.perform(effect)
                 elif isinstance(effect, ReadConfig):
                     self._read_config(effect)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from scale0.trend.schema import FIELD_NAMES, KINDS, SCHEMA_VERSION
 
@@ -51,6 +51,21 @@ _quote: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
 # _REQUEST_FIELDS order (no dict built on the hot path); otherwise a mapping of field -> value.
 RequestValues = tuple[str, str | None, str | None, str | None, int, float, int, int, int, int]
 Item = tuple[str, int, RequestValues | Mapping[str, object]]
+#: Turns a request in the caller's own form (``request_raw``) into (ts_ms, RequestValues), or
+#: into (ts_ms, its finished line) made with ``request_templates``.
+Convert = Callable[[Any], tuple[int, RequestValues | str]]
+#: Lines the writer thread builds before it lets other threads have the GIL (time.sleep(0)).
+#: Without it, a batch of thousands of lines holds the GIL for milliseconds at a time, and the
+#: broker's loop, which gives the GIL up at every socket call, waits up to the interpreter's
+#: switch interval (5 ms) to get it back each time: measured, that cost the broker 12-26 % of
+#: its throughput where chunks of 128 (about 0.3 ms) cost it a few % (docs/trend.md).
+_YIELD_EVERY: Final = 128
+#: The kind of a buffered item still in the caller's form (never written as such).
+_RAW: Final = "request:raw"
+_REQUEST_LINE: Final = (
+    f'{{"v":{SCHEMA_VERSION},"ts_ms":%d,"kind":"request","broker":%s,"service":%s%s,'
+    '"received_ms":%d,"latency_ms":%r,"bytes_in":%d,"bytes_out":%d,"status":%d,"attempts":%d}'
+)
 
 
 def date_of(ts_ms: int) -> str:
@@ -81,21 +96,54 @@ def _encode_request(broker_json: str, ts_ms: int, values: RequestValues) -> str:
     record; a test checks that."""
     (service, worker, client, forwarded_from, received_ms, latency_ms, bytes_in, bytes_out,
      status, attempts) = values  # fmt: skip
-    head = (
-        f'{{"v":{SCHEMA_VERSION},"ts_ms":{int(ts_ms)},"kind":"request","broker":{broker_json},'
-        f'"service":{_quote(service)}'
-    )
+    optional = ""
     if worker is not None:
-        head += f',"worker":{_quote(worker)}'
+        optional = ',"worker":' + _quote(worker)
     if client is not None:
-        head += f',"client":{_quote(client)}'
+        optional += ',"client":' + _quote(client)
     if forwarded_from is not None:
-        head += f',"forwarded_from":{_quote(forwarded_from)}'
-    return (
-        f'{head},"received_ms":{int(received_ms)},"latency_ms":{float(latency_ms)!r},'
-        f'"bytes_in":{int(bytes_in)},"bytes_out":{int(bytes_out)},"status":{int(status)},'
-        f'"attempts":{int(attempts)}}}'
+        optional += ',"forwarded_from":' + _quote(forwarded_from)
+    # One %-format (in C) for the rest; %d and %r write ints and floats as json.dumps does.
+    return _REQUEST_LINE % (
+        ts_ms,
+        broker_json,
+        _quote(service),
+        optional,
+        received_ms,
+        float(latency_ms),
+        bytes_in,
+        bytes_out,
+        status,
+        attempts,
     )
+
+
+def request_templates(broker: str) -> dict[tuple[bool, bool, bool], str]:
+    """%-templates of a request line of ``broker``, by which of worker, client, forwarded_from
+    are present: the fastest way to build the line (one %-format, in C).
+
+    Arguments, in order: ts_ms (int), the service as a JSON string (``json.encoder.
+    encode_basestring_ascii``), then the worker and the client as they are (hex, so nothing to
+    escape) and forwarded_from as a JSON string, each only when present, then received_ms,
+    latency_ms (float), bytes_in, bytes_out, status, attempts (ints). A test checks the lines
+    equal ``encode``'s.
+    """
+    head = (
+        f'{{"v":{SCHEMA_VERSION},"ts_ms":%d,"kind":"request","broker":{_quote(broker)},"service":%s'
+    )
+    tail = (
+        ',"received_ms":%d,"latency_ms":%r,"bytes_in":%d,"bytes_out":%d,"status":%d,"attempts":%d}'
+    )
+    return {
+        (worker, client, forwarded): head
+        + (',"worker":"%s"' if worker else "")
+        + (',"client":"%s"' if client else "")
+        + (',"forwarded_from":%s' if forwarded else "")
+        + tail
+        for worker in (False, True)
+        for client in (False, True)
+        for forwarded in (False, True)
+    }
 
 
 class SegmentFiles:
@@ -155,8 +203,7 @@ class SegmentFiles:
         if self._file is None or day != self._day or self._size >= self.max_bytes:
             self._open(day)
         assert self._file is not None  # _open sets it (or raised); not network input
-        self._file.write(line)
-        self._file.write("\n")
+        self._file.write(line + "\n")
         self._size += len(line) + 1
 
     def flush(self) -> None:
@@ -221,7 +268,10 @@ class EventLogWriter:
         max_age_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         fsync: bool = True,
+        convert: Convert | None = None,
     ) -> None:
+        """``convert``: how the writer thread turns what ``request_raw`` was given into a
+        request record (the caller then does no conversion at all on its own thread)."""
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.files = SegmentFiles(
@@ -230,7 +280,9 @@ class EventLogWriter:
         self.broker = broker
         self.capacity = capacity
         self.flush_interval_s = flush_interval_s
-        self._queue: collections.deque[Item] = collections.deque()
+        #: Set before start(), e.g. by the broker's event log (scale0/net/eventlog.py).
+        self.convert = convert
+        self._queue: collections.deque[tuple[str, int, Any]] = collections.deque()
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -281,6 +333,21 @@ class EventLogWriter:
         self.accepted += 1
         if len(queue) * 2 == self.capacity:
             self._wake.set()  # half full: drain now rather than at the next flush interval
+        return True
+
+    def request_raw(self, raw: object) -> bool:
+        """Record one finished request in the caller's own form (a tuple it already has): one
+        append here; the writer thread converts it (``convert``). False if the buffer was full."""
+        if self.convert is None:
+            raise ValueError("request_raw() needs the writer's convert")
+        queue = self._queue
+        if len(queue) >= self.capacity:
+            self.dropped += 1
+            return False
+        queue.append((_RAW, 0, raw))
+        self.accepted += 1
+        if len(queue) * 2 == self.capacity:
+            self._wake.set()
         return True
 
     def event(self, kind: str, ts_ms: int, **fields: object) -> bool:
@@ -357,9 +424,25 @@ class EventLogWriter:
         if not batch:
             return
         done = 0
+        convert = self.convert
+        broker_json = _quote(broker)
         try:
-            for item in batch:
-                files.write(item[1], encode(broker, item))
+            for index, item in enumerate(batch):
+                if index % _YIELD_EVERY == _YIELD_EVERY - 1:
+                    time.sleep(0)  # hand the GIL back to the loop between chunks (below)
+                if item[0] == _RAW and convert is not None:
+                    try:
+                        ts_ms, values = convert(item[2])
+                    except Exception:  # a bug in the converter: lose the record, not the thread
+                        log.exception("event log: cannot convert %r", item[2])
+                        self.write_failed += 1
+                        continue
+                    if isinstance(values, str):
+                        files.write(ts_ms, values)
+                    else:
+                        files.write(ts_ms, _encode_request(broker_json, ts_ms, values))
+                else:
+                    files.write(item[1], encode(broker, item))
                 done += 1
             files.flush()
         except OSError as exc:

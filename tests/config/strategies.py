@@ -128,6 +128,6 @@ def broker_configs(draw: st.DrawFn) -> BrokerConfig:
             http_port=draw(st.integers(0, 65535)),
         ),
         data_dir=draw(text),
-        event_log_dir=draw(text),
+        event_log_dir=draw(st.none() | text.filter(bool)),
         log_level=draw(st.sampled_from(["debug", "info", "warning", "error"])),
     )

@@ -33,3 +33,10 @@ def recorded(body: list[bytes]) -> bytes:
     finally:
         os.close(fd)
     return body[0]
+
+
+def flaky(body: list[bytes]) -> bytes:
+    """Answer frame 0, or fail (REPLY 500) when it starts with ``fail``."""
+    if body[0].startswith(b"fail"):
+        raise RuntimeError(f"asked to fail: {body[0].decode(errors='replace')}")
+    return body[0]

@@ -145,3 +145,18 @@ def test_an_unreadable_signing_key_is_refused(tmp_path: Path) -> None:
     result = _run("--config", str(broker_file))
     assert result.returncode == 1
     assert "signing_key" in result.stderr
+
+
+def test_an_event_log_dir_that_cannot_be_created_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory\n")
+    broker_file, _, _ = write_configs(tmp_path, broker_overrides={"event_log_dir": "a-file/ev"})
+    result = _run("--config", str(broker_file))
+    assert result.returncode == 1
+    assert f"event_log_dir: cannot create {tmp_path / 'a-file' / 'ev'}" in result.stderr
+
+
+def test_an_empty_event_log_dir_is_refused_naming_the_key(tmp_path: Path) -> None:
+    broker_file, _, _ = write_configs(tmp_path, broker_overrides={"event_log_dir": ""})
+    result = _run("--config", str(broker_file))
+    assert result.returncode == 1
+    assert "event_log_dir" in result.stderr and "must not be empty" in result.stderr

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -250,3 +251,28 @@ def test_the_fast_request_line_is_exactly_what_json_dumps_writes(
     record: dict[str, object] = {"v": 1, "ts_ms": ts_ms, "kind": "request", "broker": "b-1"}
     record.update((k, v) for k, v in zip(_REQUEST_FIELDS, values, strict=True) if v is not None)
     assert encode("b-1", ("request", ts_ms, values)) == json.dumps(record, separators=(",", ":"))
+
+
+def test_a_raw_request_is_converted_on_the_writer_thread_to_the_same_line(tmp_path: Path) -> None:
+    def convert(raw: tuple[int, str]) -> tuple[int, Any]:
+        if raw[1] == "bad":
+            raise KeyError(raw[1])
+        return raw[0], (raw[1], "w1", "c0ffee", None, raw[0] - 3, 3.25, 10, 20, 200, 1)
+
+    plain = EventLogWriter(tmp_path / "plain", "a", flush_interval_s=0.01).start()
+    assert emit_requests(plain, 1) == 1
+    assert plain.close()
+    raw = EventLogWriter(tmp_path / "raw", "a", flush_interval_s=0.01, convert=convert).start()
+    assert raw.request_raw((T0, "echo")) and raw.request_raw((T0 + 1, "bad"))
+    assert raw.request_raw((T0 + 2, "echo"))
+    assert raw.close()
+    lines = lines_of(tmp_path / "raw")
+    assert lines[0] == lines_of(tmp_path / "plain")[0]
+    assert len(lines) == 2  # the record the converter failed on is lost and counted
+    assert raw.stats()["write_failed"] == 1 and raw.stats()["written"] == 2
+
+
+def test_a_raw_request_without_a_converter_is_refused_at_once(tmp_path: Path) -> None:
+    writer = EventLogWriter(tmp_path, "a")
+    with pytest.raises(ValueError, match="convert"):
+        writer.request_raw((T0, "echo"))
