@@ -346,7 +346,11 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
                 if settings.trend_summary
                 else None
             ),
-            event_log_dir=Path(os.path.normpath(_resolve(base, prepared.broker.event_log_dir))),
+            event_log_dir=(
+                Path(os.path.normpath(_resolve(base, prepared.broker.event_log_dir)))
+                if prepared.broker.event_log_dir
+                else None
+            ),
         )
         try:
             document["management"] = server.start()
