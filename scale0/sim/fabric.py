@@ -3,7 +3,12 @@
 What one broker sends on a link reaches the peer's ROUTER, what it answers on its ROUTER comes
 back on the sender's link, and a publication reaches every broker that subscribed to the
 publisher. Rules can drop messages (lost publications, partitions), so tests can show what
-repairs them, with numbers only: no sockets, no sleeps.
+repairs them, with numbers only: no sockets, no sleeps. A killed broker neither sends nor
+receives; a paused one keeps what it is sent queued until it resumes (a stopped process).
+
+The core's tests (tests/core/) and the scale simulator (scale0/sim/scale.py, ``tools/scale``)
+drive the same fabric. Delivery takes no simulated time: times measured on it count protocol
+rounds (intervals, liveness), not network latency.
 """
 
 from __future__ import annotations
@@ -104,7 +109,13 @@ Drop = Callable[[str, str, object], bool]  # (from, to, message) -> drop it?
 class Fabric:
     """Brokers by name, their in-memory wiring, and what their clients and workers were sent."""
 
-    def __init__(self, network: NetworkConfig, *, joining: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        network: NetworkConfig,
+        *,
+        joining: tuple[str, ...] = (),
+        keep_effects: bool = True,
+    ) -> None:
         self.now = 1000.0
         self.wall = 1_700_000_000.0
         self.network = network
@@ -115,6 +126,8 @@ class Fabric:
         self.peer_of = {b.peer: b.identity for b in network.brokers}
         self.drops: list[Drop] = []
         self.down: set[str] = set()  # brokers that neither send nor receive (killed/stopped)
+        self.paused: dict[str, list[Event]] = {}  # paused broker -> its events, queued
+        self.keep_effects = keep_effects  # False: effects are performed, not kept (long runs)
         self.queue: deque[tuple[str, Event]] = deque()
         self.outbox: dict[str, list[Send]] = {}  # broker -> Sends to clients/workers
         self.effects: dict[str, list[Effect]] = {}
@@ -171,8 +184,17 @@ class Fabric:
             name, event = self.queue.popleft()
             if name in self.down:
                 continue
-            self._perform(name, self.brokers[name].handle(event, self.now, self.wall))
+            held = self.paused.get(name)
+            if held is not None:
+                if not isinstance(event, Tick):  # a stopped process's timers do not pile up
+                    held.append(event)
+                continue
+            self._perform(name, self._handle(name, event))
         raise AssertionError("the fabric did not settle")
+
+    def _handle(self, name: str, event: Event) -> list[Effect]:
+        """One event into one broker (a subclass may measure it)."""
+        return self.brokers[name].handle(event, self.now, self.wall)
 
     def advance(self, seconds: float, step: float = 0.05) -> None:
         """Move time on in steps, ticking every broker and delivering between steps."""
@@ -188,6 +210,17 @@ class Fabric:
 
     def kill(self, name: str) -> None:
         self.down.add(name)
+
+    def pause(self, name: str) -> None:
+        """``name`` stops handling events; what it is sent waits in its queue (SIGSTOP)."""
+        self.paused.setdefault(name, [])
+
+    def resume(self, name: str) -> None:
+        """``name`` handles, in order, every event queued while it was paused (SIGCONT)."""
+        for event in self.paused.pop(name, []):
+            self.feed(name, event)
+        self.feed(name, Tick())
+        self.settle()
 
     def shutdown(self, name: str) -> None:
         self.feed(name, Shutdown())
@@ -206,7 +239,8 @@ class Fabric:
         return dst in self.down or any(rule(src, dst, message) for rule in self.drops)
 
     def _perform(self, name: str, effects: list[Effect]) -> None:
-        self.effects[name].extend(effects)
+        if self.keep_effects:
+            self.effects[name].extend(effects)
         for effect in effects:
             if isinstance(effect, Connect):
                 target = self.peer_of.get(effect.endpoint)
