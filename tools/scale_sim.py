@@ -31,6 +31,9 @@ COLUMNS = (
     ("tables KiB/broker", "tables KiB/b", "{:.0f}"),
     ("config s", "config s", "{}"),
     ("config lost-pub s", "cfg nopub s", "{}"),
+    ("config msgs family", "cfg msgs fam", "{:d}"),
+    ("config KiB family", "cfg KiB fam", "{:.0f}"),
+    ("config cpu s family", "cfg cpu s", "{:.2f}"),
     ("new table s", "new tbl s", "{}"),
     ("dead seen s", "dead s", "{}"),
     ("pause down/up s", "pause dn/up s", "{}"),
@@ -130,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=50, help="workers per broker")
     parser.add_argument("--clients", type=int, default=100, help="clients per broker")
     parser.add_argument("--rate", type=float, default=10.0, help="requests/s per broker")
-    parser.add_argument("--warmup", type=float, default=5.0, help="simulated s before measuring")
-    parser.add_argument("--measure", type=float, default=10.0, help="simulated s measured")
+    parser.add_argument("--warmup", type=float, default=3.0, help="simulated s before measuring")
+    parser.add_argument("--measure", type=float, default=5.0, help="simulated s measured")
     parser.add_argument("--step", type=float, default=0.05, help="simulated s per step")
     parser.add_argument("--plots", type=Path, default=Path("docs/scaling"), help="PNG directory")
     parser.add_argument("--no-plots", action="store_true")
@@ -164,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rate:g} requests/s per broker; total wall {time.perf_counter() - began:.0f} s"
     )
     if args.json:
-        args.json.write_text(json.dumps([r.row() | {"sim_s": r.sim_s} for r in results]))
+        rows = [r.row() | {"sim_s": r.sim_s, "phases_s": r.phases_s} for r in results]
+        args.json.write_text(json.dumps(rows, indent=1))
     if not args.no_plots:
         for path in plot(results, args.plots):
             print(f"# wrote {path}")

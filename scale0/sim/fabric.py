@@ -127,6 +127,7 @@ class Fabric:
         self.drops: list[Drop] = []
         self.down: set[str] = set()  # brokers that neither send nor receive (killed/stopped)
         self.paused: dict[str, list[Event]] = {}  # paused broker -> its events, queued
+        self.settle_limit = 100_000  # events one settle may deliver before it is a livelock
         self.keep_effects = keep_effects  # False: effects are performed, not kept (long runs)
         self.queue: deque[tuple[str, Event]] = deque()
         self.outbox: dict[str, list[Send]] = {}  # broker -> Sends to clients/workers
@@ -177,8 +178,8 @@ class Fabric:
     def feed(self, name: str, event: Event) -> None:
         self.queue.append((name, event))
 
-    def settle(self, limit: int = 100_000) -> None:
-        for _ in range(limit):
+    def settle(self, limit: int | None = None) -> None:
+        for _ in range(limit or self.settle_limit):
             if not self.queue:
                 return
             name, event = self.queue.popleft()

@@ -65,8 +65,8 @@ class Options:
     workers: int = 50  # per broker
     clients: int = 100  # per broker
     rate: float = 10.0  # requests per simulated second per broker
-    warmup_s: float = 5.0
-    measure_s: float = 10.0
+    warmup_s: float = 3.0
+    measure_s: float = 5.0
     step_s: float = 0.05
     memory_sample: int = 5  # brokers whose peer tables are measured (deep size)
     seed: int = 1
@@ -91,6 +91,10 @@ class Result:
     forwarded_to_worker_s: float = 0.0  # worst time a forwarded request took to a worker
     config_s: float | None = None  # new config: until every broker runs it (publication)
     config_lost_pub_s: float | None = None  # the same with every publication lost
+    config_msgs: int = 0  # peer messages (all kinds) from publishing until every broker ran it
+    config_bytes: int = 0  # their bytes (CONFIG documents, HELLO/HEARTBEAT bursts, CHECKCONFIG)
+    config_cpu_s: float = 0.0  # core CPU the family spent meanwhile (judging, applying)
+    phases_s: dict[str, float] = field(default_factory=dict)  # wall time of each phase
     table_s: float | None = None  # a new worker's service: until every peer table has it
     dead_s: float | None = None  # a killed broker: until every live broker logs peer_lost
     pause_down_s: float | None = None  # a paused broker: until every other logs peer_lost
@@ -118,6 +122,9 @@ class Result:
             "tables KiB/broker": self.table_bytes / 1024,
             "config s": self.config_s,
             "config lost-pub s": self.config_lost_pub_s,
+            "config msgs family": self.config_msgs,
+            "config KiB family": self.config_bytes / 1024,
+            "config cpu s family": self.config_cpu_s,
             "new table s": self.table_s,
             "dead seen s": self.dead_s,
             "pause down/up s": (self.pause_down_s, self.pause_up_s),
@@ -137,6 +144,8 @@ class ScaleFabric(Fabric):
 
     def __init__(self, network: NetworkConfig) -> None:
         super().__init__(network, keep_effects=False)
+        n = len(network.brokers)
+        self.settle_limit = max(self.settle_limit, 20 * n * n)  # a full mesh says HELLO n² times
         self.msgs: Counter[str] = Counter()
         self.bytes: Counter[str] = Counter()
         self.local = 0
@@ -216,6 +225,7 @@ class Simulation:
         self._tag = 0
         self._credit = 0.0
         self._step = 0
+        self.config_cost: tuple[int, int, float] = (0, 0, 0.0)
         self.excused: set[str] = set()  # brokers whose peer_lost is expected (faults)
         self.fabric.on_effects.append(self._watch)
 
@@ -308,7 +318,10 @@ class Simulation:
         return {who for at, who, about in log if about == peer and at >= since}
 
     def publish(self, version: int, *, lose_publications: bool) -> float | None:
+        """An admin offers config ``version`` to the first source; until every broker runs it.
+        ``self.config_cost`` is what the family said meanwhile (messages, bytes)."""
         fabric = self.fabric
+        msgs0, bytes0, cpu0 = fabric.msgs.total(), fabric.bytes.total(), fabric.cpu
         network = dataclasses.replace(self.fabric.network, config_version=version)
 
         def rule(src: str, dst: str, message: object) -> bool:
@@ -324,6 +337,11 @@ class Simulation:
         )
         if lose_publications:
             fabric.drops.remove(rule)
+        self.config_cost = (
+            fabric.msgs.total() - msgs0,
+            fabric.bytes.total() - bytes0,
+            fabric.cpu - cpu0,
+        )
         return took
 
     def new_service(self) -> float | None:
@@ -400,7 +418,17 @@ def table_bytes(sim: Simulation, sample: int) -> float:
 def run(options: Options, progress: Callable[[str], None] | None = None) -> Result:
     """One simulated family from start to the last fault; see the module's docstring."""
     began = time.perf_counter()
-    say = progress or (lambda text: None)
+    say_text = progress or (lambda text: None)
+
+    phase: list[tuple[str, float]] = [("setup", began)]
+
+    def say(text: str) -> None:
+        at = time.perf_counter()
+        name, start = phase[-1]
+        result.phases_s[name] = at - start
+        phase.append((text.split(": ", 1)[-1], at))
+        say_text(f"{text} (at {at - began:.1f} s wall)")
+
     sim = Simulation(options)
     fabric = sim.fabric
     n = options.brokers
@@ -422,15 +450,22 @@ def run(options: Options, progress: Callable[[str], None] | None = None) -> Resu
     result.requests = sim.answered - answered0
     result.table_bytes = table_bytes(sim, options.memory_sample)
     result.forwarded_to_worker_s = sim.to_worker_max
-    say(f"N={n}: faults")
+    say(f"N={n}: config published")
     result.config_s = sim.publish(2, lose_publications=False)
+    result.config_msgs, result.config_bytes, result.config_cpu_s = sim.config_cost
+    say(f"N={n}: config published, publications lost")
     result.config_lost_pub_s = sim.publish(3, lose_publications=True)
+    say(f"N={n}: a new worker's service")
     result.table_s = sim.new_service()
+    say(f"N={n}: a broker killed")
     result.dead_s = sim.kill(sim.names[1 % n])
     if n >= 4:
+        say(f"N={n}: a broker paused")
         result.pause_down_s, result.pause_up_s, result.queued_at_resume = sim.pause(sim.names[2])
+        say(f"N={n}: a link cut")
         result.cut_down_s, result.cut_up_s = sim.cut(sim.names[3], sim.names[0])
     result.false_suspicions = sim.false_suspicions()
+    say(f"N={n}: done")
     result.sim_s = fabric.now - 1000.0
     result.run_s = time.perf_counter() - began
     return result
