@@ -65,16 +65,18 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[Result], directory: Path) -> list[Path]:
-    """Small PNGs of what grows with N: per-broker peer traffic, CPU, table memory, times."""
+def plot(results: list[Result] | list[dict[str, Any]], directory: Path) -> list[Path]:
+    """Small PNGs of what grows with N: per-broker peer traffic, CPU, table memory, times,
+    and the whole family's peer traffic and cost of one config change. ``results`` are runs
+    or their rows (``--replot`` reads rows from a ``--json`` file)."""
     import matplotlib  # noqa: PLC0415 (only when plotting)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     directory.mkdir(parents=True, exist_ok=True)
-    ns = [r.brokers for r in results]
-    rows = [r.row() for r in results]
+    rows = [r.row() if isinstance(r, Result) else r for r in results]
+    ns = [row["N"] for row in rows]
     figures = {
         "per_broker_traffic.png": (
             "peer traffic per broker",
@@ -96,6 +98,15 @@ def plot(results: list[Result], directory: Path) -> list[Path]:
             "KiB",
             [("peer tables", "tables KiB/broker")],
         ),
+        "family_traffic.png": (
+            "whole family (grows as N squared)",
+            "MB/s, MB, CPU s",
+            [
+                ("peer MB/s", "peer B/s family"),
+                ("one config change: MB", "config KiB family"),
+                ("one config change: core CPU s", "config cpu s family"),
+            ],
+        ),
         "times.png": (
             "times after a fault",
             "simulated s",
@@ -110,7 +121,8 @@ def plot(results: list[Result], directory: Path) -> list[Path]:
     for filename, (title, ylabel, series) in figures.items():
         fig, ax = plt.subplots(figsize=(4.2, 2.8), dpi=80)
         for label, key in series:
-            ys = [row[key] if row[key] is not None else float("nan") for row in rows]
+            scale = {"peer B/s family": 1e-6, "config KiB family": 1024e-6}.get(key, 1.0)
+            ys = [row[key] * scale if row[key] is not None else float("nan") for row in rows]
             ax.plot(ns, ys, marker="o", label=label)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("brokers in the family (N)", fontsize=9)
@@ -139,7 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plots", type=Path, default=Path("docs/scaling"), help="PNG directory")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--replot", type=Path, help="only draw the plots of a --json file")
     args = parser.parse_args(argv)
+    if args.replot:
+        for path in plot(json.loads(args.replot.read_text()), args.plots):
+            print(f"# wrote {path}")
+        return 0
     try:
         ns = [int(n) for n in args.brokers.split(",") if n.strip()]
     except ValueError:
