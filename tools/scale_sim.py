@@ -39,6 +39,8 @@ COLUMNS = (
     ("pause down/up s", "pause dn/up s", "{}"),
     ("cut down/up s", "cut dn/up s", "{}"),
     ("false susp.", "false susp", "{:d}"),
+    ("requests", "answered", "{:d}"),
+    ("failed", "failed", "{:d}"),
     ("fwd to worker s", "fwd s", "{}"),
     ("run s", "run s", "{:.0f}"),
 )

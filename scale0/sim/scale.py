@@ -88,6 +88,7 @@ class Result:
     cpu_s: float = 0.0  # core CPU per simulated second, whole family (window)
     table_bytes: float = 0.0  # peer tables' deep size per broker
     requests: int = 0  # requests answered in the window
+    failed: int = 0  # of those, answered with another status than 200 (503, 504...)
     forwarded_to_worker_s: float = 0.0  # worst time a forwarded request took to a worker
     config_s: float | None = None  # new config: until every broker runs it (publication)
     config_lost_pub_s: float | None = None  # the same with every publication lost
@@ -130,6 +131,8 @@ class Result:
             "pause down/up s": (self.pause_down_s, self.pause_up_s),
             "cut down/up s": (self.cut_down_s, self.cut_up_s),
             "false susp.": self.false_suspicions,
+            "requests": self.requests,
+            "failed": self.failed,
             "fwd to worker s": self.forwarded_to_worker_s,
             "run s": self.run_s,
         }
@@ -221,6 +224,7 @@ class Simulation:
         self.entered: dict[bytes, float] = {}  # request tag -> when it entered its broker
         self.entry_broker: dict[bytes, str] = {}
         self.answered = 0
+        self.failed: Counter[int] = Counter()  # replies other than 200, by status
         self.to_worker_max = 0.0
         self._tag = 0
         self._credit = 0.0
@@ -283,17 +287,30 @@ class Simulation:
             request = ClientRequest(service=service, request_id=tag, body=(tag,))
             fabric.feed(origin, Received(Channel.FRONTEND, rid, request))
         fabric.settle()
-        for name in live:
-            for rid, message in fabric.take(name, WorkerRequest):
-                reply = WorkerReply(ticket=message.ticket, status=200, body=(b"done",))
-                fabric.feed(name, Received(Channel.BACKEND, rid, reply))
-        fabric.settle()
+        # Workers answer everything they were given, including what a freed worker is given
+        # next (bounded: each round answers at least one request or ends the loop).
+        for _ in range(1 + options.workers * len(live)):
+            served = 0
+            for name in live:
+                for rid, message in fabric.take(name, WorkerRequest):
+                    reply = WorkerReply(ticket=message.ticket, status=200, body=(b"done",))
+                    fabric.feed(name, Received(Channel.BACKEND, rid, reply))
+                    served += 1
+            if not served:
+                break
+            fabric.settle()
         for name in live:
             for _, reply in fabric.take(name, ClientReply, Channel.FRONTEND):
                 self.answered += 1
+                if reply.status != 200:
+                    self.failed[reply.status] += 1
                 self.entered.pop(reply.request_id, None)
                 self.entry_broker.pop(reply.request_id, None)
-            fabric.outbox[name].clear()  # heartbeats, acks: nothing the clients act on here
+            # Heartbeats, acks: nothing the clients act on here. What the next tick dispatches
+            # to a worker stays for the next step's answers.
+            fabric.outbox[name] = [
+                s for s in fabric.outbox[name] if isinstance(s.message, WorkerRequest)
+            ]
         fabric.advance(step_s, step_s)
         self._step += 1
 
@@ -439,7 +456,7 @@ def run(options: Options, progress: Callable[[str], None] | None = None) -> Resu
     say(f"N={n}: measure {options.measure_s:g} s")
     msgs0, bytes0 = Counter(fabric.msgs), Counter(fabric.bytes)
     local0, cpu0 = fabric.local, fabric.cpu
-    answered0 = sim.answered
+    answered0, failed0 = sim.answered, sim.failed.total()
     sim.to_worker_max = 0.0
     sim.run_for(options.measure_s)
     seconds = options.measure_s
@@ -448,6 +465,7 @@ def run(options: Options, progress: Callable[[str], None] | None = None) -> Resu
     result.local_msgs = (fabric.local - local0) / seconds
     result.cpu_s = (fabric.cpu - cpu0) / seconds
     result.requests = sim.answered - answered0
+    result.failed = sim.failed.total() - failed0
     result.table_bytes = table_bytes(sim, options.memory_sample)
     result.forwarded_to_worker_s = sim.to_worker_max
     say(f"N={n}: config published")
