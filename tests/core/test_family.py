@@ -1,6 +1,6 @@
 """The family rules F1-F13 (scale0/core/broker.py): several pure cores wired in memory.
 
-No sockets and no sleeps: tests/core/fabric.py delivers what one core sends to another and
+No sockets and no sleeps: scale0/sim/fabric.py delivers what one core sends to another and
 moves one fake clock, so liveness, republish and repair are checked with exact numbers.
 """
 
@@ -12,6 +12,7 @@ import json
 from scale0.config.model import PeerLink
 from scale0.core.effects import Channel, ConfigOffered, Persist, Received, Send
 from scale0.core.replica import Applied, Refused
+from scale0.sim.fabric import OTHER_KEY, Fabric, family_config, offer_of
 from scale0.wire.client import CheckConfig, Disconnect, DisconnectError, ForceNegotiate
 from scale0.wire.frames import SIG_BROKER, SIG_WORKER, ConfigType
 from scale0.wire.peer import (
@@ -24,7 +25,6 @@ from scale0.wire.peer import (
     TableMode,
     TableReq,
 )
-from tests.core.fabric import OTHER_KEY, Fabric, family_config, offer_of
 
 C1 = b"client-1"
 W1 = b"worker-1"

@@ -11,8 +11,8 @@ from scale0.config.canonical import canonical_json
 from scale0.config.formats import render
 from scale0.config.schema import to_tree
 from scale0.core.replica import Applied, Conflict, Offer, Refused, Replica, SignedConfig, Unchanged
+from scale0.sim.fabric import KEY, OTHER_KEY, entry, family_config, offer_of, signed
 from scale0.wire.frames import ConfigType
-from tests.core.fabric import KEY, OTHER_KEY, entry, family_config, offer_of, signed
 
 
 def replica(version: int | None = 1) -> Replica:

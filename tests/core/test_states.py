@@ -32,10 +32,10 @@ from scale0.core.states import (
     PeerInput,
     PeerLink,
 )
+from scale0.sim.fabric import KEY, family_config, offer_of, signed
 from scale0.wire.client import Disconnect, DisconnectError
 from scale0.wire.frames import SIG_BROKER
 from scale0.wire.peer import BrokerState, ForwardReply, Hello, TableMode
-from tests.core.fabric import KEY, family_config, offer_of, signed
 
 NOW = 1000.0
 WALL = 1_700_000_000.0

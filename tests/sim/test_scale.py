@@ -1,0 +1,113 @@
+"""The scale simulator itself: the faults it injects are seen by the cores, its time is the
+fabric's fake clock (nothing sleeps), and a small run fills every field of tools/scale's table.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from scale0.sim.scale import Options, Simulation, run
+from tools import scale_sim
+
+SMALL = Options(brokers=5, workers=20, clients=6, rate=20.0, warmup_s=2.0, measure_s=2.0)
+INTERVAL_S = 1.0  # family_config's default_heartbeat_interval_ms
+LIVENESS = 3
+
+
+def started(options: Options = SMALL) -> Simulation:
+    sim = Simulation(options)
+    sim.start()
+    sim.run_for(2.0)
+    return sim
+
+
+def test_a_killed_broker_is_reported_down_by_every_live_broker_within_liveness_rounds() -> None:
+    sim = started()
+    took = sim.kill("b002")
+    assert took is not None
+    # Silent for more than liveness x interval, seen at the next round (F3): at most one
+    # interval more than the limit, never before it.
+    assert LIVENESS * INTERVAL_S - INTERVAL_S <= took <= (LIVENESS + 1) * INTERVAL_S
+    seen = sim.seen(sim.fabric.lost, "b002", 0.0)
+    assert seen == {"b000", "b001", "b003", "b004"}
+    for name in seen:
+        assert sim.fabric.brokers[name].family.peers["b002"].status == "down"
+    assert sim.false_suspicions() == 0
+
+
+def test_a_published_config_reaches_every_broker_even_with_every_publication_lost() -> None:
+    sim = started()
+    for version, lose in ((2, False), (3, True)):
+        took = sim.publish(version, lose_publications=lose)
+        assert took is not None
+        assert {b.network.config_version for b in sim.fabric.brokers.values()} == {version}
+
+
+def test_a_paused_broker_is_suspected_queues_what_it_is_sent_and_comes_back() -> None:
+    sim = started()
+    down, up, queued = sim.pause("b003")
+    assert down is not None and down >= LIVENESS * INTERVAL_S - INTERVAL_S
+    assert up is not None
+    assert queued > 0
+    others = {"b000", "b001", "b002", "b004"}
+    assert sim.seen(sim.fabric.up, "b003", 0.0) >= others
+    for name in others:
+        assert sim.fabric.brokers[name].family.peers["b003"].status == "up"
+
+
+def test_a_cut_link_is_seen_by_its_two_ends_only() -> None:
+    sim = started()
+    down, up = sim.cut("b001", "b004")
+    assert down is not None and up is not None
+    assert {who for _, who, _ in sim.fabric.lost} == {"b001", "b004"}
+    assert sim.false_suspicions() == 0
+
+
+def test_requests_cross_the_family_and_every_one_is_answered() -> None:
+    # Few workers: a worker freed by a reply is given the next waiting request at once, and
+    # the simulated worker answers that one too (none is left unanswered in an outbox).
+    sim = started(Options(brokers=5, workers=2, clients=6, rate=20.0))
+    before = sim.answered
+    sim.run_for(4.0)
+    sent = 20.0 * 5 * 4.0
+    assert sim.answered - before >= sent - 5  # what was sent in the last step may be in flight
+    assert not sim.failed
+    assert sim.fabric.msgs["forward"] > 0
+    assert len(sim.entered) <= 5
+
+
+def test_time_is_simulated_not_slept(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"the simulator slept {seconds} s")
+
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    sim = started()
+    before = sim.fabric.now
+    sim.run_for(7.0)
+    # Exactly the steps asked for, on the fabric's clock (140 steps of 0.05 s).
+    assert sim.fabric.now - before == pytest.approx(7.0)
+    result = run(SMALL)
+    # warm-up, window and the faults: far more simulated time than a test could wait for
+    assert result.sim_s > 15.0
+
+
+def test_a_small_run_fills_every_field_of_the_table(tmp_path: Path) -> None:
+    result = run(SMALL)
+    row = result.row()
+    assert [key for key, _, _ in scale_sim.COLUMNS] == list(row)
+    for key, value in row.items():
+        assert value is not None, key
+        if isinstance(value, tuple):
+            assert None not in value, key
+    assert row["hb msg/s/broker"] == SMALL.brokers - 1  # one HEARTBEAT per peer per interval
+    assert row["table msg/s/broker"] > 0 and row["tables KiB/broker"] > 0
+    assert row["cpu ms/s/broker"] > 0
+    assert row["false susp."] == 0
+    assert row["requests"] > 0 and row["failed"] == 0
+    text = scale_sim.table([result])
+    assert text.splitlines()[0].split("|")[0].strip() == "N"
+    written = scale_sim.plot([result, result], tmp_path)
+    assert written and all(p.stat().st_size > 1000 for p in written)
