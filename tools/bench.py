@@ -387,8 +387,12 @@ def case_scale0(
     *,
     command: list[str] | None = None,
     event_log: bool = False,
+    dialect_key: str | None = None,
     **client: Any,
 ) -> dict[str, float]:
+    """A real ``scale0-broker``: S0P/1 client and workers (``capacity`` in their READY), or with
+    ``dialect_key`` the same Majordomo client and worker processes as c-lru and majortomo
+    (capacity 1 by MDP's definition: the ratio to the floor is then same-driver)."""
     # "info" only adds start/stop lines: broker_stopped carries the stats read below.
     overrides = {"log_level": "info", "event_log_dir": "events" if event_log else None}
     # (None leaves the key out of the file: a tree from before event_log_dir reads it as well)
@@ -401,12 +405,17 @@ def case_scale0(
             command=command,
         ) as broker,
     ):
-        procs = [start(s0p_worker, broker.endpoints["backend"], capacity) for _ in range(workers)]
+        backend = broker.endpoints["backend"]
+        if dialect_key is None:
+            procs = [start(s0p_worker, backend, capacity) for _ in range(workers)]
+        else:
+            procs = [start(mdp_worker, backend, dialect_key) for _ in range(workers)]
         try:
             time.sleep(0.2)
             result = run_client(
                 [broker.endpoints["frontend"]],
-                negotiate=True,
+                negotiate=dialect_key is None,
+                dialect=DIALECTS[dialect_key] if dialect_key is not None else None,
                 middle_pid=broker.pid,
                 drivers=tuple(p.pid or 0 for p in procs),
                 **client,
@@ -435,37 +444,8 @@ def case_eventlog(workers: int, capacity: int, **client: Any) -> dict[str, float
 def case_scale0_mdp(
     workers: int, capacity: int, *, dialect_key: str, **client: Any
 ) -> dict[str, float]:
-    """The Scale0 broker on the **same** Majordomo drivers as c-lru and majortomo: the client
-    and worker processes of tools/mdp.py in ``--mdp``'s reading (capacity 1 by MDP's
-    definition, so ``capacity`` does not apply), the ratio to the floor same-driver."""
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        running_broker(
-            Path(tmp),
-            broker_overrides={"log_level": "info", "event_log_dir": None},
-            max_queued_requests=100_000,
-        ) as broker,
-    ):
-        backend = broker.endpoints["backend"]
-        procs = [start(mdp_worker, backend, dialect_key) for _ in range(workers)]
-        try:
-            time.sleep(0.2)
-            result = run_client(
-                [broker.endpoints["frontend"]],
-                dialect=DIALECTS[dialect_key],
-                middle_pid=broker.pid,
-                drivers=tuple(p.pid or 0 for p in procs),
-                **client,
-            )
-        finally:
-            for p in procs:
-                p.kill()
-        broker.stop()
-        for line in broker.logs():
-            stats = line.get("stats") if line.get("event") == "broker_stopped" else None
-            if isinstance(stats, dict) and stats.get("requests") and "net_wakeups" in stats:
-                result["wakeups_per_request"] = stats["net_wakeups"] / stats["requests"]
-        return result
+    """``scale0`` on the same Majordomo drivers as c-lru and majortomo (same-driver)."""
+    return case_scale0(workers, capacity, dialect_key=dialect_key, **client)
 
 
 def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:

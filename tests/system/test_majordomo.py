@@ -22,6 +22,7 @@ from scale0.net.worker import echo_handler
 from scale0.testing import running_brokers
 from tests.system.ctl import wait_until
 from tests.system.test_family import FAST, WAIT_S, family_ready, worker_thread
+from tests.tools.test_mdp import serving
 from tools.mdp import MAJORTOMO, MDP01, MDP02, Dialect, MdpError, Request
 from tools.mdp import Client as MdpClient
 from tools.mdp import Worker as MdpWorker
@@ -41,31 +42,11 @@ def mdp_worker(
     handler: Handler = echo,
     dialect: Dialect = MDP01,
 ) -> Iterator[MdpWorker]:
-    """A Majordomo worker in a thread, heartbeating at the family's FAST interval, until the
-    block ends; what it raised fails the test."""
+    """A Majordomo worker in a thread (tests/tools/test_mdp.py's ``serving``), heartbeating at
+    the family's FAST interval, until the block ends; what it raised fails the test."""
     worker = MdpWorker(endpoint, service, dialect, context=ctx, heartbeat_interval_s=0.2)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            while not stop.is_set():
-                request = worker.recv(0.05)
-                if request is not None:
-                    handler(worker, request)
-        except BaseException as e:  # reported below, not lost in the thread
-            errors.append(e)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
+    with serving(worker, handler):
         yield worker
-    finally:
-        stop.set()
-        thread.join(WAIT_S)
-        worker.close()
-    assert not thread.is_alive(), "Majordomo worker thread did not stop"
-    assert not errors, errors
 
 
 def mmi(client: MdpClient, service: bytes, *body: bytes) -> list[bytes]:
