@@ -613,25 +613,45 @@ def running_family(
     """Start ``size`` brokers ``b1``.. as real processes, each with its HTTP management server
     unless ``management`` is False; stop every one (by PID) on exit. The files are those of
     :func:`write_family_configs` (``management_overrides`` included; ``broker_overrides``:
-    BrokerConfig fields per broker); the members can be stopped and started again one by one."""
-    broker_files, _network_file, network = write_family_configs(
-        tmp_path,
-        size,
-        management=management,
-        management_overrides=management_overrides,
-        admins=admins,
-        broker_overrides=broker_overrides,
-        **network_overrides,
-    )
-    family = Family(
-        [FamilyMember(path.parent.name, path.parent, path) for path in broker_files],
-        network,
-        dict(admins),
-    )
-    try:
-        for member in family.members:
-            start_family_member(member)
-        yield family
-    finally:
-        for member in family.members:
-            member.stop()
+    BrokerConfig fields per broker); the members can be stopped and started again one by one.
+    A port taken by another process between picking and binding is picked again, as
+    :func:`running_brokers` does (at most FAMILY_START_ATTEMPTS times)."""
+    for attempt in range(FAMILY_START_ATTEMPTS):
+        broker_files, _network_file, network = write_family_configs(
+            tmp_path,
+            size,
+            management=management,
+            management_overrides=management_overrides,
+            admins=admins,
+            broker_overrides=broker_overrides,
+            **network_overrides,
+        )
+        family = Family(
+            [FamilyMember(path.parent.name, path.parent, path) for path in broker_files],
+            network,
+            dict(admins),
+        )
+        try:
+            for member in family.members:
+                try:
+                    start_family_member(member)
+                except RuntimeError as exc:
+                    if "in use" in str(exc):
+                        raise PortTaken(str(exc)) from None
+                    raise
+        except PortTaken:
+            for member in family.members:
+                member.stop()
+            if attempt + 1 == FAMILY_START_ATTEMPTS:
+                raise
+            continue
+        except BaseException:
+            for member in family.members:
+                member.stop()
+            raise
+        try:
+            yield family
+        finally:
+            for member in family.members:
+                member.stop()
+        return

@@ -176,7 +176,11 @@ def run_script(root: Path, text: str) -> subprocess.CompletedProcess[str]:
         for key, value in os.environ.items()
         if not key.startswith("SCALE0_") and key != "VIRTUAL_ENV"
     }
-    env.update(HOME=str(root.parent / "home"), SCALE0_VENV=str(REPO / ".venv"))
+    # SCALE0_VENV_READY: the copy's tools/_venv.sh must not reinstall the environment under
+    # test from the copy (it would then import Scale0 from a directory deleted after the test).
+    env.update(
+        HOME=str(root.parent / "home"), SCALE0_VENV=str(REPO / ".venv"), SCALE0_VENV_READY="1"
+    )
     (root.parent / "home").mkdir(exist_ok=True)
     log = root.parent / "output.log"
     # A file, not a pipe: what the blocks leave running in the background would hold a pipe open.
