@@ -69,13 +69,24 @@ class Sessions:
         if session is not None:
             session.last_seen = now
             return session
+        return self._open(channel, routing_id, f"{self.core.identity}.{routing_id.hex()}", now)
+
+    def _open(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        client_id: str,
+        now: float,
+        timeout_s: float | None = None,
+    ) -> Session:
+        """A new session on the running config, its expiry armed; ``timeout_s`` None: liveness
+        x interval."""
         core = self.core
-        client_id = f"{core.identity}.{routing_id.hex()}"
+        if timeout_s is None:
+            timeout_s = core.interval_s * core.network.liveness
         self._gen += 1
-        timeout_s = core.interval_s * core.network.liveness
-        session = Session(
-            routing_id, channel, client_id, core.network.config_version, now, timeout_s, self._gen
-        )
+        version = core.network.config_version
+        session = Session(routing_id, channel, client_id, version, now, timeout_s, self._gen)
         self.by_channel[channel][routing_id] = session
         self._client_ids[(channel, client_id)] = routing_id
         core.timers.push(now + timeout_s, SessionDue(channel, routing_id, session.gen))
@@ -109,15 +120,10 @@ class Sessions:
         old = sessions.get(routing_id)
         if old is not None and old.client_id != client_id:
             self._client_ids.pop((channel, old.client_id), None)
-        self._gen += 1
-        version = core.network.config_version
-        timeout_s = core.interval_s * core.network.liveness
-        session = Session(routing_id, channel, client_id, version, now, timeout_s, self._gen)
-        if old is not None:
-            session.timeout_s = old.timeout_s
-        sessions[routing_id] = session
-        self._client_ids[(channel, client_id)] = routing_id
-        core.timers.push(now + session.timeout_s, SessionDue(channel, routing_id, session.gen))
+        # A renegotiating session keeps the timeout its READY set (R11).
+        timeout_s = old.timeout_s if old is not None else None
+        session = self._open(channel, routing_id, client_id, now, timeout_s)
+        version = session.config_version
         worker = self.dispatch.pool.workers.get(routing_id) if channel is Channel.BACKEND else None
         if worker is not None:
             # A registered worker renegotiating (after FORCENEGOTIATE): its beat timer belongs
