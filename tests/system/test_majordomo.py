@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import majortomo  # in the test extra: a missing one fails, it is not skipped
 import pytest
 import zmq
 
@@ -168,7 +169,6 @@ def test_every_reading_of_majordomo_is_answered_in_its_own_framing(
 def test_majortomos_own_client_and_worker_join_unchanged(tmp_path: Path) -> None:
     """The majortomo package (PyPI), an independent MDP/0.2 implementation: its Worker serves
     and its Client asks through a Scale0 broker, with a PARTIAL on the way."""
-    majortomo = pytest.importorskip("majortomo")  # in the test extra: missing means a broken env
     with running_brokers(tmp_path, 1, sources=(0,), **FAST) as brokers:
         (b1,) = brokers
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
