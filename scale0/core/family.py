@@ -77,13 +77,17 @@ class Family:
         self._peer_handles(Forward, self._forward_in)
         self._peer_handles(PeerHeartbeat, self._peer_heartbeat)
         self._peer_handles(TableReq, self._table_req_in)
-        self._peer_handles(Table, self._table_in)
+        self._peer_handles(
+            Table, lambda peer, _, msg, now, wall, out: self._table_in(peer, msg, now, out)
+        )
         self._peer_handles(CheckConfig, self._check_config_in)
-        self._peer_handles(Disconnect, self._disconnect_in)
+        self._peer_handles(
+            Disconnect, lambda peer, _, msg, now, wall, out: self._lost(peer, now, out)
+        )
         self._link_handles(Table, self._link_table)
         self._link_handles(Config, self._link_config)
         self._link_handles(ConfigAck, self._link_config)
-        self._link_handles(Disconnect, self._link_disconnect)
+        self._link_handles(Disconnect, lambda peer, msg, now, wall, out: self._lost(peer, now, out))
 
     def _peer_handles(
         self, kind: type[M], handler: Callable[[Peer, bytes, M, float, float, list[Effect]], None]
@@ -376,28 +380,16 @@ class Family:
         self, peer: Peer, msg: Table, now: float, wall: float, out: list[Effect]
     ) -> None:
         if msg.broker_id == peer.broker_id:
-            self._table_in(peer, peer.routing_id or b"", msg, now, wall, out)
+            self._table_in(peer, msg, now, out)
 
     def _link_config(
         self, peer: Peer, msg: Config | ConfigAck, now: float, wall: float, out: list[Effect]
     ) -> None:
         self.replication.config_answer(peer.broker_id, msg, out, now, wall)
 
-    def _link_disconnect(
-        self, peer: Peer, msg: Disconnect, now: float, wall: float, out: list[Effect]
-    ) -> None:
+    def _lost(self, peer: Peer, now: float, out: list[Effect]) -> None:
+        """F12: DISCONNECT from a peer, on its link or ours, marks it down at once."""
         self._peer_down(peer, now, out, PeerInput.LOST, "disconnect")
-
-    def _disconnect_in(
-        self,
-        peer: Peer,
-        routing_id: bytes,
-        msg: Disconnect,
-        now: float,
-        wall: float,
-        out: list[Effect],
-    ) -> None:
-        self._peer_down(peer, now, out, PeerInput.LOST, "disconnect")  # F12
 
     def _forward_in(
         self,
@@ -496,9 +488,7 @@ class Family:
     ) -> None:
         self._send_table(peer, msg.since_seq, out)
 
-    def _table_in(
-        self, peer: Peer, routing_id: bytes, msg: Table, now: float, wall: float, out: list[Effect]
-    ) -> None:
+    def _table_in(self, peer: Peer, msg: Table, now: float, out: list[Effect]) -> None:
         if not peer.pull:
             self.core.counters["peer_ignored"] += 1  # no link in the config shares its table
             return
