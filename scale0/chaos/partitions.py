@@ -385,6 +385,17 @@ def _start_clients(family: FamilyInLab, threads: int) -> None:
         )
 
 
+def _wait_clients(family: FamilyInLab, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Until every client has answers (a loaded machine takes seconds to start Python)."""
+    paths = [family.directory / f"client-{host}.jsonl" for host in HOSTS]
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if all(p.exists() and p.read_text().count('"ok"') >= 10 for p in paths):
+            return
+        time.sleep(0.2)
+    raise LabError(f"the clients were not answered within {timeout_s} s: see {family.directory}")
+
+
 # ---- the faults ----
 
 
@@ -523,6 +534,7 @@ def run(
         if not ok:
             raise LabError(f"the family did not come together: {why}")
         _start_clients(family, client_threads)
+        _wait_clients(family)
         for fault in faults:
             report = FaultReport(fault, started=time.time())
             low, high = family.version + 1, family.version + 2
