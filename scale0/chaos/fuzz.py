@@ -294,9 +294,14 @@ class _Dealer:
             return
         while self.sock.poll(0, zmq.POLLIN):
             frames = self.sock.recv_multipart()
+            majordomo = (mdp.MDPC01, mdp.MDPC02, mdp.MDPW01, mdp.MDPW02)
+            if frames and frames[0] in majordomo:
+                # A Majordomo peer that sent no empty delimiter is answered without one too
+                # (scale0/wire/mdp.py): read it as the registry reads such frames.
+                frames = [b"", *frames]
             if channel == "peer":
                 signature = SIG_BROKER
-            elif len(frames) > 1 and frames[1] in (mdp.MDPC01, mdp.MDPC02, mdp.MDPW01, mdp.MDPW02):
+            elif len(frames) > 1 and frames[1] in majordomo:
                 signature = frames[1]
             else:
                 signature = self.signature
