@@ -18,6 +18,7 @@ runs it for seconds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -35,7 +36,7 @@ from scale0.config.canonical import canonical_json, config_sha256
 from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.net.client import Client, Scale0Error
 from scale0.net.worker import Worker
-from scale0.testing import BrokerProcess, pick_free_ports, running_broker
+from scale0.testing import BrokerProcess, start_broker_process, write_family_configs
 from scale0.wire import mdp
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
@@ -59,7 +60,7 @@ from scale0.wire.worker import Ready, WorkerPartial, WorkerReply
 
 __all__ = ["CHANNELS", "MUTATIONS", "FuzzReport", "fuzz", "mutate", "seeds"]
 
-CHANNELS: Final = ("frontend", "backend", "peer", "config")
+CHANNELS: Final = ("frontend", "backend", "peer", "link", "config")
 #: Largest frame the fuzzer sends (bytes): above the broker's max_frame_bytes (a 400), below
 #: the socket's ZMQ_MAXMSGSIZE guard, and a few beyond it (libzmq drops the connection).
 MAX_FRAME_BYTES: Final = 256 * 1024
@@ -68,8 +69,11 @@ HUGE_SIZES: Final = (MAX_FRAME_BYTES + 1, 2 * MAX_FRAME_BYTES + 70_000, 3 << 20)
 PER_IDENTITY: Final = 200
 
 
-def seeds(family: str = "test") -> dict[str, list[list[bytes]]]:
-    """Valid frames per channel, from the real message classes (after the routing id)."""
+def seeds(family: str = "test", peer_id: str = "fuzzer") -> dict[str, list[list[bytes]]]:
+    """Valid frames per channel, from the real message classes (after the routing id).
+
+    ``link`` is what a peer's ROUTER sends down the broker's link DEALER, as ``peer_id``.
+    """
     now = time.time()
     table = TableService("echo", (TableWorker("w1", 2, now),))
     config_doc = canonical_json_doc(family)
@@ -104,6 +108,15 @@ def seeds(family: str = "test") -> dict[str, list[list[bytes]]]:
             encode(Forward(b"ticket-9", "echo", "fuzzer", (b"body",))),
             encode(ForwardReply(b"ticket-9", 200, (b"answer",))),
             encode(CheckConfig(ConfigType.JSON, 0, None, protocol=SIG_BROKER)),
+        ],
+        "link": [
+            encode(Hello(peer_id, family, BrokerState.ACTIVE, 1, {}, TableMode.PULL)),
+            encode(PeerHeartbeat(peer_id, now, BrokerState.ACTIVE, 1, 3)),
+            encode(Table(peer_id, 3, True, (table,))),
+            encode(TableReq(peer_id, 0)),
+            encode(Forward(b"ticket-8", "echo", peer_id, (b"body",))),
+            encode(ForwardReply(b"ticket-1", 200, (b"answer",))),
+            encode(Disconnect(protocol=SIG_BROKER)),
         ],
         "config": [config_doc],
     }
@@ -249,6 +262,7 @@ class FuzzReport:
     sent: Counter[str] = field(default_factory=Counter)  # per channel
     mutations: Counter[str] = field(default_factory=Counter)
     answers: Counter[str] = field(default_factory=Counter)  # what the broker sent back, by kind
+    logged: Counter[str] = field(default_factory=Counter)  # the broker's log events, by name
     honest_ok: int = 0
     rounds: int = 0
     rss_kb_start: int = 0
@@ -260,6 +274,7 @@ class FuzzReport:
             "sent": dict(self.sent),
             "mutations": dict(self.mutations),
             "answers": dict(self.answers),
+            "logged": dict(self.logged),
             "honest_requests_answered": self.honest_ok,
             "rounds": self.rounds,
             "rss_kb_start": self.rss_kb_start,
@@ -333,6 +348,52 @@ def _honest(broker: BrokerProcess, report: FuzzReport, round_no: int) -> None:
         report.problems.append(f"round {round_no}: the honest client failed: {exc}")
 
 
+class _Link:
+    """The fuzzer's ROUTER at the fake peer's endpoint: the broker's link DEALER connects to it.
+
+    Everything is sent to the routing id the broker's DEALER introduced itself with (its HELLO).
+    """
+
+    def __init__(self, context: zmq.Context[Any], endpoint: str) -> None:
+        self.sock: zmq.Socket[bytes] = context.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 10_000)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, 16 << 20)
+        self.sock.bind(endpoint)
+        self.routing_id: bytes | None = None
+
+    def wait_hello(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.routing_id is None and time.monotonic() < deadline:
+            if self.sock.poll(100, zmq.POLLIN):
+                self.routing_id = self.sock.recv_multipart()[0]
+        return self.routing_id is not None
+
+    def send(self, frames: list[bytes]) -> None:
+        assert self.routing_id is not None
+        with contextlib.suppress(zmq.Again):
+            self.sock.send_multipart([self.routing_id, *frames], zmq.NOBLOCK)
+
+    def drain(self, report: FuzzReport) -> None:
+        while self.sock.poll(0, zmq.POLLIN):
+            routing_id, *frames = self.sock.recv_multipart()
+            if routing_id != self.routing_id:  # the broker closed its link and opened another
+                report.answers["link reconnected"] += 1
+                self.routing_id = routing_id
+            try:
+                message = decode_from_broker(frames, signature=SIG_BROKER, max_frame_bytes=16 << 20)
+            except ProtocolError as exc:
+                report.problems.append(f"link: the broker sent undecodable {frames[:4]!r}: {exc}")
+                continue
+            code = getattr(message, "code", None)
+            report.answers[
+                f"link {type(message).__name__}{'' if code is None else f' {code}'}"
+            ] += 1
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
 def fuzz(
     directory: Path,
     *,
@@ -342,75 +403,94 @@ def fuzz(
     rss_bound_kb: int = 150_000,
     out: Callable[[str], None] = print,
 ) -> FuzzReport:
-    """Run one broker in ``directory`` and fuzz every socket for about ``seconds``."""
+    """Run one broker in ``directory`` and fuzz every socket for about ``seconds``.
+
+    The broker's network config names a second broker, ``b2``, that never starts: the fuzzer
+    binds a ROUTER at b2's peer endpoint (the broker's link DEALER connects to it: channel
+    ``link``) and a PUB at b2's config_pub (which the broker's config SUB subscribes to).
+    """
     seed = seed if seed is not None else random.SystemRandom().randrange(1 << 32)
     r = random.Random(seed)  # noqa: S311 - reproducible fuzzing, not secrets
     out(f"fuzz: seed {seed} (pass --seed {seed} to repeat the run)")
     report = FuzzReport()
-    pub_port = pick_free_ports(1)[0]
-    pub_endpoint = f"tcp://127.0.0.1:{pub_port}"
+    broker_files, network_file, network = write_family_configs(
+        directory,
+        2,
+        sources=(0, 1),
+        management=False,
+        max_frame_bytes=MAX_FRAME_BYTES,
+        error_threshold=50,
+        error_ban_s=1.0,
+    )
+    fake = network.brokers[1]
     context: zmq.Context[Any] = zmq.Context()
     pub = context.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)
-    pub.bind(pub_endpoint)
+    pub.bind(fake.config_pub)
+    link = _Link(context, fake.peer)
     dealers: dict[str, _Dealer] = {}
+    broker: BrokerProcess | None = None
     try:
-        with running_broker(
-            directory,
-            broker_overrides={"config_sub_ports": (pub_endpoint,)},
-            max_frame_bytes=MAX_FRAME_BYTES,
-            error_threshold=50,
-            error_ban_s=1.0,
-        ) as broker:
-            endpoints = broker.endpoints
-            dealers = {
-                "frontend": _Dealer(context, endpoints["frontend"], SIG_CLIENT),
-                "backend": _Dealer(context, endpoints["backend"], SIG_WORKER),
-                "peer": _Dealer(context, endpoints["peer"], SIG_BROKER),
-            }
-            handle = Worker(
-                endpoints["backend"], {"echo": lambda body: body}, heartbeat_interval=0.5
-            ).start_in_thread()
-            try:
-                if not handle.wait_registered(15.0):
-                    report.problems.append("the honest worker never registered")
+        broker = start_broker_process(broker_files[0], network_file, network)
+        endpoints = broker.endpoints
+        dealers = {
+            "frontend": _Dealer(context, endpoints["frontend"], SIG_CLIENT),
+            "backend": _Dealer(context, endpoints["backend"], SIG_WORKER),
+            "peer": _Dealer(context, endpoints["peer"], SIG_BROKER),
+        }
+        if not link.wait_hello(15.0):
+            report.problems.append("the broker never linked to the fake peer b2")
+            return report
+        handle = Worker(
+            endpoints["backend"], {"echo": lambda body: body}, heartbeat_interval=0.5
+        ).start_in_thread()
+        try:
+            if not handle.wait_registered(15.0):
+                report.problems.append("the honest worker never registered")
+                return report
+            report.rss_kb_start = report.rss_kb_max = broker.rss_kb()
+            grammar = seeds(network.family, peer_id=fake.identity)
+            started = time.monotonic()
+            while time.monotonic() - started < seconds:
+                report.rounds += 1
+                for _ in range(per_round):
+                    channel = r.choice(CHANNELS)
+                    frames, names = mutate(r, list(r.choice(grammar[channel])))
+                    report.mutations.update(names)
+                    report.sent[channel] += 1
+                    if channel == "config":
+                        pub.send_multipart(frames)
+                    elif channel == "link":
+                        link.send(frames)
+                    else:
+                        dealer = dealers[channel]
+                        dealer.socket().send_multipart(frames, copy=len(frames[0]) < 4096)
+                for channel, dealer in dealers.items():
+                    dealer.drain(report, channel)
+                link.drain(report)
+                if broker.process.poll() is not None:
+                    report.problems.append(
+                        f"the broker exited with {broker.process.returncode}:\n"
+                        + broker.stderr()[-3000:]
+                    )
                     return report
-                report.rss_kb_start = report.rss_kb_max = broker.rss_kb()
-                grammar = seeds(broker.network.family)
-                started = time.monotonic()
-                while time.monotonic() - started < seconds:
-                    report.rounds += 1
-                    for _ in range(per_round):
-                        channel = r.choice(CHANNELS)
-                        frames, names = mutate(r, list(r.choice(grammar[channel])))
-                        report.mutations.update(names)
-                        report.sent[channel] += 1
-                        if channel == "config":
-                            pub.send_multipart(frames)
-                        else:
-                            dealer = dealers[channel]
-                            dealer.socket().send_multipart(frames, copy=len(frames[0]) < 4096)
-                    for channel, dealer in dealers.items():
-                        dealer.drain(report, channel)
-                    if broker.process.poll() is not None:
-                        report.problems.append(
-                            f"the broker exited with {broker.process.returncode}:\n"
-                            + broker.stderr()[-3000:]
-                        )
-                        return report
-                    _honest(broker, report, report.rounds)
-                    rss = broker.rss_kb()
-                    report.rss_kb_max = max(report.rss_kb_max, rss)
-                    if rss > rss_bound_kb:
-                        report.problems.append(f"RSS {rss} kB over the bound {rss_bound_kb} kB")
-                        return report
-                    if report.problems:
-                        return report
-            finally:
-                handle.stop(10.0)
+                _honest(broker, report, report.rounds)
+                rss = broker.rss_kb()
+                report.rss_kb_max = max(report.rss_kb_max, rss)
+                if rss > rss_bound_kb:
+                    report.problems.append(f"RSS {rss} kB over the bound {rss_bound_kb} kB")
+                    return report
+                if report.problems:
+                    return report
+        finally:
+            handle.stop(10.0)
     finally:
+        if broker is not None:
+            broker.stop()
+            report.logged.update(str(line.get("event")) for line in broker.logs())
         for dealer in dealers.values():
             dealer.close()
+        link.close()
         pub.close(linger=0)
         context.term()
     return report

@@ -24,6 +24,7 @@ SIGNATURES = {
     "frontend": FRONTEND_SIGNATURES,
     "backend": BACKEND_SIGNATURES,
     "peer": PEER_SIGNATURES,
+    "link": PEER_SIGNATURES,  # what the broker's link DEALER reads is decoded as peer input
 }
 
 
@@ -58,3 +59,7 @@ def test_a_short_fuzz_run_leaves_the_broker_up_and_serving(tmp_path: Path) -> No
     assert report.honest_ok == report.rounds >= 2
     # The broker answered the garbage it could route an answer to, with well-formed errors.
     assert any("DisconnectError 400" in kind for kind in report.answers)
+    # Garbage reached every socket and was judged there: the peer ROUTER and the link DEALER
+    # (peer_malformed), the config SUB (config_dropped / config_refused), the workers' side.
+    for event in ("peer_malformed", "config_dropped", "config_refused", "broker_stopped"):
+        assert report.logged[event] > 0, (event, report.logged)
