@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import json
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +37,7 @@ from scale0.config.canonical import canonical_json, config_sha256
 from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.net.client import Client, Scale0Error
 from scale0.net.worker import Worker
-from scale0.testing import BrokerProcess, start_broker_process, write_family_configs
+from scale0.testing import start_broker_process, write_family_configs
 from scale0.wire import mdp
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
@@ -153,11 +154,30 @@ BAD_JSON: Final = (
 )
 BAD_UTF8: Final = (b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"ech\x00o", b"\xf4\x90\x80\x80")
 COMMANDS: Final = (
-    b"REQUEST", b"READY", b"HELLO", b"TABLE", b"FORWARD", b"CONFIG", b"REPLY", b"MANAGEMENTREQ",
-    b"NOPE", b"", b"\x01", b"\x05",
-)  # fmt: skip
-SIGNATURES: Final = (SIG_CLIENT, SIG_WORKER, SIG_BROKER, mdp.MDPC01, mdp.MDPC02, mdp.MDPW01,
-                     mdp.MDPW02, b"S0X9", b"")  # fmt: skip
+    b"REQUEST",
+    b"READY",
+    b"HELLO",
+    b"TABLE",
+    b"FORWARD",
+    b"CONFIG",
+    b"REPLY",
+    b"MANAGEMENTREQ",
+    b"NOPE",
+    b"",
+    b"\x01",
+    b"\x05",
+)
+SIGNATURES: Final = (
+    SIG_CLIENT,
+    SIG_WORKER,
+    SIG_BROKER,
+    mdp.MDPC01,
+    mdp.MDPC02,
+    mdp.MDPW01,
+    mdp.MDPW02,
+    b"S0X9",
+    b"",
+)
 
 
 def _truncate(r: random.Random, f: list[bytes]) -> list[bytes]:
@@ -269,6 +289,20 @@ class FuzzReport:
     rss_kb_max: int = 0
     problems: list[str] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, tree: dict[str, Any], problems: list[str]) -> FuzzReport:
+        return cls(
+            sent=Counter(tree["sent"]),
+            mutations=Counter(tree["mutations"]),
+            answers=Counter(tree["answers"]),
+            logged=Counter(tree["logged"]),
+            honest_ok=tree["honest_requests_answered"],
+            rounds=tree["rounds"],
+            rss_kb_start=tree["rss_kb_start"],
+            rss_kb_max=tree["rss_kb_max"],
+            problems=[*problems, *tree["problems"]],
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "sent": dict(self.sent),
@@ -336,9 +370,9 @@ class _Dealer:
             self.sock.close(linger=0)
 
 
-def _honest(broker: BrokerProcess, report: FuzzReport, round_no: int) -> None:
+def _honest(frontend: str, report: FuzzReport, round_no: int) -> None:
     try:
-        with Client(broker.endpoints["frontend"], timeout=10.0) as client:
+        with Client(frontend, timeout=10.0) as client:
             body = b"honest-%d" % round_no
             if client.request("echo", body) == [body]:
                 report.honest_ok += 1
@@ -394,52 +428,45 @@ class _Link:
         self.sock.close(linger=0)
 
 
-def fuzz(
-    directory: Path,
-    *,
-    seconds: float,
-    seed: int | None = None,
-    per_round: int = 400,
-    rss_bound_kb: int = 150_000,
-    out: Callable[[str], None] = print,
-) -> FuzzReport:
-    """Run one broker in ``directory`` and fuzz every socket for about ``seconds``.
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
 
-    The broker's network config names a second broker, ``b2``, that never starts: the fuzzer
-    binds a ROUTER at b2's peer endpoint (the broker's link DEALER connects to it: channel
-    ``link``) and a PUB at b2's config_pub (which the broker's config SUB subscribes to).
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def attack(plan: dict[str, Any], out: Callable[[str], None] = print) -> FuzzReport:
+    """The fuzzing loop against a running broker (in a process of its own: see :func:`fuzz`).
+
+    ``plan``: the broker's ``pid`` and ``endpoints``, the fake peer's ``peer`` and
+    ``config_pub`` endpoints and ``identity``, ``family``, ``seconds``, ``seed``,
+    ``per_round``, ``rss_bound_kb``.
     """
-    seed = seed if seed is not None else random.SystemRandom().randrange(1 << 32)
-    r = random.Random(seed)  # noqa: S311 - reproducible fuzzing, not secrets
-    out(f"fuzz: seed {seed} (pass --seed {seed} to repeat the run)")
+    r = random.Random(plan["seed"])  # noqa: S311 - reproducible fuzzing, not secrets
+    pid: int = plan["pid"]
+    endpoints: dict[str, str] = plan["endpoints"]
     report = FuzzReport()
-    broker_files, network_file, network = write_family_configs(
-        directory,
-        2,
-        sources=(0, 1),
-        management=False,
-        max_frame_bytes=MAX_FRAME_BYTES,
-        error_threshold=50,
-        error_ban_s=1.0,
-    )
-    fake = network.brokers[1]
     context: zmq.Context[Any] = zmq.Context()
     pub = context.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)
-    pub.bind(fake.config_pub)
-    link = _Link(context, fake.peer)
-    dealers: dict[str, _Dealer] = {}
-    broker: BrokerProcess | None = None
+    pub.bind(plan["config_pub"])
+    link = _Link(context, plan["peer"])
+    dealers = {
+        "frontend": _Dealer(context, endpoints["frontend"], SIG_CLIENT),
+        "backend": _Dealer(context, endpoints["backend"], SIG_WORKER),
+        "peer": _Dealer(context, endpoints["peer"], SIG_BROKER),
+    }
     try:
-        broker = start_broker_process(broker_files[0], network_file, network)
-        endpoints = broker.endpoints
-        dealers = {
-            "frontend": _Dealer(context, endpoints["frontend"], SIG_CLIENT),
-            "backend": _Dealer(context, endpoints["backend"], SIG_WORKER),
-            "peer": _Dealer(context, endpoints["peer"], SIG_BROKER),
-        }
         if not link.wait_hello(15.0):
-            report.problems.append("the broker never linked to the fake peer b2")
+            report.problems.append("the broker never linked to the fake peer")
             return report
         handle = Worker(
             endpoints["backend"], {"echo": lambda body: body}, heartbeat_interval=0.5
@@ -448,12 +475,12 @@ def fuzz(
             if not handle.wait_registered(15.0):
                 report.problems.append("the honest worker never registered")
                 return report
-            report.rss_kb_start = report.rss_kb_max = broker.rss_kb()
-            grammar = seeds(network.family, peer_id=fake.identity)
+            report.rss_kb_start = report.rss_kb_max = _rss_kb(pid)
+            grammar = seeds(plan["family"], peer_id=plan["identity"])
             started = time.monotonic()
-            while time.monotonic() - started < seconds:
+            while time.monotonic() - started < plan["seconds"]:
                 report.rounds += 1
-                for _ in range(per_round):
+                for _ in range(plan["per_round"]):
                     channel = r.choice(CHANNELS)
                     frames, names = mutate(r, list(r.choice(grammar[channel])))
                     report.mutations.update(names)
@@ -468,31 +495,107 @@ def fuzz(
                 for channel, dealer in dealers.items():
                     dealer.drain(report, channel)
                 link.drain(report)
-                if broker.process.poll() is not None:
-                    report.problems.append(
-                        f"the broker exited with {broker.process.returncode}:\n"
-                        + broker.stderr()[-3000:]
-                    )
+                if not _alive(pid):
+                    report.problems.append("the broker exited")
                     return report
-                _honest(broker, report, report.rounds)
-                rss = broker.rss_kb()
+                _honest(endpoints["frontend"], report, report.rounds)
+                rss = _rss_kb(pid)
                 report.rss_kb_max = max(report.rss_kb_max, rss)
-                if rss > rss_bound_kb:
-                    report.problems.append(f"RSS {rss} kB over the bound {rss_bound_kb} kB")
+                if rss > plan["rss_bound_kb"]:
+                    report.problems.append(f"RSS {rss} kB over the bound {plan['rss_bound_kb']} kB")
                     return report
                 if report.problems:
                     return report
         finally:
             handle.stop(10.0)
     finally:
-        if broker is not None:
-            broker.stop()
-            report.logged.update(str(line.get("event")) for line in broker.logs())
         for dealer in dealers.values():
             dealer.close()
         link.close()
         pub.close(linger=0)
         context.term()
+    return report
+
+
+def fuzz(
+    directory: Path,
+    *,
+    seconds: float,
+    seed: int | None = None,
+    per_round: int = 400,
+    rss_bound_kb: int = 150_000,
+    out: Callable[[str], None] = print,
+) -> FuzzReport:
+    """Run one broker in ``directory`` and fuzz every socket for about ``seconds``.
+
+    The broker's network config names a second broker, ``b2``, that never starts: the fuzzer
+    binds a ROUTER at b2's peer endpoint (the broker's link DEALER connects to it: channel
+    ``link``) and a PUB at b2's config_pub (which the broker's config SUB subscribes to).
+    The fuzzing sockets live in a child process (:func:`attack`): should libzmq abort in it,
+    this process still stops the broker (by PID) and reports how the child died.
+    """
+    seed = seed if seed is not None else random.SystemRandom().randrange(1 << 32)
+    out(f"fuzz: seed {seed} (pass --seed {seed} to repeat the run)")
+    broker_files, network_file, network = write_family_configs(
+        directory,
+        2,
+        sources=(0, 1),
+        management=False,
+        max_frame_bytes=MAX_FRAME_BYTES,
+        error_threshold=50,
+        error_ban_s=1.0,
+    )
+    fake = network.brokers[1]
+    report = FuzzReport()
+    broker = start_broker_process(broker_files[0], network_file, network)
+    try:
+        plan = {
+            "pid": broker.pid,
+            "endpoints": broker.endpoints,
+            "peer": fake.peer,
+            "config_pub": fake.config_pub,
+            "identity": fake.identity,
+            "family": network.family,
+            "seconds": seconds,
+            "seed": seed,
+            "per_round": per_round,
+            "rss_bound_kb": rss_bound_kb,
+        }
+        plan_file, report_file = directory / "fuzz-plan.json", directory / "fuzz-report.json"
+        plan_file.write_text(json.dumps(plan))
+        with (directory / "fuzzer.stderr").open("wb") as stderr:
+            child = subprocess.Popen(  # noqa: S603 - this module, fixed arguments
+                [
+                    sys.executable,
+                    "-m",
+                    "scale0.chaos.fuzz",
+                    "--attack",
+                    str(plan_file),
+                    "--report",
+                    str(report_file),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        try:
+            code = child.wait(seconds + 120)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = child.wait()
+            report.problems.append(f"the fuzzer hung past {seconds + 120:g} s")
+        if report_file.exists():
+            report = FuzzReport.from_dict(json.loads(report_file.read_text()), report.problems)
+        if code != 0:
+            tail = (directory / "fuzzer.stderr").read_text(errors="replace")[-2000:]
+            report.problems.append(f"the fuzzer process died ({code}), not the broker: {tail}")
+        if broker.process.poll() is not None:
+            report.problems.append(
+                f"the broker exited with {broker.process.returncode}:\n" + broker.stderr()[-3000:]
+            )
+    finally:
+        broker.stop()
+        report.logged.update(str(line.get("event")) for line in broker.logs())
     return report
 
 
@@ -504,7 +607,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--rss-bound-mb", type=int, default=150)
+    parser.add_argument("--attack", type=Path, help=argparse.SUPPRESS)  # the child (fuzz())
+    parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.attack is not None:
+        child = attack(json.loads(args.attack.read_text()))
+        tmp_report = args.report.with_suffix(".tmp")
+        tmp_report.write_text(json.dumps(child.as_dict()))
+        tmp_report.replace(args.report)
+        return 0
     with tempfile.TemporaryDirectory(prefix="scale0-fuzz-") as tmp:
         report = fuzz(
             Path(tmp),
