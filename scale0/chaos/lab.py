@@ -22,8 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -321,21 +320,3 @@ class Lab:
         out = _run("ip", "-n", self.hub, "-j", "link", "show", self.port(host)).stdout
         flags = json.loads(out)[0].get("flags", [])
         return "UP" in flags
-
-
-@contextlib.contextmanager
-def lab(hosts: Sequence[str], directory: Path) -> Iterator[Lab]:
-    """``with lab(["b1", "b2", "b3"], tmp) as net:`` builds the lab and always tears it down."""
-    with Lab(hosts, directory) as built:
-        yield built
-
-
-def wait_for(condition: Any, timeout_s: float, what: str, step_s: float = 0.1) -> float:
-    """Poll ``condition()`` until true; seconds taken; :class:`TimeoutError` naming ``what``."""
-    started = time.monotonic()
-    while True:
-        if condition():
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout_s:
-            raise TimeoutError(f"not within {timeout_s} s: {what}")
-        time.sleep(step_s)
