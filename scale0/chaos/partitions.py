@@ -62,7 +62,8 @@ REQUEST_TIMEOUT_MS: Final = 4000
 DEADLINE_SLACK_S: Final = 2.0
 #: How long the family may take to converge after healing before the fault counts as failed.
 CONVERGE_TIMEOUT_S: Final = 60.0
-START_TIMEOUT_S: Final = 40.0
+#: Start-up, and until every client is answered: generous for a machine under heavy load.
+START_TIMEOUT_S: Final = 90.0
 #: Every error a client may honestly report for a request (scale0.session.errors).
 CLEAR_ERRORS: Final = (
     "ServiceUnavailable",
@@ -385,6 +386,13 @@ def _start_clients(family: FamilyInLab, threads: int) -> None:
         )
 
 
+def _load() -> str:
+    """The machine's load, for failures that a starved machine explains (peers silent for
+    seconds because their brokers did not run)."""
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f} on {os.cpu_count()} CPUs"
+
+
 def _wait_clients(family: FamilyInLab, timeout_s: float = START_TIMEOUT_S) -> None:
     """Until every client has answers (a loaded machine takes seconds to start Python)."""
     paths = [family.directory / f"client-{host}.jsonl" for host in HOSTS]
@@ -393,7 +401,9 @@ def _wait_clients(family: FamilyInLab, timeout_s: float = START_TIMEOUT_S) -> No
         if all(p.exists() and p.read_text().count('"ok"') >= 10 for p in paths):
             return
         time.sleep(0.2)
-    raise LabError(f"the clients were not answered within {timeout_s} s: see {family.directory}")
+    raise LabError(
+        f"the clients were not answered within {timeout_s} s ({_load()}): see {family.directory}"
+    )
 
 
 # ---- the faults ----
@@ -532,7 +542,7 @@ def run(
             ok, why = family.converged(1)
             time.sleep(0.2)
         if not ok:
-            raise LabError(f"the family did not come together: {why}")
+            raise LabError(f"the family did not come together: {why} ({_load()})")
         _start_clients(family, client_threads)
         _wait_clients(family)
         for fault in faults:
@@ -558,7 +568,9 @@ def run(
                     break
                 time.sleep(0.1)
             else:
-                report.violations.append(f"not converged {CONVERGE_TIMEOUT_S} s after heal: {why}")
+                report.violations.append(
+                    f"not converged {CONVERGE_TIMEOUT_S} s after heal: {why} ({_load()})"
+                )
             report.versions = {
                 h: v["status"]["config_version"] for h, v in family.views().items() if "status" in v
             }
