@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--endpoint", required=True)
     probe.add_argument("--auth-id", default="viewer")
     probe.add_argument("--password", default="viewer-secret")
-    probe.add_argument("--timeout", type=float, default=2.0)
+    probe.add_argument("--timeout", type=float, default=5.0)
     rogue = sub.add_parser("rogue")
     rogue.add_argument("--bind", required=True)
     rogue.add_argument("--network", required=True)

@@ -97,6 +97,7 @@ class FaultReport:
     in_flight_answered: int = 0
     duplicates: int = 0
     max_latency_s: float = 0.0
+    peers_lost: int = 0  # peer_lost lines in every broker's log while the fault's window lasted
     converge_s: float | None = None
     versions: dict[str, int] = field(default_factory=dict)
     target_version: int = 0
@@ -117,6 +118,7 @@ class FaultReport:
             "in_flight_answered": self.in_flight_answered,
             "duplicates": self.duplicates,
             "max_latency_s": round(self.max_latency_s, 3),
+            "peers_lost": self.peers_lost,
             "converge_s": None if self.converge_s is None else round(self.converge_s, 3),
             "target_version": self.target_version,
             "versions": self.versions,
@@ -128,14 +130,15 @@ def summary_table(reports: Sequence[FaultReport]) -> str:
     """The per-fault history summary, one line per fault (what the test and the tool print)."""
     lines = [
         f"{'fault':<14}{'sent':>6}{'answered':>9}{'errors':>7}{'dup':>5}{'at cut':>7}"
-        f"{'max s':>7}{'converge s':>11}  errors by kind / violations"
+        f"{'max s':>7}{'lost':>5}{'converge s':>11}  errors by kind / violations"
     ]
     for r in reports:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(r.errors.items())) or "-"
         converge = "never" if r.converge_s is None else f"{r.converge_s:.2f}"
         lines.append(
             f"{r.fault:<14}{r.sent:>6}{r.answered:>9}{sum(r.errors.values()):>7}"
-            f"{r.duplicates:>5}{r.in_flight_at_cut:>7}{r.max_latency_s:>7.2f}{converge:>11}"
+            f"{r.duplicates:>5}{r.in_flight_at_cut:>7}{r.max_latency_s:>7.2f}{r.peers_lost:>5}"
+            f"{converge:>11}"
             f"  {kinds}"
         )
         lines.extend(f"{'':<14}VIOLATION: {v}" for v in r.violations)
@@ -543,6 +546,7 @@ def run(
             time.sleep(0.2)
         if not ok:
             raise LabError(f"the family did not come together: {why} ({_load()})")
+        ready = time.time()
         _start_clients(family, client_threads)
         _wait_clients(family)
         for fault in faults:
@@ -585,6 +589,17 @@ def run(
         for report in reports:
             _judge(report, records, executions)
         config_problems = _config_history(family)
+        losses = [
+            float(line["ts"])
+            for host in HOSTS
+            for line in _logs(family.broker_log(host))
+            if line.get("event") == "peer_lost" and isinstance(line.get("ts"), int | float)
+        ]
+        for report in reports:
+            report.peers_lost = sum(report.started <= ts < report.ended for ts in losses)
+        if reports:
+            quiet = sum(ready <= ts < reports[0].started for ts in losses)
+            out(f"before any fault: {quiet} peer_lost lines (more than 0: a starved machine)")
         if reports:
             reports[-1].violations.extend(problems + config_problems)
         for host, spawned in family.brokers.items():
