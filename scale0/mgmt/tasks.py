@@ -10,15 +10,15 @@ client fails over like any other (C7). Nothing here decides anything about tasks
 
 Rules (docs/management.md "Tasks"; tests/system/test_management_tasks.py):
 
-P1  The client exists only while the panel is used: made at the first request, closed (with
-    DISCONNECT) after IDLE_CLOSE_S without one, and when the server stops. A broker whose page
-    nobody looks at has no such client.
-P2  At most MAX_CALLS requests wait for the coordinator at once; one more is 503 ``busy`` at
+Q1  The client exists only while the panel is used: made at the first request, closed (with
+    DISCONNECT) after IDLE_CLOSE_S without one (and none waiting), and when the server stops.
+    A broker whose page nobody looks at has no such client.
+Q2  At most MAX_CALLS requests wait for the coordinator at once; one more is 503 ``busy`` at
     once, so a flood of page loads cannot pile up waiting requests.
-P3  No coordinator is an answer, not a failure: the family knows no such service (404) is
+Q3  No coordinator is an answer, not a failure: the family knows no such service (404) is
     503 ``not-served``; no answer in time (503 from the family, a lost worker, the timeout)
     is 504 ``no-answer``. Both messages name the service and say what to do.
-P4  The coordinator's refusal passes through: ``forbidden`` is 403 with its message; any other
+Q4  The coordinator's refusal passes through: ``forbidden`` is 403 with its message; any other
     error, or an answer that is not a task-stats-response, is 502 ``bad-answer``.
 """
 
@@ -49,11 +49,11 @@ __all__ = ["IDLE_CLOSE_S", "MAX_CALLS", "TaskPanel", "connectable"]
 
 log = logging.getLogger("scale0.mgmt")
 
-#: P1: the panel's client is closed after this long without a request.
+#: Q1: the panel's client is closed after this long without a request.
 IDLE_CLOSE_S: Final = 60.0
-#: P2: requests waiting for the coordinator at once.
+#: Q2: requests waiting for the coordinator at once.
 MAX_CALLS: Final = 8
-#: The keys a task-stats-response must have for the page to draw it (P4).
+#: The keys a task-stats-response must have for the page to draw it (Q4).
 STATS_KEYS: Final = (
     "states",
     "queue",
@@ -74,7 +74,9 @@ Answer = tuple[int, dict[str, JsonValue]]
 def connectable(endpoint: str) -> str:
     """A bound endpoint as a client connects to it: a wildcard address becomes loopback."""
     scheme, _, rest = endpoint.partition("://")
-    host, _, port = rest.rpartition(":")
+    host, colon, port = rest.rpartition(":")
+    if scheme != "tcp" or not colon:
+        return endpoint
     if host in ("0.0.0.0", "*"):  # noqa: S104 (reads a bound address, binds nothing)
         host = "127.0.0.1"
     elif host in ("[::]", "::"):
@@ -92,11 +94,14 @@ class TaskPanel:
         identity: str,
         service: str,
         timeout_s: float,
+        *,
+        idle_close_s: float = IDLE_CLOSE_S,
     ) -> None:
         self.frontend = frontend
         self.identity = identity
         self.service = service
         self.timeout_s = timeout_s
+        self.idle_close_s = idle_close_s
         self.calls = 0
         self._client: AsyncClient | None = None
         self._context: zmq.asyncio.Context | None = None
@@ -107,7 +112,7 @@ class TaskPanel:
 
     @property
     def connected(self) -> bool:
-        """Whether the panel holds a client now (P1)."""
+        """Whether the panel holds a client now (Q1)."""
         return self._client is not None
 
     async def ask(self, auth_id: str, password: str, recent: int) -> Answer:
@@ -159,7 +164,7 @@ class TaskPanel:
         return self._read(frames)
 
     def _read(self, frames: list[bytes]) -> Answer:
-        """P4: the coordinator's reply as the API's answer."""
+        """Q4: the coordinator's reply as the API's answer."""
         try:
             reply = json.loads(b"".join(frames))
         except (ValueError, UnicodeDecodeError):
@@ -204,7 +209,7 @@ class TaskPanel:
             },
         }
 
-    # ---- the client's life (P1) ------------------------------------------------------------
+    # ---- the client's life (Q1) ------------------------------------------------------------
 
     def _client_now(self) -> AsyncClient | None:
         if self._client is not None:
@@ -231,15 +236,16 @@ class TaskPanel:
 
     def _arm_idle(self) -> None:
         if self._idle is None:
-            self._idle = asyncio.get_running_loop().call_later(IDLE_CLOSE_S, self._idle_check)
+            self._idle = asyncio.get_running_loop().call_later(self.idle_close_s, self._idle_check)
 
     def _idle_check(self) -> None:
         self._idle = None
         if self._client is None:
             return
-        left = self._last_used + IDLE_CLOSE_S - time.monotonic()
+        left = self._last_used + self.idle_close_s - time.monotonic()
         if self.calls or left > 0:
-            self._idle = asyncio.get_running_loop().call_later(max(left, 1.0), self._idle_check)
+            again = max(left, self.idle_close_s / 10)
+            self._idle = asyncio.get_running_loop().call_later(again, self._idle_check)
             return
         client, self._client = self._client, None
         task = asyncio.get_running_loop().create_task(client.close())

@@ -5,6 +5,7 @@ panel fills in headless Chromium, and without a coordinator both say so plainly.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import yaml
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from scale0.mgmt.tasks import MAX_CALLS
+from scale0.mgmt.tasks import MAX_CALLS, TaskPanel
 from scale0.net.worker import Worker
 from scale0.tasks.client import TaskClient
 from scale0.tasks.vespid import DEFAULT_RECENT, MAX_RECENT
@@ -289,6 +290,47 @@ def test_no_coordinator_is_503_saying_so(lone: Family) -> None:
     assert client.json("GET", "/api/status")[0] == 200
 
 
+def test_the_panels_client_leaves_when_nobody_looks(lone: Family) -> None:
+    """Q1 with a real broker: the panel's client is a session of the broker while the panel is
+    used and gone (DISCONNECT) once it has been idle; the next request opens a new one."""
+    viewer = Http(lone["b1"].management)
+    assert viewer.login("viewer", lone.admins["viewer"][0])[0] == 200
+
+    def clients() -> list[str]:
+        status, document = viewer.json("GET", "/api/list_clients")
+        assert status == 200
+        return [c["client_id"] for c in document["result"]["clients"]]
+
+    async def main() -> None:
+        panel = TaskPanel(lambda: lone["b1"].frontend, "probe", "vespid", 1.0, idle_close_s=0.5)
+
+        def connected() -> bool:  # a call, so the checker does not take it for a constant
+            return panel.connected
+
+        try:
+            status, _ = await panel.ask("viewer", lone.admins["viewer"][0], 1)
+            assert status in (503, 504)  # no coordinator in this family
+            assert connected()
+            assert "probe.management-1" in await asyncio.to_thread(clients)
+            for _ in range(100):  # bounded: 10 s
+                if not connected():
+                    break
+                await asyncio.sleep(0.1)
+            assert not connected(), "the idle client was not closed"
+            for _ in range(100):
+                if "probe.management-1" not in await asyncio.to_thread(clients):
+                    break
+                await asyncio.sleep(0.1)
+            assert "probe.management-1" not in await asyncio.to_thread(clients)
+            await panel.ask("viewer", lone.admins["viewer"][0], 1)
+            assert "probe.management-2" in await asyncio.to_thread(clients)
+        finally:
+            await panel.close()
+        assert not connected()
+
+    asyncio.run(asyncio.wait_for(main(), 60.0))
+
+
 def test_no_coordinator_in_chromium(lone: Family, browser: WebDriver) -> None:  # noqa: F811
     log_in(browser, lone, "viewer")
     note = wait(
@@ -324,9 +366,9 @@ def test_calls_are_bounded_in_number_and_time_and_nonsense_is_502(
 ) -> None:
     """What a coordinator cannot be made to do on cue, a real worker in this process does: it
     serves the panel's service and holds every request until told. MAX_CALLS requests wait
-    there; one more is 503 ``busy`` at once (P2); the waiting ones end after
-    ``tasks_timeout_ms`` with 504 ``no-answer`` (P3); then an answer that is not JSON is 502
-    ``bad-answer`` (P4)."""
+    there; one more is 503 ``busy`` at once (Q2); the waiting ones end after
+    ``tasks_timeout_ms`` with 504 ``no-answer`` (Q3); then an answer that is not JSON is 502
+    ``bad-answer`` (Q4)."""
     tmp = tmp_path_factory.mktemp("bounded")
     entered = threading.Semaphore(0)
     release = threading.Event()
