@@ -229,6 +229,10 @@ def test_the_panel_fills_in_chromium(setup: Setup, browser: WebDriver) -> None: 
     assert sorted(names) == ["done", "failing", "huge", "sleeper", "sq7"]
     failing = browser.find_element(By.CSS_SELECTOR, "#task-recent tr[data-task='failing']")
     assert cells(failing)[:6] == ["failing", "vespid", "complete", "error", "n1", "1"]
+    assert failing.get_attribute("class") == "failed"  # in red
+    done = browser.find_element(By.CSS_SELECTOR, "#task-recent tr[data-task='done']")
+    assert cells(done)[:6] == ["done", "vespid", "complete", "ok", "n1", "1"]
+    assert not done.get_attribute("class")
 
     # A new task shows at the top of the recent list at the next refresh, and the counts move.
     with admin_client(setup.family["b1"].frontend) as client:

@@ -439,7 +439,7 @@ function renderTrends(result) {
     [(r) => (r.config_version === null ? "" : "v" + r.config_version)],
     [(r) => (r.sha256 || "").slice(0, 12)],
     [(r) => r.reason || ""],
-  ], (row, r) => { if (r.outcome === "refused") row.className = "failed"; });
+  ], (row, r) => { if (r.outcome === "refused") row.className = "refused"; });
 }
 
 async function refreshTrends() {
