@@ -192,6 +192,24 @@ def test_the_panel_is_a_client_of_its_broker_operators_can_see(setup: Setup) -> 
     assert any(i.startswith("b2.management-") for i in ids), ids
 
 
+def test_a_disabled_broker_still_shows_the_tasks_through_the_family(setup: Setup) -> None:
+    """b2 disabled sends its clients to an active member (301), the panel's client too: the
+    page of b2 still shows the coordinator's numbers, asked through b1."""
+    admin = setup.http("b2", "admin")
+    assert admin.json("GET", "/api/tasks")[0] == 200  # the panel's client is on b2 now
+    status, document = admin.json("POST", "/api/disable", {})
+    assert status == 200 and document["result"]["state"] == "disabled", document
+    try:
+        status, document = admin.json("GET", "/api/tasks")
+        assert status == 200, document
+        assert (document["result"]["asked_by"], document["result"]["created"]) == ("b2", 5)
+        status, document = setup.http("b1", "admin").json("GET", "/api/list_clients")
+        ids = [c["client_id"] for c in document["result"]["clients"]]
+        assert any(i.startswith("b2.management-") for i in ids), ids  # now a client of b1
+    finally:
+        assert admin.json("POST", "/api/enable", {})[0] == 200
+
+
 # ---- in Chromium ----------------------------------------------------------------------------
 
 
