@@ -12,7 +12,8 @@ Rules (docs/management.md "Tasks"; tests/system/test_management_tasks.py):
 
 Q1  The client exists only while the panel is used: made at the first request, closed (with
     DISCONNECT) after IDLE_CLOSE_S without one (and none waiting), and when the server stops.
-    A broker whose page nobody looks at has no such client.
+    A broker whose page nobody looks at has no such client. A client that failed, or whose
+    session the broker refused, is dropped at once: the next request makes a new one.
 Q2  At most MAX_CALLS requests wait for the coordinator at once; one more is 503 ``busy`` at
     once, so a flood of page loads cannot pile up waiting requests.
 Q3  No coordinator is an answer, not a failure: the family knows no such service (404) is
@@ -40,6 +41,7 @@ from scale0.net.errors import (
     Scale0Error,
     ServiceNotFound,
     ServiceUnavailable,
+    WorkerFailed,
     WorkerLost,
 )
 from scale0.tasks.errors import ErrorCode
@@ -151,12 +153,16 @@ class TaskPanel:
                 f"no task coordinator serving {self.service!r} answered within "
                 f"{self.timeout_s:g} s (is scale0-coordinator running?)",
             )
+        except WorkerFailed as exc:
+            return self._not_shown(502, "bad-answer", f"the coordinator failed: {exc}")
         except BrokerRefused as exc:
+            self._discard()  # a refused session is over: the next request starts afresh
             return self._not_shown(
                 504, "no-answer", f"the broker refused the panel's session: {exc}"
             )
         except Scale0Error as exc:
-            return self._not_shown(502, "bad-answer", f"the coordinator failed: {exc}")
+            self._discard()  # the client itself failed: never keep a broken one
+            return self._not_shown(502, "bad-answer", f"the panel's client failed: {exc}")
         finally:
             self.calls -= 1
             self._last_used = time.monotonic()
@@ -247,7 +253,13 @@ class TaskPanel:
             again = max(left, self.idle_close_s / 10)
             self._idle = asyncio.get_running_loop().call_later(again, self._idle_check)
             return
+        self._discard()
+
+    def _discard(self) -> None:
+        """Close the client in the background; the next request makes a new one."""
         client, self._client = self._client, None
+        if client is None:
+            return
         task = asyncio.get_running_loop().create_task(client.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

@@ -390,12 +390,15 @@ def test_calls_are_bounded_in_number_and_time_and_nonsense_is_502(
     serves the panel's service and holds every request until told. MAX_CALLS requests wait
     there; one more is 503 ``busy`` at once (Q2); the waiting ones end after
     ``tasks_timeout_ms`` with 504 ``no-answer`` (Q3); then an answer that is not JSON is 502
-    ``bad-answer`` (Q4)."""
+    ``bad-answer`` (Q4), and so is a handler that fails."""
     tmp = tmp_path_factory.mktemp("bounded")
     entered = threading.Semaphore(0)
     release = threading.Event()
+    raising = threading.Event()
 
     def held(body: list[bytes]) -> bytes:
+        if raising.is_set():
+            raise RuntimeError("stats are broken")
         entered.release()
         release.wait(WAIT_S)
         return b"this is not JSON"
@@ -427,6 +430,11 @@ def test_calls_are_bounded_in_number_and_time_and_nonsense_is_502(
             status, document = client.json("GET", "/api/tasks")
             assert (status, document["result"]["reason"]) == (502, "bad-answer"), document
             assert document["message"] == "the coordinator's answer is not JSON"
+            raising.set()  # the handler fails: the worker answers 500
+            status, document = client.json("GET", "/api/tasks")
+            assert (status, document["result"]["reason"]) == (502, "bad-answer"), document
+            assert document["message"].startswith("the coordinator failed: ")
+            assert "stats are broken" in document["message"]
         finally:
             release.set()
             worker.stop()
