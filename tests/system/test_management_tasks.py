@@ -19,6 +19,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from scale0.mgmt.tasks import MAX_CALLS, TaskPanel
+from scale0.net.errors import RequestTimeout, ServiceNotFound, ServiceUnavailable
 from scale0.net.worker import Worker
 from scale0.tasks.client import TaskClient
 from scale0.tasks.vespid import DEFAULT_RECENT, MAX_RECENT
@@ -71,6 +72,15 @@ def coordinator_admins(family_dir: Path) -> Path:
     return path
 
 
+def served(frontend: str) -> bool:
+    """Whether a coordinator answers through ``frontend`` yet (task-info needs no login)."""
+    try:
+        with TaskClient(frontend, timeout=2.0, retry_s=0.0) as client:
+            return bool(client.command("task-info", name="-")["status"] == "invalid")
+    except (ServiceNotFound, ServiceUnavailable, RequestTimeout):
+        return False  # not registered yet: 404 past the broker's start-up grace (R7), else waits
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     tmp = tmp_path_factory.mktemp("task-panel")
@@ -84,6 +94,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         )
         agent = node(tmp, "n1", family["b1"].frontend, capabilities={"memory": 2000, "cores": 2})
         with running(coord, agent):
+            wait_until(lambda: served(family["b1"].frontend), WAIT_S, "the coordinator serves")
             with admin_client(family["b1"].frontend) as client:
                 client.create("done", "print('done')", requirements={"memory": 100})
                 client.create("failing", "raise SystemExit(3)", requirements={"memory": 100})
