@@ -39,6 +39,8 @@ T = TypeVar("T")
 OPTIMISTIC_TRIES = 3
 #: ... and one refused this many times in all ends the process (exit 70): a bug, not a race.
 MAX_TRIES = 10
+#: How often the counts of groups and conflicts are logged (when they changed).
+STATS_INTERVAL_S = 5.0
 
 Decision = Callable[[SharedBook, float], T]
 
@@ -126,12 +128,13 @@ class SharedCoordinator(Coordinator):
         self.pg = store
         self.shared: SharedBook = self.book  # type: ignore[assignment]
         self._group: list[tuple[Decision[Any], asyncio.Future[Any]]] = []
-        self.stats.update(conflicts=0, exclusive=0)
+        self.stats.update(requests=0, conflicts=0, exclusive=0)
 
     async def decide(self, decision: Decision[T]) -> T:
         """``decision(book, now)`` in the next group; its value once the group committed."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
+        self.stats["requests"] += 1
         if not self._group:
             loop.call_soon(self._run_group)
         self._group.append((decision, future))
@@ -185,8 +188,12 @@ class SharedCoordinator(Coordinator):
 
     async def ticker(self) -> None:
         """B3, M4 and periodic node status, every ``tick_s``, as one decision of a group;
-        the refusal count is read from the store then (others refuse reports too)."""
+        the refusal count is read from the store then (others refuse reports too). Every
+        STATS_INTERVAL_S the counts of groups and conflicts are logged (``coordinator_stats``),
+        when they changed."""
         loop = asyncio.get_running_loop()
+        logged: dict[str, int] = {}
+        next_stats = time.monotonic() + STATS_INTERVAL_S
         while True:
             await asyncio.sleep(self.config.tick_s)
             future: asyncio.Future[None] = loop.create_future()
@@ -194,3 +201,10 @@ class SharedCoordinator(Coordinator):
                 loop.call_soon(self._run_group, True)
             self._group.append((lambda book, now: book.tick(now), future))
             await future
+            if time.monotonic() >= next_stats:
+                next_stats = time.monotonic() + STATS_INTERVAL_S
+                if self.stats != logged:
+                    logged = dict(self.stats)
+                    log_event(
+                        log, logging.INFO, "coordinator_stats", {"pid": os.getpid(), **logged}
+                    )
