@@ -83,8 +83,9 @@ class SharedBook(Book):
 
     def create_vespid(self, spec: Mapping[str, Any], owner: str | None, now: float) -> str:
         name = super().create_vespid(spec, owner, now)
-        parent = self.tasks.get(str(spec.get("parent")))
-        if parent is not None and spec.get("parent") is not None:
+        parent_name = spec.get("parent")
+        parent = self.tasks.get(parent_name) if isinstance(parent_name, str) else None
+        if parent is not None and parent.state is not TaskState.COMPLETE:
             self.touched_tasks.add(parent.name)
         return name
 

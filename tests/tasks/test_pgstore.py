@@ -307,3 +307,41 @@ def test_two_stores_claiming_at_once_never_get_the_same_task(postgres: Server) -
             )
     assert claimed["n1"] and claimed["n2"]
     assert sum(conflicts.values()) > 0  # they did collide: the fencing was exercised
+
+
+def test_a_child_created_while_its_parent_completes_is_not_left_waiting(
+    pair: tuple[Side, Side],
+) -> None:
+    """M3: a creates child c of running p in memory; b completes p first. a's create touched
+    p, so it conflicts, and decided again c is pending at once (its parent is complete)."""
+    a, b = pair
+    spec = {"name": "n", "capabilities": {"memory": 1000, "cores": 4}}
+    a.one(lambda book, now: book.node_set(spec, now))
+    a.one(lambda book, now: book.create_vespid(vespid("p", memory=900), None, now))
+    stale = a.book.checkpoint()
+    a.book.create_vespid(vespid("c", parent="p"), None, time.time())
+    assert a.book.tasks["c"].state is TaskState.WAITING
+    b.one(lambda book, now: book.finish("p", "n", 1, Severity.OK, now))
+    changes = a.book.take_changes()
+    touched = a.book.take_touched()
+    assert touched == ({"p"}, set())
+    with pytest.raises(Conflict):
+        a.store.commit(changes, *touched)
+    rows = a.store.reread(set(changes.tasks) | touched[0], set(changes.nodes), [])
+    a.book.rollback(stale, rows.tasks, rows.nodes, rows.clients, time.time())
+    a.one(lambda book, now: book.create_vespid(vespid("c", parent="p"), None, now))
+    assert stored_tasks(a.store.conninfo)["c"].state is TaskState.RUNNING  # placed on n
+
+
+def test_a_task_left_on_a_lost_node_is_requeued_by_the_tick(pair: tuple[Side, Side]) -> None:
+    """M4: a loses n while b assigns it a task (the loss and the claim raced): b's tick
+    re-queues the task as a new attempt instead of leaving it running on a lost node."""
+    a, b = pair
+    _setup(a)
+    a.one(lambda book, now: book.create_zerotask("c", "m", [1], "t", now))
+    b.one(lambda book, now: book.node_task_request("t", "n1", now))
+    a.book.node_disconnect("n1", time.time())  # a's view (no group, no refresh): t pending
+    a.store.commit(a.book.take_changes())  # no conflict: the task row was not part of it
+    b.one(lambda book, now: book.tick(now))
+    task = stored_tasks(b.store.conninfo)["t"]
+    assert (task.state, task.attempt, task.reruns) == (TaskState.PENDING, 1, 1)
