@@ -76,6 +76,19 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS scale0_clients_xid ON scale0_clients (xid)",
 )
 
+#: G3: every row committed at or after the horizon ``h``, but those of our own transactions
+#: (``own``); all the heartbeats.
+_CHANGED_SINCE: Final = (
+    "SELECT 0, name, data::text, version, NULL::float8 FROM scale0_tasks"
+    " WHERE xid >= %(h)s::xid8 AND NOT (xid = ANY(%(own)s::text[]::xid8[]))"
+    " UNION ALL SELECT 1, name, data::text, version, NULL FROM scale0_nodes"
+    " WHERE xid >= %(h)s::xid8 AND NOT (xid = ANY(%(own)s::text[]::xid8[]))"
+    " UNION ALL SELECT 2, client_id, NULL, gone::int, time_connect FROM scale0_clients"
+    " WHERE xid >= %(h)s::xid8 AND NOT (xid = ANY(%(own)s::text[]::xid8[]))"
+    " UNION ALL SELECT 3, name, NULL, NULL, seen FROM scale0_node_seen"
+)
+_REFUSAL_COUNT: Final = " UNION ALL SELECT 4, NULL, NULL, count(*), NULL FROM scale0_refusals"
+
 #: G5: what PostgreSQL says when two transactions collide.
 _COLLISIONS: Final = (
     pg_errors.DeadlockDetected,
@@ -120,7 +133,10 @@ class PostgresStore:
         self._task_versions: dict[str, int] = {}
         self._node_versions: dict[str, int] = {}
         self._seen_written: dict[str, float] = {}
+        #: Our own committed transactions at or above the horizon: G3 need not read them.
+        self._own_xids: set[str] = set()
         self._horizon = "0"
+        self._xid = "0"
         try:
             self._db = psycopg.connect(conninfo, autocommit=True)
             self._db.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
@@ -195,13 +211,10 @@ class PostgresStore:
         if not changes and not touched_tasks and not touched_nodes and not heard:
             self._end()
             return
-        db = self._db
         try:
-            with db.cursor() as cursor:
-                task_versions, node_versions = self._write(
-                    cursor, changes, touched_tasks, touched_nodes, heard
-                )
-            db.commit()
+            _, task_versions, node_versions = self._write(
+                changes, touched_tasks, touched_nodes, heard
+            )
         except Conflict:
             self._end()
             raise
@@ -218,6 +231,7 @@ class PostgresStore:
             else:
                 self._node_versions[name] = version
         self._seen_written.update(heard)
+        self._own_xids.add(self._xid)
 
     def refusals(self, task: str | None = None) -> list[dict[str, Any]]:
         try:
@@ -238,36 +252,38 @@ class PostgresStore:
 
     def begin(self, exclusive: bool = False, count_refusals: bool = False) -> Fresh:
         """G3/G4: open the transaction of one group of decisions; what others committed since
-        this store last looked (rows it already holds at the same version are left out)."""
+        this store last looked (rows it already holds at the same version are left out).
+
+        Two round trips: the lock with the next horizon (taken at the statement's start, so
+        no later than the lock: conservative), then one statement for every kind of row."""
         db = self._db
         self._end()
         lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        db.execute(f"SELECT {lock}(%s)", (LOCK_KEY,))
-        horizon = self._take_horizon()
-        since = (self._horizon,)
+        row = db.execute(
+            f"SELECT pg_snapshot_xmin(pg_current_snapshot())::text, {lock}(%s)", (LOCK_KEY,)
+        ).fetchone()
+        assert row is not None
+        horizon = str(row[0])
+        since = {"h": self._horizon, "own": sorted(self._own_xids)}
+        query = _CHANGED_SINCE + (_REFUSAL_COUNT if count_refusals else "")
         fresh = Fresh()
-        for name, data, version in db.execute(
-            "SELECT name, data, version FROM scale0_tasks WHERE xid >= %s::xid8", since
-        ):
-            if self._task_versions.get(name) != version:
-                fresh.tasks[name] = TaskRecord.from_json(data)
-                self._task_versions[name] = int(version)
-        for name, data, version in db.execute(
-            "SELECT name, data, version FROM scale0_nodes WHERE xid >= %s::xid8", since
-        ):
-            if self._node_versions.get(name) != version:
-                fresh.nodes[name] = NodeRecord.from_json(data)
-                self._node_versions[name] = int(version)
-        for client, since_time, gone in db.execute(
-            "SELECT client_id, time_connect, gone FROM scale0_clients WHERE xid >= %s::xid8",
-            since,
-        ):
-            fresh.clients[str(client)] = None if gone else float(since_time)
-        fresh.seen = {str(n): float(s) for n, s in db.execute("SELECT * FROM scale0_node_seen")}
-        if count_refusals:
-            row = db.execute("SELECT count(*) FROM scale0_refusals").fetchone()
-            fresh.refusals = int(row[0]) if row else 0
+        tasks, nodes = self._task_versions, self._node_versions
+        for kind, name, data, number, value in db.execute(query, since):
+            if kind == 0 and tasks.get(name) != number:
+                fresh.tasks[name] = TaskRecord.from_json(json.loads(data))
+                tasks[name] = int(number)
+            elif kind == 1 and nodes.get(name) != number:
+                fresh.nodes[name] = NodeRecord.from_json(json.loads(data))
+                nodes[name] = int(number)
+            elif kind == 2:
+                fresh.clients[str(name)] = None if number else float(value)
+            elif kind == 3:
+                fresh.seen[str(name)] = float(value)
+            elif kind == 4:
+                fresh.refusals = int(number)
         self._horizon = horizon
+        floor = int(horizon)
+        self._own_xids = {xid for xid in self._own_xids if int(xid) >= floor}
         return fresh
 
     def abort(self) -> None:
@@ -331,128 +347,154 @@ class PostgresStore:
 
     def _write(
         self,
-        cursor: psycopg.Cursor[Any],
         changes: Changes,
         touched_tasks: set[str],
         touched_nodes: set[str],
         heard: Mapping[str, float],
-    ) -> tuple[dict[str, int], dict[str, int | None]]:
-        row = cursor.execute("SELECT nextval('scale0_version')").fetchone()
-        assert row is not None
-        version = int(row[0])
-        stale: list[str] = []
-        # Tasks: claim every row this transaction changes (G2), then write them.
-        names = sorted(set(changes.tasks) | touched_tasks)
+    ) -> tuple[int, dict[str, int], dict[str, int | None]]:
+        """G2: claim, check, write and commit, in two round trips (psycopg's pipeline mode):
+        the claims, inserts and client changes, whose answers decide; then the updates and
+        the COMMIT. Rows get ``currval`` of the version sequence, drawn once per transaction."""
+        db = self._db
+        task_names = sorted(set(changes.tasks) | touched_tasks)
         known = self._task_versions
-        old = [name for name in names if name in known]
-        new = [name for name in names if name not in known and name in changes.tasks]
-        if old:
-            got = dict(
-                cursor.execute(
+        old = [name for name in task_names if name in known]
+        new = [name for name in task_names if name not in known and name in changes.tasks]
+        node_names = sorted(set(changes.nodes) | touched_nodes)
+        node_known = self._node_versions
+        old_nodes = [name for name in node_names if name in node_known]
+        new_nodes = [
+            name
+            for name in node_names
+            if name not in node_known and changes.nodes.get(name) is not None
+        ]
+        clients = sorted(changes.clients.items())
+        stale: list[str] = []
+        with db.pipeline():
+            head = db.execute("SELECT nextval('scale0_version'), pg_current_xact_id()::text")
+            claimed = None
+            if old:
+                claimed = db.execute(
                     "SELECT name, version FROM scale0_tasks WHERE name = ANY(%s)"
                     " ORDER BY name FOR UPDATE SKIP LOCKED",
                     (old,),
-                ).fetchall()
-            )
-            stale += [f"task {n}" for n in old if got.get(n) != known[n]]
-        if new:
-            inserted = {
-                name
-                for (name,) in cursor.execute(
+                )
+            inserted = None
+            if new:
+                inserted = db.execute(
                     "INSERT INTO scale0_tasks (name, data, version)"
-                    " SELECT n, d, %s FROM unnest(%s::text[], %s::jsonb[]) AS u(n, d)"
+                    " SELECT n, d, currval('scale0_version')"
+                    " FROM unnest(%s::text[], %s::jsonb[]) AS u(n, d)"
                     " ON CONFLICT (name) DO NOTHING RETURNING name",
-                    (version, new, [_dump(changes.tasks[n].to_json()) for n in new]),
-                ).fetchall()
-            }
-            stale += [f"task {n} exists" for n in new if n not in inserted]
-        if stale:
-            raise Conflict(stale)
-        updated = [name for name in old if name in changes.tasks]
-        if updated:
-            cursor.execute(
-                "UPDATE scale0_tasks t SET data = u.d, version = %s, xid = pg_current_xact_id()"
-                " FROM unnest(%s::text[], %s::jsonb[]) AS u(n, d) WHERE t.name = u.n",
-                (version, updated, [_dump(changes.tasks[n].to_json()) for n in updated]),
-            )
-        bumped = sorted(touched_tasks & set(old))
-        if bumped:
-            cursor.execute(
-                "UPDATE scale0_tasks SET version = %s, xid = pg_current_xact_id()"
-                " WHERE name = ANY(%s)",
-                (version, bumped),
-            )
-        task_versions = dict.fromkeys(names, version)
-        # Nodes: the same, with deletes.
-        node_versions: dict[str, int | None] = {}
-        names = sorted(set(changes.nodes) | touched_nodes)
-        known = self._node_versions
-        for name in names:
-            record = changes.nodes.get(name)
-            expected = known.get(name)
-            if expected is not None:
-                got_row = cursor.execute(
-                    "SELECT version FROM scale0_nodes WHERE name = %s FOR UPDATE SKIP LOCKED",
-                    (name,),
-                ).fetchone()
-                if got_row is None or got_row[0] != expected:
-                    raise Conflict([f"node {name}"])
-                if name not in changes.nodes:
-                    cursor.execute(
-                        "UPDATE scale0_nodes SET version = %s, xid = pg_current_xact_id()"
-                        " WHERE name = %s",
-                        (version, name),
-                    )
-                elif record is None:
-                    cursor.execute("DELETE FROM scale0_nodes WHERE name = %s", (name,))
-                else:
-                    cursor.execute(
-                        "UPDATE scale0_nodes SET data = %s::jsonb, version = %s,"
-                        " xid = pg_current_xact_id() WHERE name = %s",
-                        (_dump(record.to_json()), version, name),
-                    )
-            elif record is not None:
-                inserted_row = cursor.execute(
-                    "INSERT INTO scale0_nodes (name, data, version) VALUES (%s, %s::jsonb, %s)"
+                    (new, [_dump(changes.tasks[n].to_json()) for n in new]),
+                )
+            nodes_claimed = None
+            if old_nodes:
+                nodes_claimed = db.execute(
+                    "SELECT name, version FROM scale0_nodes WHERE name = ANY(%s)"
+                    " ORDER BY name FOR UPDATE SKIP LOCKED",
+                    (old_nodes,),
+                )
+            nodes_inserted = [
+                db.execute(
+                    "INSERT INTO scale0_nodes (name, data, version)"
+                    " VALUES (%s, %s::jsonb, currval('scale0_version'))"
                     " ON CONFLICT (name) DO NOTHING RETURNING name",
-                    (name, _dump(record.to_json()), version),
-                ).fetchone()
-                if inserted_row is None:
-                    raise Conflict([f"node {name} exists"])
-            node_versions[name] = None if name in changes.nodes and record is None else version
-        # Clients: a connect needs the id free (or gone), a disconnect needs it connected.
-        for client_id, since in sorted(changes.clients.items()):
-            if since is None:
-                done = cursor.execute(
+                    (name, _dump(record.to_json())),
+                )
+                for name in new_nodes
+                if (record := changes.nodes[name]) is not None
+            ]
+            clients_done = [
+                db.execute(
                     "UPDATE scale0_clients SET gone = true, xid = pg_current_xact_id()"
                     " WHERE client_id = %s AND NOT gone RETURNING client_id",
                     (client_id,),
-                ).fetchone()
-            else:
-                done = cursor.execute(
+                )
+                if since is None
+                else db.execute(
                     "INSERT INTO scale0_clients (client_id, time_connect) VALUES (%s, %s)"
                     " ON CONFLICT (client_id) DO UPDATE SET time_connect = excluded.time_connect,"
                     " gone = false, xid = pg_current_xact_id() WHERE scale0_clients.gone"
                     " RETURNING client_id",
                     (client_id, since),
-                ).fetchone()
-            if done is None:
-                raise Conflict([f"client {client_id}"])
-        if changes.refusals:
-            cursor.executemany(
-                "INSERT INTO scale0_refusals (time, task, data) VALUES (%s, %s, %s::jsonb)",
-                [(r["time"], r["task"], _dump(r)) for r in changes.refusals],
-            )
-        if heard:
-            names = sorted(heard)
-            cursor.execute(
-                "INSERT INTO scale0_node_seen (name, seen)"
-                " SELECT * FROM unnest(%s::text[], %s::float8[])"
-                " ON CONFLICT (name) DO UPDATE"
-                " SET seen = GREATEST(scale0_node_seen.seen, excluded.seen)",
-                (names, [heard[n] for n in names]),
-            )
-        return task_versions, node_versions
+                )
+                for client_id, since in clients
+            ]
+            # -- the answers (one round trip) --
+            row = head.fetchone()
+            assert row is not None
+            version, self._xid = int(row[0]), str(row[1])
+            if claimed is not None:
+                got: dict[str, int] = dict(claimed.fetchall())
+                stale += [f"task {n}" for n in old if got.get(n) != known[n]]
+            if inserted is not None:
+                done = {name for (name,) in inserted.fetchall()}
+                stale += [f"task {n} exists" for n in new if n not in done]
+            if nodes_claimed is not None:
+                got_nodes: dict[str, int] = dict(nodes_claimed.fetchall())
+                stale += [f"node {n}" for n in old_nodes if got_nodes.get(n) != node_known[n]]
+            for name, cursor in zip(new_nodes, nodes_inserted, strict=True):
+                if cursor.fetchone() is None:
+                    stale.append(f"node {name} exists")
+            for (client_id, _), cursor in zip(clients, clients_done, strict=True):
+                if cursor.fetchone() is None:
+                    stale.append(f"client {client_id}")
+            if stale:
+                raise Conflict(stale)
+            # -- the writes and the COMMIT (one round trip) --
+            updated = [name for name in old if name in changes.tasks]
+            if updated:
+                db.execute(
+                    "UPDATE scale0_tasks t SET data = u.d, version = currval('scale0_version'),"
+                    " xid = pg_current_xact_id()"
+                    " FROM unnest(%s::text[], %s::jsonb[]) AS u(n, d) WHERE t.name = u.n",
+                    (updated, [_dump(changes.tasks[n].to_json()) for n in updated]),
+                )
+            bumped = [name for name in old if name not in changes.tasks]
+            if bumped:
+                db.execute(
+                    "UPDATE scale0_tasks SET version = currval('scale0_version'),"
+                    " xid = pg_current_xact_id() WHERE name = ANY(%s)",
+                    (bumped,),
+                )
+            for name in old_nodes:
+                record = changes.nodes.get(name)
+                if name in changes.nodes and record is None:
+                    db.execute("DELETE FROM scale0_nodes WHERE name = %s", (name,))
+                elif record is None:
+                    db.execute(
+                        "UPDATE scale0_nodes SET version = currval('scale0_version'),"
+                        " xid = pg_current_xact_id() WHERE name = %s",
+                        (name,),
+                    )
+                else:
+                    db.execute(
+                        "UPDATE scale0_nodes SET data = %s::jsonb,"
+                        " version = currval('scale0_version'), xid = pg_current_xact_id()"
+                        " WHERE name = %s",
+                        (_dump(record.to_json()), name),
+                    )
+            if changes.refusals:
+                db.cursor().executemany(
+                    "INSERT INTO scale0_refusals (time, task, data) VALUES (%s, %s, %s::jsonb)",
+                    [(r["time"], r["task"], _dump(r)) for r in changes.refusals],
+                )
+            if heard:
+                names = sorted(heard)
+                db.execute(
+                    "INSERT INTO scale0_node_seen (name, seen)"
+                    " SELECT * FROM unnest(%s::text[], %s::float8[])"
+                    " ON CONFLICT (name) DO UPDATE"
+                    " SET seen = GREATEST(scale0_node_seen.seen, excluded.seen)",
+                    (names, [heard[n] for n in names]),
+                )
+            db.commit()
+        node_versions: dict[str, int | None] = {
+            name: None if name in changes.nodes and changes.nodes[name] is None else version
+            for name in old_nodes + new_nodes
+        }
+        return version, dict.fromkeys(old + new, version), node_versions
 
 
 def _where(conninfo: str) -> str:
