@@ -76,6 +76,14 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS scale0_clients_xid ON scale0_clients (xid)",
 )
 
+#: G4, and the next G3 horizon (taken at the statement's start: no later than the lock).
+_LOCK_SHARED: Final = (
+    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, pg_advisory_xact_lock_shared(%s)"
+)
+_LOCK_EXCLUSIVE: Final = (
+    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, pg_advisory_xact_lock(%s)"
+)
+
 #: G3: every row committed at or after the horizon ``h``, but those of our own transactions
 #: (``own``); all the heartbeats.
 _CHANGED_SINCE: Final = (
@@ -254,21 +262,23 @@ class PostgresStore:
         """G3/G4: open the transaction of one group of decisions; what others committed since
         this store last looked (rows it already holds at the same version are left out).
 
-        Two round trips: the lock with the next horizon (taken at the statement's start, so
-        no later than the lock: conservative), then one statement for every kind of row."""
+        One round trip (pipeline mode): the lock with the next horizon, then one statement
+        for every kind of row changed since the last horizon."""
         db = self._db
         self._end()
-        lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        row = db.execute(
-            f"SELECT pg_snapshot_xmin(pg_current_snapshot())::text, {lock}(%s)", (LOCK_KEY,)
-        ).fetchone()
-        assert row is not None
-        horizon = str(row[0])
+        lock = _LOCK_EXCLUSIVE if exclusive else _LOCK_SHARED
         since = {"h": self._horizon, "own": sorted(self._own_xids)}
         query = _CHANGED_SINCE + (_REFUSAL_COUNT if count_refusals else "")
+        with db.pipeline():  # one round trip; the server runs them in order
+            locked = db.execute(lock, (LOCK_KEY,))
+            changed = db.execute(query, since)
+            row = locked.fetchone()
+            rows = changed.fetchall()
+        assert row is not None
+        horizon = str(row[0])
         fresh = Fresh()
         tasks, nodes = self._task_versions, self._node_versions
-        for kind, name, data, number, value in db.execute(query, since):
+        for kind, name, data, number, value in rows:
             if kind == 0 and tasks.get(name) != number:
                 fresh.tasks[name] = TaskRecord.from_json(json.loads(data))
                 tasks[name] = int(number)
