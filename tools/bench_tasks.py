@@ -53,6 +53,11 @@ def phases(db: Path) -> tuple[float, float]:
     return 1000 * queued, 1000 * ran
 
 
+def _started(stderr: Path) -> bool:
+    text = stderr.read_text(errors="replace") if stderr.exists() else ""
+    return "coordinator_ready" in text or "coordinator_standby" in text
+
+
 def collect(client: TaskClient, ids: list[str]) -> None:
     """Every result of ``ids``: a parked ``client_task_wait`` on the first one not known
     complete, then one JSON-RPC batch of ``client_task_result`` for all that are left; those
@@ -133,6 +138,9 @@ def bench_once(
                     for i in range(3)
                 ]
                 with running(*coords, *nodes), TaskClient(frontend) as probe:
+                    # Every coordinator up first (a loaded machine may take longer to start one
+                    # than a client waits for a service); an older tree's standby counts.
+                    wait_until(lambda: all(_started(c.stderr) for c in coords), 120, "coordinators")
                     probe.connect()  # a fresh id: a resend after a slow start is safe (K3)
                     probe.result(probe.submit("noop", None))  # everything is up
                     wait_until(
