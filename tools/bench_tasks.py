@@ -58,6 +58,15 @@ def _started(stderr: Path) -> bool:
     return "coordinator_ready" in text or "coordinator_standby" in text
 
 
+def _connected(probe: TaskClient) -> bool:
+    try:
+        probe.connect()
+    except Exception as exc:
+        print(f"waiting for the coordinators: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def collect(client: TaskClient, ids: list[str]) -> None:
     """Every result of ``ids``: a parked ``client_task_wait`` on the first one not known
     complete, then one JSON-RPC batch of ``client_task_result`` for all that are left; those
@@ -141,7 +150,9 @@ def bench_once(
                     # Every coordinator up first (a loaded machine may take longer to start one
                     # than a client waits for a service); an older tree's standby counts.
                     wait_until(lambda: all(_started(c.stderr) for c in coords), 120, "coordinators")
-                    probe.connect()  # a fresh id: a resend after a slow start is safe (K3)
+                    # A fresh id each time: a resend after a slow start is safe (K3). A loaded
+                    # machine may answer "no service" until the coordinators' workers are READY.
+                    wait_until(lambda: _connected(probe), 120, "a coordinator answers", 0.5)
                     probe.result(probe.submit("noop", None))  # everything is up
                     wait_until(
                         lambda: probe.command("task-list")["counts"]["nodes"] == 3, 30, "3 nodes"
