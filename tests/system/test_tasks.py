@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from scale0.net.errors import RequestTimeout, ServiceNotFound, ServiceUnavailable
 from scale0.tasks.client import TaskClient
 from scale0.tasks.model import Severity, TaskState
 from scale0.testing import running_brokers
@@ -57,6 +58,15 @@ KINDS: dict[str, tuple[dict[str, Any], dict[str, Any], set[str]]] = {
 def postgres() -> Iterator[Server]:
     with running_postgres() as server:
         yield server
+
+
+def served(frontend: str) -> bool:
+    """Whether a coordinator answers through ``frontend`` yet (task-info needs no login)."""
+    try:
+        with TaskClient(frontend, timeout=2.0, retry_s=0.0) as probe:
+            return bool(probe.command("task-info", name="-")["status"] == "invalid")
+    except (ServiceNotFound, ServiceUnavailable, RequestTimeout):
+        return False  # not registered yet (R7)
 
 
 def _stats(proc: Proc) -> dict[str, Any]:
@@ -105,8 +115,10 @@ def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(
             running(coord, *extra, *nodes.values()),
             TaskClient(b2.endpoints["frontend"]) as client,
         ):
-            # A fresh client id (K3): the coordinator may take seconds to start on a loaded
-            # machine, and a fixed id's resend would find itself taken.
+            # Served first: a loaded machine may take longer to register the coordinators'
+            # workers than the brokers' start-up grace, and a request then is answered 404.
+            wait_until(lambda: served(b2.endpoints["frontend"]), WAIT_S, "coordinator serves")
+            # A fresh client id (K3): a fixed id's resend would find itself taken.
             client.connect()
             with TaskClient(b1.endpoints["frontend"]) as via_b1:  # any broker reaches it
                 via_b1.connect()
