@@ -53,6 +53,20 @@ def phases(db: Path) -> tuple[float, float]:
     return 1000 * queued, 1000 * ran
 
 
+def _started(stderr: Path) -> bool:
+    text = stderr.read_text(errors="replace") if stderr.exists() else ""
+    return "coordinator_ready" in text or "coordinator_standby" in text
+
+
+def _connected(probe: TaskClient) -> bool:
+    try:
+        probe.connect()
+    except Exception as exc:
+        print(f"waiting for the coordinators: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def collect(client: TaskClient, ids: list[str]) -> None:
     """Every result of ``ids``: a parked ``client_task_wait`` on the first one not known
     complete, then one JSON-RPC batch of ``client_task_result`` for all that are left; those
@@ -76,14 +90,20 @@ def collect(client: TaskClient, ids: list[str]) -> None:
 
 
 def bench(
-    store: str, tasks: int, clients: int, batch: int, slots: int, tree: Path | None = None
+    store: str,
+    tasks: int,
+    clients: int,
+    batch: int,
+    slots: int,
+    tree: Path | None = None,
+    coordinators: int = 1,
 ) -> dict[str, Any]:
     """One row; with ``tree`` the processes import scale0 from there (PYTHONPATH first)."""
     outer = os.environ.get("PYTHONPATH")
     if tree is not None:
         os.environ["PYTHONPATH"] = str(tree.resolve())
     try:
-        row = bench_once(store, tasks, clients, batch, slots)
+        row = bench_once(store, tasks, clients, batch, slots, coordinators)
     finally:
         if tree is not None:
             if outer is None:
@@ -94,7 +114,9 @@ def bench(
     return row
 
 
-def bench_once(store: str, tasks: int, clients: int, batch: int, slots: int) -> dict[str, Any]:
+def bench_once(
+    store: str, tasks: int, clients: int, batch: int, slots: int, coordinators: int = 1
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="scale0-bench-tasks-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "broker").mkdir()
@@ -107,7 +129,12 @@ def bench_once(store: str, tasks: int, clients: int, batch: int, slots: int) -> 
         try:
             with running_broker(tmp / "broker") as broker:
                 frontend = broker.endpoints["frontend"]
-                coord = coordinator(tmp, broker.endpoints["backend"], **options)
+                # PostgreSQL: several coordinators serve at once (docs/tasks.md §7.2), all
+                # workers of the one broker, which spreads the requests between them.
+                coords = [
+                    coordinator(tmp, broker.endpoints["backend"], f"coordinator{i}", **options)
+                    for i in range(coordinators)
+                ]
                 nodes = [
                     node(
                         tmp,
@@ -119,8 +146,13 @@ def bench_once(store: str, tasks: int, clients: int, batch: int, slots: int) -> 
                     )
                     for i in range(3)
                 ]
-                with running(coord, *nodes), TaskClient(frontend) as probe:
-                    probe.connect()  # a fresh id: a resend after a slow start is safe (K3)
+                with running(*coords, *nodes), TaskClient(frontend) as probe:
+                    # Every coordinator up first (a loaded machine may take longer to start one
+                    # than a client waits for a service); an older tree's standby counts.
+                    wait_until(lambda: all(_started(c.stderr) for c in coords), 120, "coordinators")
+                    # A fresh id each time: a resend after a slow start is safe (K3). A loaded
+                    # machine may answer "no service" until the coordinators' workers are READY.
+                    wait_until(lambda: _connected(probe), 120, "a coordinator answers", 0.5)
                     probe.result(probe.submit("noop", None))  # everything is up
                     wait_until(
                         lambda: probe.command("task-list")["counts"]["nodes"] == 3, 30, "3 nodes"
@@ -145,7 +177,7 @@ def bench_once(store: str, tasks: int, clients: int, batch: int, slots: int) -> 
                             errors.append(exc)
 
                     threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-                    procs = {"coordinator": [coord.pid], "broker": [broker.pid]}
+                    procs = {"coordinator": [c.pid for c in coords], "broker": [broker.pid]}
                     procs["nodes"] = [n.pid for n in nodes]
                     procs["bench"] = [os.getpid()]
                     before = {k: sum(cpu_seconds(p) for p in v) for k, v in procs.items()}
@@ -159,10 +191,11 @@ def bench_once(store: str, tasks: int, clients: int, batch: int, slots: int) -> 
                     if errors:
                         raise errors[0]
                     done = per_client * clients
-                    db = tmp / "coordinator" / "tasks.db"
+                    db = tmp / "coordinator" / "tasks.db"  # data_dir, the same for all
                     queued, ran = phases(db) if store == "sqlite" else (0.0, 0.0)
                     return {
                         "store": store,
+                        "coordinators": coordinators,
                         "tasks": done,
                         "clients": clients,
                         "batch": batch,
@@ -194,6 +227,14 @@ def main() -> int:
         "one row each, alternated --repeat times)",
     )
     parser.add_argument("--slots", type=int, default=8, help="zerotask calls at once per node")
+    parser.add_argument(
+        "--coordinators",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="PostgreSQL: coordinators serving at once (several values: one row each, "
+        "alternated, and the ratio of each to the first; SQLite rows always have one)",
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
@@ -205,22 +246,24 @@ def main() -> int:
     args = parser.parse_args()
     trees: list[Path | None] = [args.base_tree, None] if args.base_tree else [None]
     rows = [
-        bench(store, args.tasks, args.clients, batch, args.slots, tree)
+        bench(store, args.tasks, args.clients, batch, args.slots, tree, count)
         for _ in range(args.repeat)
         for store in args.store
         for batch in args.batch
+        for count in (args.coordinators if store == "postgresql" else [1])
         for tree in trees
     ]
     if args.json:
         print(json.dumps(rows))
         return 0
     print(
-        f"{'tree':<14} {'store':<11} {'tasks':>6} {'clients':>7} {'batch':>5} {'tasks/s':>8}  "
-        "CPU ms/task: coordinator broker nodes bench(clients)"
+        f"{'tree':<14} {'store':<11} {'coord':>5} {'tasks':>6} {'clients':>7} {'batch':>5} "
+        f"{'tasks/s':>8}  CPU ms/task: coordinator(s) broker nodes bench(clients)"
     )
     for row in rows:
         print(
-            f"{str(row['tree'])[-14:]:<14} {row['store']:<11} {row['tasks']:>6} "
+            f"{str(row['tree'])[-14:]:<14} {row['store']:<11} {row['coordinators']:>5} "
+            f"{row['tasks']:>6} "
             f"{row['clients']:>7} {row['batch']:>5} "
             f"{row['tasks_per_s']:>8.0f}  {row['coordinator_cpu_ms_per_task']:>23.2f} "
             f"{row['broker_cpu_ms_per_task']:>6.2f} {row['nodes_cpu_ms_per_task']:>5.2f} "
@@ -231,7 +274,28 @@ def main() -> int:
                 else "(phases: SQLite only)"
             )
         )
+    print_ratios(rows)
     return 0
+
+
+def print_ratios(rows: list[dict[str, Any]]) -> None:
+    """The mean rate of each coordinator count against the first one's, per store, batch and
+    tree (rows of one invocation only)."""
+    groups: dict[tuple[str, int, str], dict[int, list[float]]] = {}
+    for row in rows:
+        key = (row["store"], row["batch"], str(row["tree"]))
+        groups.setdefault(key, {}).setdefault(row["coordinators"], []).append(row["tasks_per_s"])
+    for (store, batch, tree), by_count in groups.items():
+        if len(by_count) < 2:
+            continue
+        first, *others = list(by_count)
+        base = statistics.mean(by_count[first])
+        for count in others:
+            mean = statistics.mean(by_count[count])
+            print(
+                f"{store} batch {batch} ({tree}): {count} coordinators {mean:.0f} tasks/s, "
+                f"{first}: {base:.0f}; ratio {mean / base:.2f}"
+            )
 
 
 if __name__ == "__main__":

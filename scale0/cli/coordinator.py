@@ -68,11 +68,14 @@ def record_transitions(events: EventLogWriter, changes: Changes, ts_ms: int) -> 
 class Coordinator:
     """The Book, its store and the node wake-ups, behind two async request handlers."""
 
+    #: The Book it decides with (SharedCoordinator: scale0.tasks.shared.SharedBook).
+    book_type: type[Book] = Book
+
     def __init__(self, config: CoordinatorConfig, store: Store) -> None:
         self.config = config
         self.store = store
         snapshot = self.store.load()
-        self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
+        self.book = self.book_type(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
         self._wake: dict[str, asyncio.Event] = {}
         self._flush: asyncio.Future[None] | None = None
         self.stats = {"batches": 0}
@@ -200,10 +203,13 @@ def main(config_path: Path, log_level: str) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         config = load_coordinator(config_path)
-        store = open_store(config, stopping)
-        if store is None:
-            return
-        coordinator = Coordinator(config, store)
+        store = open_store(config)
+        if config.database is None:
+            coordinator = Coordinator(config, store)
+        else:  # several may serve one database at once (docs/tasks.md §7.2)
+            from scale0.cli.coordinator_shared import SharedCoordinator  # noqa: PLC0415
+
+            coordinator = SharedCoordinator(config, store)  # type: ignore[arg-type]
         if coordinator.http is not None:
             try:
                 url = coordinator.http.listen()
@@ -223,11 +229,8 @@ def main(config_path: Path, log_level: str) -> None:
     asyncio.run(coordinator.run_async())
 
 
-def open_store(config: CoordinatorConfig, stopping: threading.Event) -> Store | None:
-    """SQLite under data_dir, or PostgreSQL once this coordinator holds the lease (G2).
-
-    None when a signal came while waiting for the lease.
-    """
+def open_store(config: CoordinatorConfig) -> Store:
+    """SQLite under data_dir, or PostgreSQL (shared with any other coordinator, §7.2)."""
     if config.database is None:
         return SQLiteStore(config.data_dir / "tasks.db")
     try:  # psycopg is only needed here (the "postgresql" extra)
@@ -237,13 +240,4 @@ def open_store(config: CoordinatorConfig, stopping: threading.Event) -> Store | 
             "database: the PostgreSQL store needs psycopg 3 "
             f"(pip install 'scale0[postgresql]'): {exc}"
         ) from None
-
-    store = PostgresStore(config.database)
-    if not store.try_acquire():
-        log_event(log, logging.INFO, "coordinator_standby", {"pid": os.getpid()})
-        while not store.acquire(timeout_s=0.5):
-            if stopping.is_set():
-                store.close()
-                return None
-    log_event(log, logging.INFO, "coordinator_lease", {"pid": os.getpid()})
-    return store
+    return PostgresStore(config.database)
