@@ -367,6 +367,28 @@ class Broker:
             self.majordomo.translate(out)
         return out
 
+    def handle_heartbeat(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        sent: float,
+        config_version: int,
+        now: float,
+        wall: float,
+    ) -> list[Effect]:
+        """Exactly ``handle(Received(channel, routing_id, Heartbeat(sent, config_version,
+        protocol=PROTOCOL[channel])), now, wall)`` for a client's (FRONTEND) or a worker's
+        (BACKEND) HEARTBEAT: the liveness traffic of thousands of idle connections."""
+        self.core.clock = now
+        out: list[Effect] = []
+        speaks = self.majordomo.speaks
+        if speaks:
+            speaks.pop((channel, routing_id), None)  # an S0P HEARTBEAT: it speaks S0P
+        self.sessions.heard(channel, routing_id, sent, config_version, now, wall, out)
+        if speaks:
+            self.majordomo.translate(out)
+        return out
+
     def _received(self, event: Received, now: float, wall: float, out: list[Effect]) -> None:
         channel, routing_id, message = event.channel, event.routing_id, event.message
         if channel is Channel.PEER or channel is Channel.LINK:

@@ -1,4 +1,4 @@
-"""Raw-frame readers of the two hot messages a broker receives: client REQUEST and worker REPLY.
+"""Raw-frame readers of the hot messages a broker receives: REQUEST, REPLY and HEARTBEAT.
 
 The typed decoders (:func:`scale0.wire.registry.decode_to_broker`) build a message object per
 frame list; on the hot path (docs/performance.md) that object lives for a few microseconds. These
@@ -9,23 +9,40 @@ or the rarer forms. They never raise. Whenever they return fields, those are the
 ``ClientRequest.from_frames`` / ``WorkerReply.from_frames`` would have produced (a property test
 holds them to it).
 
-Both take the frames as a ROUTER socket hands them over: the routing id first, then frame 0 (the
+All take the frames as a ROUTER socket hands them over: the routing id first, then frame 0 (the
 empty delimiter) and on; so no list is sliced before it is known to be a hot message.
+
+HEARTBEAT is not on the request path, but a broker with thousands of idle clients and workers
+receives one from each every interval (docs/performance.md, "Liveness"): its reader matches the
+options frame as the plain JSON object ``{"time":<number>,"config_version":<int>}`` (in that
+order, JSON whitespace allowed) with one regular expression instead of the strict JSON decoder.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from typing import Final
 
 from scale0.wire.frames import MAX_ID_BYTES, SIG_CLIENT, SIG_WORKER, valid_name
 
-__all__ = ["client_request_fields", "worker_reply_fields"]
+__all__ = ["client_request_fields", "heartbeat_fields", "worker_reply_fields"]
 
 _REQUEST: Final = b"REQUEST"
 _REPLY: Final = b"REPLY"
 # The status frame is exactly 3 ASCII digits 100..599 (§2.3): a table lookup checks and parses.
 _STATUS: Final[dict[bytes, int]] = {b"%d" % code: code for code in range(100, 600)}
+_HEARTBEAT: Final = b"HEARTBEAT"
+# The options of a plain HEARTBEAT to the broker: time, a JSON number with a fraction (what
+# time.time() gives; an integer time takes the typed path, which turns it into a float), and
+# config_version, a JSON integer of at most 18 digits (within int64, the typed limit). JSON
+# whitespace is allowed where JSON allows it; nothing else (no hbeatinterval_ms, no other key).
+_WS: Final = rb"[ \t\n\r]*"
+_BEAT_OPTIONS: Final = re.compile(
+    rb"\{%(ws)s\"time\"%(ws)s:%(ws)s((?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][-+]?[0-9]+)?)%(ws)s,"
+    rb"%(ws)s\"config_version\"%(ws)s:%(ws)s(0|[1-9][0-9]{0,17})%(ws)s\}%(ws)s" % {b"ws": _WS}
+)
 
 
 def client_request_fields(
@@ -69,3 +86,29 @@ def worker_reply_fields(
     if status is None or not 0 < len(ticket) <= MAX_ID_BYTES:
         return None
     return ticket, status, tuple(frames[6:])
+
+
+def heartbeat_fields(
+    frames: Sequence[bytes], signature: bytes, max_frame_bytes: int
+) -> tuple[float, int] | None:
+    """``(time, config_version)`` of a plain HEARTBEAT in ``signature`` (S0C1 or S0W1), or None.
+
+    Exactly the 5 frames of the control command (routing id, empty, signature, HEARTBEAT,
+    options); the options frame as above, ``time`` finite. ``Heartbeat.from_frames`` would read
+    the same two values (a property test holds it to it), and ``hbeatinterval_ms`` as None.
+    """
+    if (
+        len(frames) != 5
+        or frames[1]
+        or frames[2] != signature
+        or frames[3] != _HEARTBEAT
+        or len(frames[4]) > max_frame_bytes
+    ):
+        return None
+    match = _BEAT_OPTIONS.fullmatch(frames[4])
+    if match is None:
+        return None
+    sent = float(match[1])
+    if not math.isfinite(sent):  # "1.0e999": the typed decoder names the problem
+        return None
+    return sent, int(match[2])
