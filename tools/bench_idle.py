@@ -152,6 +152,7 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
             broker_cpu = cpu_seconds(broker.pid) - broker_before
             drivers_cpu = sum(cpu_seconds(p.pid or 0) for p, _ in procs) - drivers_before
             lost_in_window = lost.value - lost_before
+            broker_life_cpu = cpu_seconds(broker.pid)
         finally:
             stop.set()
             for p, _ in procs:
@@ -164,7 +165,11 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
         for line in broker.logs():
             if line.get("event") == "broker_stopped" and isinstance(line.get("stats"), dict):
                 stats = line["stats"]
+    messages = stats.get("net_received", 0) + stats.get("net_sent", 0)
     return {
+        # Over the broker's life (negotiation included): what one message in or out costs it,
+        # which a connection forgotten and negotiated again does not distort as the share does.
+        "us_per_message": broker_life_cpu / messages * 1e6 if messages else float("nan"),
         "wakeups_per_s": stats.get("net_wakeups", 0) / life,
         "ticks_per_s": stats.get("net_ticks", 0) / life,
         "broker": broker_cpu / elapsed,
@@ -210,7 +215,8 @@ def main(argv: list[str]) -> int:
             results[name].append(result)
             print(
                 f"{name:>6}: broker CPU {result['broker'] * 100:.2f} % of one core, drivers' "
-                f"{result['drivers'] * 100:.1f} %, connections forgotten {result['lost']:.0f}, "
+                f"{result['drivers'] * 100:.1f} %, {result['us_per_message']:.1f} µs per "
+                f"message, connections forgotten {result['lost']:.0f}, "
                 f"broker wake-ups {result['wakeups_per_s']:.0f}/s (timer "
                 f"{result['ticks_per_s']:.0f}/s) (load {result['load']:.1f})",
                 flush=True,
@@ -219,6 +225,12 @@ def main(argv: list[str]) -> int:
     share = sorted(r["broker"] for r in mine)[(len(mine) - 1) // 2]
     if "base" in results:
         base = sorted(r["broker"] for r in results["base"])[(len(mine) - 1) // 2]
+        base_us = sorted(r["us_per_message"] for r in results["base"])[(len(mine) - 1) // 2]
+        mine_us = sorted(r["us_per_message"] for r in mine)[(len(mine) - 1) // 2]
+        print(
+            f"µs per message, median run: base {base_us:.1f}, scale0 {mine_us:.1f} "
+            f"(x {mine_us / base_us:.2f} of base)"
+        )
         print(
             f"broker CPU, median run: base {base * 100:.2f} %, scale0 {share * 100:.2f} % "
             f"(x {share / base:.2f} of base)"

@@ -145,7 +145,7 @@ from scale0.core.family import Family
 from scale0.core.forwarding import Forwarding
 from scale0.core.guard import Guard
 from scale0.core.lifecycle import Lifecycle
-from scale0.core.majordomo import Majordomo
+from scale0.core.majordomo import Majordomo, Reading
 from scale0.core.metrics import Metrics
 from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
@@ -386,6 +386,36 @@ class Broker:
             speaks.pop((channel, routing_id), None)  # an S0P HEARTBEAT: it speaks S0P
         self.sessions.heard(channel, routing_id, sent, config_version, now, wall, out)
         if speaks:
+            self.majordomo.translate(out)
+        return out
+
+    def handle_mdp_request(
+        self,
+        routing_id: bytes,
+        reading: tuple[bytes, bool, bool],
+        service: str,
+        body: tuple[bytes, ...],
+        now: float,
+    ) -> list[Effect]:
+        """Exactly ``handle(Received(FRONTEND, routing_id, MdpClientRequest(service, body,
+        protocol=, delimited=, majortomo=)))``, the three given as ``reading`` (§10)."""
+        self.core.clock = now
+        out: list[Effect] = []
+        majordomo = self.majordomo
+        majordomo.request(routing_id, Reading._make(reading), service, body, now, out)
+        if majordomo.speaks:
+            majordomo.translate(out)
+        return out
+
+    def handle_mdp_reply(
+        self, routing_id: bytes, ticket: bytes, body: tuple[bytes, ...], now: float
+    ) -> list[Effect]:
+        """Exactly ``handle(Received(BACKEND, routing_id, MdpWorkerReply(ticket, body)))``:
+        a Majordomo worker's final reply, status 200 (D2)."""
+        self.core.clock = now
+        out: list[Effect] = []
+        self.dispatch.worker_reply(routing_id, ticket, 200, body, now, out)
+        if self.majordomo.speaks:
             self.majordomo.translate(out)
         return out
 

@@ -80,7 +80,14 @@ from scale0.wire.admin import ManagementReply
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, SIG_WORKER, Message
-from scale0.wire.hot import client_request_fields, heartbeat_fields, worker_reply_fields
+from scale0.wire.hot import (
+    client_request_fields,
+    heartbeat_fields,
+    mdp_client_request_fields,
+    mdp_worker_reply_fields,
+    worker_reply_fields,
+)
+from scale0.wire.mdp import MDPC01, MDPC02, MDPW01, MDPW02
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -745,34 +752,54 @@ class BrokerNode:
     # ---- the fast paths of the frontend and backend ports ----------------------------------
 
     def _fast_request(self, frames: list[bytes], now: float, wall: float) -> list[Effect] | None:
-        """A plain client REQUEST or HEARTBEAT, read by scale0.wire.hot, to the core's lean
-        entry points."""
+        """A plain client REQUEST or HEARTBEAT, or a Majordomo client REQUEST, read by
+        scale0.wire.hot, to the core's lean entry points."""
+        if len(frames) < 4:
+            return None
         broker = self.broker
-        fields = client_request_fields(frames, broker.max_frame_bytes)
-        if fields is None:
+        signature = frames[2]
+        if signature == SIG_CLIENT:
+            fields = client_request_fields(frames, broker.max_frame_bytes)
+            if fields is not None:
+                self._counters["received"] += 1
+                service, request_id, body = fields
+                return broker.handle_request(frames[0], service, request_id, body, now)
             beat = heartbeat_fields(frames, SIG_CLIENT, broker.max_frame_bytes)
-            if beat is None:
-                return None
-            self._counters["received"] += 1
-            return broker.handle_heartbeat(Channel.FRONTEND, frames[0], *beat, now, wall)
-        self._counters["received"] += 1
-        service, request_id, body = fields
-        return broker.handle_request(frames[0], service, request_id, body, now)
+            if beat is not None:
+                self._counters["received"] += 1
+                return broker.handle_heartbeat(Channel.FRONTEND, frames[0], *beat, now, wall)
+        elif signature in (MDPC02, MDPC01):
+            mdp = mdp_client_request_fields(frames, broker.max_frame_bytes)
+            if mdp is not None:
+                self._counters["received"] += 1
+                reading, service, body = mdp
+                return broker.handle_mdp_request(frames[0], reading, service, body, now)
+        return None
 
     def _fast_reply(self, frames: list[bytes], now: float, wall: float) -> list[Effect] | None:
-        """A plain worker REPLY or HEARTBEAT, read by scale0.wire.hot, to the core's lean
-        entry points."""
+        """A plain worker REPLY or HEARTBEAT, or a Majordomo worker's final reply, read by
+        scale0.wire.hot, to the core's lean entry points."""
+        if len(frames) < 4:
+            return None
         broker = self.broker
-        fields = worker_reply_fields(frames, broker.max_frame_bytes)
-        if fields is None:
+        signature = frames[2]
+        if signature == SIG_WORKER:
+            fields = worker_reply_fields(frames, broker.max_frame_bytes)
+            if fields is not None:
+                self._counters["received"] += 1
+                ticket, status, body = fields
+                return broker.handle_reply(frames[0], ticket, status, body, now)
             beat = heartbeat_fields(frames, SIG_WORKER, broker.max_frame_bytes)
-            if beat is None:
-                return None
-            self._counters["received"] += 1
-            return broker.handle_heartbeat(Channel.BACKEND, frames[0], *beat, now, wall)
-        self._counters["received"] += 1
-        ticket, status, body = fields
-        return broker.handle_reply(frames[0], ticket, status, body, now)
+            if beat is not None:
+                self._counters["received"] += 1
+                return broker.handle_heartbeat(Channel.BACKEND, frames[0], *beat, now, wall)
+        elif signature in (MDPW02, MDPW01):
+            mdp = mdp_worker_reply_fields(frames, broker.max_frame_bytes)
+            if mdp is not None:
+                self._counters["received"] += 1
+                ticket, body = mdp
+                return broker.handle_mdp_reply(frames[0], ticket, body, now)
+        return None
 
     # ---- the loop: the one timer ----------------------------------------------------------
 

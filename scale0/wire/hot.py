@@ -1,4 +1,5 @@
-"""Raw-frame readers of the hot messages a broker receives: REQUEST, REPLY and HEARTBEAT.
+"""Raw-frame readers of the hot messages a broker receives: REQUEST, REPLY and HEARTBEAT, and
+the Majordomo client REQUEST and worker final reply (§10).
 
 The typed decoders (:func:`scale0.wire.registry.decode_to_broker`) build a message object per
 frame list; on the hot path (docs/performance.md) that object lives for a few microseconds. These
@@ -26,8 +27,28 @@ from collections.abc import Sequence
 from typing import Final
 
 from scale0.wire.frames import MAX_ID_BYTES, SIG_CLIENT, SIG_WORKER, valid_name
+from scale0.wire.mdp import (
+    C02_REQUEST,
+    MAJORTOMO_REQUEST,
+    MDPC01,
+    MDPC02,
+    MDPW01,
+    MDPW02,
+    W01_REPLY,
+    W02_FINAL,
+)
 
-__all__ = ["client_request_fields", "heartbeat_fields", "worker_reply_fields"]
+__all__ = [
+    "MAJORTOMO_READING",
+    "MDP01_READING",
+    "MDP02_READING",
+    "MdpReading",
+    "client_request_fields",
+    "heartbeat_fields",
+    "mdp_client_request_fields",
+    "mdp_worker_reply_fields",
+    "worker_reply_fields",
+]
 
 _REQUEST: Final = b"REQUEST"
 _REPLY: Final = b"REPLY"
@@ -112,3 +133,67 @@ def heartbeat_fields(
     if not math.isfinite(sent):  # "1.0e999": the typed decoder names the problem
         return None
     return sent, int(match[2])
+
+
+# --- Majordomo (docs/protocol.md §10) ---------------------------------------------------------
+# The delimited readings only (7/MDP; 18/MDP with frame 0, as majortomo and most libraries send
+# it): 18/MDP's undelimited text, and anything odd, takes the typed path.
+
+#: A Majordomo client's reading of the protocol: (signature, delimited, majortomo's numbering).
+MdpReading = tuple[bytes, bool, bool]
+MDP01_READING: Final[MdpReading] = (MDPC01, True, False)
+MDP02_READING: Final[MdpReading] = (MDPC02, True, False)
+MAJORTOMO_READING: Final[MdpReading] = (MDPC02, True, True)
+_MDPC02_COMMANDS: Final[dict[bytes, MdpReading]] = {
+    C02_REQUEST: MDP02_READING,
+    MAJORTOMO_REQUEST: MAJORTOMO_READING,
+}
+#: The final-reply command of each worker signature (MDPW01 REPLY, MDPW02 FINAL).
+_MDP_FINAL: Final[dict[bytes, bytes]] = {MDPW01: W01_REPLY, MDPW02: W02_FINAL}
+
+
+def mdp_client_request_fields(
+    frames: Sequence[bytes], max_frame_bytes: int
+) -> tuple[MdpReading, str, tuple[bytes, ...]] | None:
+    """``(reading, service, body)`` of a plain Majordomo client REQUEST, or None.
+
+    MDPC01: ``empty, MDPC01, service, body...``; MDPC02: ``empty, MDPC02, 0x01 (0x02 in
+    majortomo's numbering), service, body...``. ``MdpClientRequest.from_frames`` reads the same
+    (its protocol, delimited, majortomo fields are the reading).
+    """
+    if len(frames) < 4 or frames[1] or max(map(len, frames)) > max_frame_bytes:
+        return None
+    signature = frames[2]
+    if signature == MDPC02:
+        reading = _MDPC02_COMMANDS.get(frames[3])
+        if reading is None or len(frames) < 5:
+            return None
+        index = 4
+    elif signature == MDPC01:
+        reading, index = MDP01_READING, 3
+    else:
+        return None
+    service = valid_name(frames[index])
+    if service is None:
+        return None
+    return reading, service, tuple(frames[index + 1 :])
+
+
+def mdp_worker_reply_fields(
+    frames: Sequence[bytes], max_frame_bytes: int
+) -> tuple[bytes, tuple[bytes, ...]] | None:
+    """``(ticket, body)`` of a plain Majordomo worker final reply, or None: ``empty, MDPW01,
+    0x03`` or ``empty, MDPW02, 0x04``, then ``ticket (the client address slot), empty, body...``.
+    """
+    if (
+        len(frames) < 6
+        or frames[1]
+        or _MDP_FINAL.get(frames[2]) != frames[3]
+        or frames[5]
+        or max(map(len, frames)) > max_frame_bytes
+    ):
+        return None
+    ticket = frames[4]
+    if not 0 < len(ticket) <= MAX_ID_BYTES:
+        return None
+    return ticket, tuple(frames[6:])

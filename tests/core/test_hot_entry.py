@@ -1,11 +1,19 @@
-"""The lean entry points (handle_request, handle_reply, handle_heartbeat) decide exactly as
-handle(Received(...))."""
+"""The lean entry points (handle_request, handle_reply, handle_heartbeat, handle_mdp_request,
+handle_mdp_reply) decide exactly as handle(Received(...))."""
 
 from __future__ import annotations
 
 from scale0.core.effects import Channel, Effect
 from scale0.wire.client import ClientRequest, Heartbeat
-from scale0.wire.mdp import MDPW01, MdpWorkerReady
+from scale0.wire.mdp import (
+    MDPC01,
+    MDPC02,
+    MDPW01,
+    MDPW02,
+    MdpClientRequest,
+    MdpWorkerReady,
+    MdpWorkerReply,
+)
 from scale0.wire.peer import BrokerState
 from scale0.wire.worker import WorkerReply
 from tests.core.harness import BACK, FRONT, Harness, dispatched, sends
@@ -120,3 +128,68 @@ def test_one_heartbeat_message_serves_every_connection_of_a_round() -> None:
     assert isinstance(beats[0], Heartbeat) and beats[0].hbeatinterval_ms == 1000
     later = [m for _, m in sends(h.heartbeat(FRONT, b"C1"), FRONT)]
     assert later[0] is not answers[0] and later == [Heartbeat(h.wall, 3, protocol=b"S0C1")]
+
+
+MDP_READINGS = {
+    "7/MDP": (MDPC01, True, False),
+    "18/MDP": (MDPC02, True, False),
+    "majortomo": (MDPC02, True, True),
+}
+
+
+def _mdp(lean: bool) -> list[list[Effect]]:
+    """Majordomo requests and replies of every reading, to S0P and Majordomo workers."""
+    h = Harness()
+    tickets: list[bytes] = []
+    trace: list[list[Effect]] = []
+
+    def request(rid: bytes, reading: str, service: str = "echo") -> None:
+        protocol, delimited, majortomo = MDP_READINGS[reading]
+        body = (b"hi-" + rid,)
+        if lean:
+            effects = h.broker.handle_mdp_request(rid, MDP_READINGS[reading], service, body, h.now)
+        else:
+            message = MdpClientRequest(
+                service, body, protocol=protocol, delimited=delimited, majortomo=majortomo
+            )
+            effects = h.send(FRONT, rid, message)
+        tickets.extend(m.ticket for _, m in sends(effects, BACK) if hasattr(m, "ticket"))
+        trace.append(effects)
+
+    def reply(rid: bytes, ticket: bytes, protocol: bytes = MDPW02) -> None:
+        body = (b"answer", ticket)
+        if lean:
+            effects = h.broker.handle_mdp_reply(rid, ticket, body, h.now)
+        else:
+            effects = h.send(BACK, rid, MdpWorkerReply(ticket, body, protocol=protocol))
+        tickets.extend(m.ticket for _, m in sends(effects, BACK) if hasattr(m, "ticket"))
+        trace.append(effects)
+
+    h.broker.core.state = BrokerState.DISABLED
+    request(b"C0", "7/MDP")  # D1: not active, dropped
+    h.broker.core.state = BrokerState.ACTIVE
+    h.send(BACK, b"MW1", MdpWorkerReady("echo", protocol=MDPW01))
+    h.send(BACK, b"MW2", MdpWorkerReady("echo", protocol=MDPW02))
+    h.worker(b"SW")
+    request(b"C1", "7/MDP")  # to MW1, as an MDPW01 REQUEST
+    request(b"C2", "18/MDP")  # to MW2
+    request(b"C3", "majortomo")  # to SW (S0P)
+    request(b"C1", "majortomo")  # every worker busy: it waits
+    request(b"C2", "18/MDP", "mmi.service")  # the broker answers itself, 8/MMI's bare code
+    reply(b"MW1", tickets[0], MDPW01)  # the 7/MDP client's reply; the waiting one goes to MW1
+    reply(b"MW2", tickets[1])
+    reply(b"MW2", b"no-such-ticket")  # R14: dropped
+    reply(b"SW", tickets[2])  # an S0P worker's ticket in a Majordomo reply: its own, answered
+    reply(b"MW1", tickets[3], MDPW01)
+    h.advance(10.0)
+    request(b"C4", "18/MDP", "nobody")  # 404 in a FINAL
+    return trace
+
+
+def test_lean_majordomo_entry_points_give_the_same_effects_as_handle() -> None:
+    typed, lean = _mdp(lean=False), _mdp(lean=True)
+    assert len(typed) == len(lean) == 12
+    for step, (expected, got) in enumerate(zip(typed, lean, strict=True)):
+        assert got == expected, f"step {step}"
+    kinds = {type(m).__name__ for step in typed for _, m in sends(step)}
+    assert {"MdpWorkerRequest", "MdpClientReply", "WorkerRequest"} <= kinds

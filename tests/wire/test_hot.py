@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 from scale0.wire import ClientRequest, ProtocolError, WorkerReply
 from scale0.wire.client import Heartbeat
 from scale0.wire.frames import control_frames
-from scale0.wire.hot import client_request_fields, heartbeat_fields, worker_reply_fields
+from scale0.wire.hot import (
+    client_request_fields,
+    heartbeat_fields,
+    mdp_client_request_fields,
+    mdp_worker_reply_fields,
+    worker_reply_fields,
+)
+from scale0.wire.mdp import MdpClientRequest, MdpWorkerReply
 from scale0.wire.registry import BACKEND_SIGNATURES, FRONTEND_SIGNATURES, decode_to_broker
 
 LIMIT = 1024
@@ -220,3 +227,75 @@ def test_heartbeat_frames_are_the_bytes_of_the_options_encoder(
         {"time": sent, "config_version": version, "hbeatinterval_ms": interval},
     )
     assert beat.to_frames() == expected
+
+
+# --- Majordomo REQUEST and final reply (§10) ----------------------------------------------------
+
+MDP_REQUESTS = [
+    [RID, b"", b"MDPC01", b"echo", b"body"],
+    [RID, b"", b"MDPC02", b"\x01", b"echo", b"body"],
+    [RID, b"", b"MDPC02", b"\x02", b"echo", b"body"],  # majortomo's numbering
+]
+MDP_REPLIES = [
+    [RID, b"", b"MDPW01", b"\x03", b"ticket-1", b"", b"body"],
+    [RID, b"", b"MDPW02", b"\x04", b"ticket-1", b"", b"body"],
+]
+odd_mdp = st.sampled_from(
+    [b"", b"\x01", b"\x02", b"\x03", b"\x04", b"\x05", b"MDPC01", b"MDPC02", b"MDPW01", b"MDPW02"]
+)
+
+
+@st.composite
+def near_mdp(draw: st.DrawFn, templates: list[list[bytes]]) -> list[bytes]:
+    frames = list(draw(st.sampled_from(templates)))
+    frames += draw(st.lists(st.binary(max_size=4), max_size=2))
+    for _ in range(draw(st.integers(0, 2))):
+        frames[draw(st.integers(1, len(frames) - 1))] = draw(st.one_of(odd_mdp, odd_frame))
+    if draw(st.booleans()):
+        frames = frames[: draw(st.integers(1, len(frames)))]
+    return frames
+
+
+@settings(max_examples=600)
+@given(near_mdp(MDP_REQUESTS))
+def test_mdp_request_reader_returns_what_the_decoder_reads_or_declines(
+    frames: list[bytes],
+) -> None:
+    fields = mdp_client_request_fields(frames, LIMIT)
+    message = typed(frames, FRONTEND_SIGNATURES)
+    if fields is not None:
+        assert isinstance(message, MdpClientRequest)
+        reading = (message.protocol, message.delimited, message.majortomo)
+        assert fields == (reading, message.service, message.body)
+
+
+@settings(max_examples=600)
+@given(near_mdp(MDP_REPLIES))
+def test_mdp_reply_reader_returns_what_the_decoder_reads_or_declines(frames: list[bytes]) -> None:
+    fields = mdp_worker_reply_fields(frames, LIMIT)
+    message = typed(frames, BACKEND_SIGNATURES)
+    if fields is not None:
+        assert isinstance(message, MdpWorkerReply)
+        assert fields == (message.ticket, message.body)
+
+
+def test_plain_mdp_messages_take_the_fast_way() -> None:
+    readings = [(b"MDPC01", True, False), (b"MDPC02", True, False), (b"MDPC02", True, True)]
+    for frames, reading in zip(MDP_REQUESTS, readings, strict=True):
+        assert mdp_client_request_fields(frames, LIMIT) == (reading, "echo", (b"body",))
+    for frames in MDP_REPLIES:
+        assert mdp_worker_reply_fields(frames, LIMIT) == (b"ticket-1", (b"body",))
+    assert mdp_worker_reply_fields(MDP_REPLIES[0][:6], LIMIT) == (b"ticket-1", ())
+
+
+def test_unusual_mdp_messages_are_left_to_the_typed_decoder() -> None:
+    assert mdp_client_request_fields([RID, b"MDPC02", b"\x01", b"echo"], LIMIT) is None  # 18/MDP
+    assert mdp_client_request_fields([RID, b"", b"MDPC02", b"\x03", b"echo"], LIMIT) is None
+    assert mdp_client_request_fields([RID, b"", b"MDPC02", b"\x01"], LIMIT) is None  # no service
+    assert mdp_client_request_fields([RID, b"", b"MDPC01", b"bad\x00name"], LIMIT) is None
+    assert mdp_worker_reply_fields([RID, b"", b"MDPW02", b"\x03", b"t", b"", b"b"], LIMIT) is None
+    assert mdp_worker_reply_fields([RID, b"", b"MDPW01", b"\x04", b"t", b"", b"b"], LIMIT) is None
+    assert mdp_worker_reply_fields([RID, b"", b"MDPW01", b"\x03", b"", b"", b"b"], LIMIT) is None
+    assert mdp_worker_reply_fields([RID, b"", b"MDPW01", b"\x03", b"t", b"x", b"b"], LIMIT) is None
+    big = [*MDP_REPLIES[1][:6], b"x" * (LIMIT + 1)]
+    assert mdp_worker_reply_fields(big, LIMIT) is None
