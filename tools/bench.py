@@ -20,7 +20,8 @@ these setups, each with the client, the workers and the middle process in separa
   ``x scale0`` is what the log costs in throughput (the issue's target: under 10 %);
 - ``base`` (with ``--base-tree DIR``): the same broker run from another source tree, e.g. the
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
-  against its own "before" in the same invocation.
+  against its own "before" in the same invocation; ``base-mdp`` is that broker on the
+  Majordomo drivers (beside ``scale0-mdp``).
 
 Drivers: ``proxy``, ``c-lru`` and ``majortomo`` are driven by the same Majordomo client
 (tools/mdp.py, ``--mdp`` picks its framing; default majortomo's MDP/0.2, the only one majortomo
@@ -478,14 +479,16 @@ def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
                 p.kill()
 
 
-def base_case(tree: Path) -> Callable[..., dict[str, float]]:
-    """The scale0 case with the broker imported from ``tree`` (a checkout's top directory)."""
+def base_case(tree: Path, dialect_key: str | None = None) -> Callable[..., dict[str, float]]:
+    """The scale0 case (with ``dialect_key``: scale0-mdp) with the broker imported from
+    ``tree`` (a checkout's top directory)."""
     code = (
         f"import sys; sys.path.insert(0, {str(tree)!r})\nfrom scale0.cli.broker import main\nmain()"
     )
 
     def case_base(workers: int, capacity: int, **client: Any) -> dict[str, float]:
-        return case_scale0(workers, capacity, command=[sys.executable, "-c", code], **client)
+        command = [sys.executable, "-c", code]
+        return case_scale0(workers, capacity, command=command, dialect_key=dialect_key, **client)
 
     return case_base
 
@@ -621,6 +624,7 @@ DRIVERS = {
     "scale0-mdp": "MDP",
     "family": "S0P",
     "base": "S0P",
+    "base-mdp": "MDP",
 }
 
 
@@ -699,7 +703,8 @@ def main() -> int:
     parser.add_argument(
         "--base-tree",
         type=Path,
-        help="also run case 'base': the broker from this source tree (it holds scale0/)",
+        help="also run case 'base': the broker from this source tree (it holds scale0/); "
+        "'base-mdp' too when scale0-mdp runs (the same on the Majordomo drivers)",
     )
     parser.add_argument(
         "--repeat",
@@ -730,7 +735,10 @@ def main() -> int:
         if args.base_tree is not None:
             if not (args.base_tree / "scale0" / "net" / "node.py").is_file():
                 parser.error(f"--base-tree {args.base_tree}: no scale0/net/node.py there")
-            cases["base"] = base_case(args.base_tree.resolve())
+            if "scale0-mdp" not in cases or any(DRIVERS[n] == "S0P" for n in cases):
+                cases["base"] = base_case(args.base_tree.resolve())
+            if "scale0-mdp" in cases:  # the same broker's before, on the same MDP drivers
+                cases["base-mdp"] = base_case(args.base_tree.resolve(), args.mdp)
         header = notes(args, list(cases), skipped)
         if not args.json:
             print("\n".join(header), flush=True)
