@@ -16,6 +16,7 @@ command exits 1 when the growth is 5 % or more, or when a request went unanswere
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -68,7 +69,7 @@ def paced(
         sock.send_multipart([b"", b"S0C1", b"CHECKCONFIG", b'{"config_type":"json"}'])
         if not sock.poll(10_000):
             raise RuntimeError("no CONFIG from the broker within 10 s")
-        sock.recv_multipart()
+        version = json.loads(sock.recv_multipart()[3] or b"{}").get("config_version", 0)
         started = clock()
         next_sample = started
         next_beat = started
@@ -79,7 +80,8 @@ def paced(
                 on_sample()
                 next_sample += sample_s
             if now >= next_beat:  # the session must not expire while the rate is low
-                sock.send_multipart([b"", b"S0C1", b"HEARTBEAT", b""])
+                beat = {"time": time.time(), "config_version": version}
+                sock.send_multipart([b"", b"S0C1", b"HEARTBEAT", json.dumps(beat).encode()])
                 next_beat = now + 1.0
             if now >= end:
                 break
