@@ -107,7 +107,18 @@ def test_bench_soak_runs_end_to_end_and_reports_rss(capsys: pytest.CaptureFixtur
     """``tools/bench soak``, a few seconds of it (the real run is 10 minutes, by hand): a real
     broker and workers, the paced client, RSS sampled and the growth reported."""
     code = bench_soak.main(
-        ["--duration", "3", "--sample", "1", "--workers", "1", "--peak-requests", "500"]
+        [
+            "--duration",
+            "3",
+            "--warmup",
+            "1",
+            "--sample",
+            "1",
+            "--workers",
+            "1",
+            "--peak-requests",
+            "500",
+        ]
     )
     out = capsys.readouterr().out
     assert "soak at" in out and "broker RSS: start" in out, out
