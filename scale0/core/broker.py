@@ -73,9 +73,11 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      PARTIALs and REPLY go back as FORWARDPARTIAL and FORWARDREPLY.
  F8  A FORWARDREPLY 404 or 503 routes the request again (within max_retries; the peer's slots
      for it count as none until its next table), else the client gets that status.
- F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots,
-     or as soon as the last local worker of the service is lost; then requests forwarded to
-     us that wait for it get FORWARDREPLY 404 at once (their origin routes them again).
+ F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots
+     or its FORWARDREPLY frees one (the answer is its credit: nothing waits for a periodic
+     table), or as soon as the last local worker of the service is lost; then requests
+     forwarded to us that wait for it get FORWARDREPLY 404 at once (their origin routes them
+     again).
  F10 A config offered (config SUB, a peer's CONFIG, the disk, the file, an admin) is judged by
      the replica (scale0/core/replica.py, K1-K5). An applied config is persisted, published by a
      config source, its plan performed (links, subscriptions), every client and worker is told
