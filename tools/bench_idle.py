@@ -53,6 +53,7 @@ def driver(
     ready_event: Any,
     stop: Any,
     lost: Any,
+    late: Any,
 ) -> None:
     """Hold ``workers`` + ``clients`` idle connections, heartbeating each every interval;
     count in ``lost`` every connection the broker forgot (FORCENEGOTIATE or an error)."""
@@ -101,6 +102,8 @@ def driver(
             beat = json.dumps({"time": time.time(), "config_version": version}).encode()
             for sock, signature in socks:
                 sock.send_multipart([b"", signature, b"HEARTBEAT", beat])
+            with late.get_lock():  # how late the round's last HEARTBEAT left: a starved driver
+                late.value = max(late.value, time.monotonic() - next_beat)
             next_beat = now + INTERVAL_S * 0.8  # well inside the interval, as a client does
         for sock, _ in dict(poller.poll(100)).items():
             while sock.poll(0):
@@ -130,12 +133,16 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
         frontend, backend = broker.endpoints["frontend"], broker.endpoints["backend"]
         stop = spawn.Event()
         lost = spawn.Value("i", 0)
+        late = spawn.Value("d", 0.0)
         procs = []
         for d in range(args.drivers):
             w = args.workers // args.drivers + (d < args.workers % args.drivers)
             c = args.clients // args.drivers + (d < args.clients % args.drivers)
             ready = spawn.Event()
-            p = spawn.Process(target=driver, args=(frontend, backend, w, c, ready, stop, lost))
+            p = spawn.Process(
+                target=driver,
+                args=(frontend, backend, w, c, ready, stop, lost, late),
+            )
             p.start()
             procs.append((p, ready))
         try:
@@ -144,6 +151,7 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
                     raise RuntimeError("a driver did not register its connections in 120 s")
             time.sleep(3 * INTERVAL_S)  # settle: every worker's READY handled, timers armed
             lost_before = lost.value
+            late.value = 0.0
             broker_before = cpu_seconds(broker.pid)
             drivers_before = sum(cpu_seconds(p.pid or 0) for p, _ in procs)
             started = time.monotonic()
@@ -152,6 +160,7 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
             broker_cpu = cpu_seconds(broker.pid) - broker_before
             drivers_cpu = sum(cpu_seconds(p.pid or 0) for p, _ in procs) - drivers_before
             lost_in_window = lost.value - lost_before
+            worst_late = late.value
             broker_life_cpu = cpu_seconds(broker.pid)
         finally:
             stop.set()
@@ -175,6 +184,7 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
         "broker": broker_cpu / elapsed,
         "drivers": drivers_cpu / elapsed,
         "lost": lost_in_window,
+        "late_s": worst_late,
         "elapsed": elapsed,
         "load": os.getloadavg()[0],
     }
@@ -216,7 +226,8 @@ def main(argv: list[str]) -> int:
             print(
                 f"{name:>6}: broker CPU {result['broker'] * 100:.2f} % of one core, drivers' "
                 f"{result['drivers'] * 100:.1f} %, {result['us_per_message']:.1f} µs per "
-                f"message, connections forgotten {result['lost']:.0f}, "
+                f"message, connections forgotten {result['lost']:.0f} (drivers' latest "
+                f"HEARTBEAT round {result['late_s']:.1f} s behind), "
                 f"broker wake-ups {result['wakeups_per_s']:.0f}/s (timer "
                 f"{result['ticks_per_s']:.0f}/s) (load {result['load']:.1f})",
                 flush=True,
