@@ -336,6 +336,26 @@ def test_f9_a_request_waiting_at_a_is_forwarded_when_a_table_shows_a_worker() ->
     assert reply.request_id == b"early" and reply.status == 200
 
 
+def test_f9_a_forwarded_reply_frees_a_slot_and_what_waits_goes_at_once() -> None:
+    """No request waits for a periodic message (issue 14): the reply to a forwarded request
+    tells the origin that the peer's slot is free, and a request waiting there goes to it
+    then, not at the peer's next table (a HEARTBEAT away when tables are pulled)."""
+    fabric = started()
+    fabric.worker("a", W1)
+    fabric.worker("c", b"worker-c")
+    fabric.advance(1.1)  # a holds c's table: one free slot
+    fabric.client("a", C1)
+    for i in range(3):  # r0 to a's worker, r1 forwarded to c, r2 waits at a (both busy)
+        fabric.request("a", C1, f"r{i}".encode())
+    assert fabric.brokers["a"].counters["forwarded"] == 1
+    assert fabric.serve("c") == 1  # r1 answered: c's slot is free again, no time passed
+    assert [r.request_id for _, r in fabric.replies("a")] == [b"r1"]
+    assert fabric.brokers["a"].counters["forwarded"] == 2  # r2 went to c with the reply
+    assert fabric.serve("c") == 1
+    assert [r.request_id for _, r in fabric.replies("a")] == [b"r2"]
+    assert fabric.serve("a") == 1  # r0, all along at a's own worker
+
+
 def test_f3_requests_forwarded_to_a_peer_that_dies_are_routed_again() -> None:
     fabric = started()
     fabric.worker("c", W1, capacity=4)
