@@ -13,7 +13,6 @@ recovers from the store. SIGINT/SIGTERM stop it cleanly (exit 0); a bad config e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -73,7 +72,8 @@ class Coordinator:
         self.store = store
         snapshot = self.store.load()
         self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
-        self._wake: dict[str, asyncio.Event] = {}
+        #: Parked waits (zerotask Z5) by what wakes them, ``node:NAME`` or ``task:NAME``.
+        self._wake: dict[str, list[asyncio.Future[None]]] = {}
         self._flush: asyncio.Future[None] | None = None
         self.stats = {"batches": 0}
         if config.admins is not None:
@@ -113,10 +113,11 @@ class Coordinator:
             os._exit(EXIT_STORE_FAILED)
         if self.events is not None and changes.transitions:
             record_transitions(self.events, changes, time.time_ns() // 1_000_000)
-        for key in self.book.woken(time.time()):
-            event = self._wake.get(key)
-            if event is not None:
-                event.set()
+        parked = {key[5:] for key in self._wake if key.startswith("node:")}
+        for key in self.book.woken(time.time(), parked):
+            for waiter in self._wake.pop(key, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def committed(self) -> None:
         """Wait until what this request changed is committed (group commit: every request the
@@ -136,16 +137,30 @@ class Coordinator:
     async def serve_zerotask(self, body: list[bytes]) -> bytes:
         outcome = zerotask.handle(self.book, b"".join(body), time.time())
         wait = outcome.poll
-        if wait is not None:  # armed before the commit: news after this point wakes us
-            event = self._wake.setdefault(wait.key, asyncio.Event())
-            event.clear()
-        await self.committed()
         if wait is None:
+            await self.committed()
             return outcome.reply or b""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), wait.wait_s)
+        # Armed before the commit: news committed after this point wakes us (Book.woken).
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._wake.setdefault(wait.key, []).append(waiter)
+        if wait.kind == "node":  # a node_poll records the node as heard: commit that first
+            await self.committed()
+        woken = True
+        try:
+            async with asyncio.timeout(wait.wait_s):
+                await waiter
+        except TimeoutError:
+            woken = False
+            waiters = self._wake.get(wait.key)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._wake[wait.key]
         reply = zerotask.finish_poll(self.book, wait, time.time())
-        await self.committed()
+        # A node's answer may carry changes (announcements, resends); a task's answer after its
+        # wake-up reads what that commit stored, after a timeout what this turn may still hold.
+        if wait.kind == "node" or not woken:
+            await self.committed()
         return reply
 
     async def serve_vespid(self, body: list[bytes]) -> bytes:
