@@ -29,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scale0.net.errors import ServiceNotFound
 from scale0.tasks.client import TaskClient, TaskError
 from scale0.tasks.errors import ErrorCode
 from scale0.testing import running_broker
@@ -54,6 +55,14 @@ def phases(db: Path) -> tuple[float, float]:
     queued = statistics.median(r["time_start"] - r["time_create"] for r in rows)
     ran = statistics.median(r["time_finish"] - r["time_start"] for r in rows)
     return 1000 * queued, 1000 * ran
+
+
+def connected(probe: TaskClient) -> bool:
+    try:
+        probe.connect()
+    except ServiceNotFound:
+        return False
+    return True
 
 
 def collect(client: TaskClient, ids: list[str]) -> None:
@@ -170,7 +179,9 @@ def bench_once(
                     for i in range(3)
                 ]
                 with running(coord, *nodes), TaskClient(frontend) as probe:
-                    probe.connect()  # a fresh id: a resend after a slow start is safe (K3)
+                    # a fresh id: a resend after a slow start is safe (K3); until the
+                    # coordinator's READY reached the broker, the service is unknown (404)
+                    wait_until(lambda: connected(probe), 60, "the zerotask service")
                     probe.result(probe.submit("noop", None))  # everything is up
                     wait_until(
                         lambda: probe.command("task-list")["counts"]["nodes"] == 3, 30, "3 nodes"
