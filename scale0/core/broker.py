@@ -58,7 +58,8 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      last interval from another routing id gets 409 (an older one is taken over: the peer
      restarted). Anything else from a routing id that has not said HELLO is ignored.
  F3  Any message from a peer is a heartbeat; a peer silent for liveness x interval is down: its
-     table is dropped and the requests forwarded to it are routed again or answered 504. Its
+     table is dropped and the requests forwarded to it are routed again or answered 504 (peers
+     found silent in the same round are all down before any of those requests moves). Its
      link's routing id is kept: when it speaks again on the same link it is up again.
  F4  A peer HELLO or HEARTBEAT naming a newer config_version makes us CHECKCONFIG it at once;
      a HEARTBEAT whose time is off by more than max_clock_skew_s gets DISCONNECTERROR 412.
