@@ -29,7 +29,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scale0.net.errors import ServiceNotFound
 from scale0.tasks.client import TaskClient, TaskError
 from scale0.tasks.errors import ErrorCode
 from scale0.testing import running_broker
@@ -57,10 +56,16 @@ def phases(db: Path) -> tuple[float, float]:
     return 1000 * queued, 1000 * ran
 
 
-def connected(probe: TaskClient) -> bool:
+def _started(stderr: Path) -> bool:
+    text = stderr.read_text(errors="replace") if stderr.exists() else ""
+    return "coordinator_ready" in text or "coordinator_standby" in text
+
+
+def _connected(probe: TaskClient) -> bool:
     try:
         probe.connect()
-    except ServiceNotFound:
+    except Exception as exc:
+        print(f"waiting for the coordinators: {exc}", file=sys.stderr)
         return False
     return True
 
@@ -126,6 +131,7 @@ def bench(
     batch: int,
     slots: int,
     tree: Path | None = None,
+    coordinators: int = 1,
     window: int = 1,
     profile: Path | None = None,
 ) -> dict[str, Any]:
@@ -134,7 +140,7 @@ def bench(
     if tree is not None:
         os.environ["PYTHONPATH"] = str(tree.resolve())
     try:
-        row = bench_once(store, tasks, clients, batch, slots, window, profile)
+        row = bench_once(store, tasks, clients, batch, slots, coordinators, window, profile)
     finally:
         if tree is not None:
             if outer is None:
@@ -151,7 +157,8 @@ def bench_once(
     clients: int,
     batch: int,
     slots: int,
-    window: int,
+    coordinators: int = 1,
+    window: int = 1,
     profile: Path | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="scale0-bench-tasks-") as tmp_name:
@@ -166,7 +173,12 @@ def bench_once(
         try:
             with running_broker(tmp / "broker") as broker:
                 frontend = broker.endpoints["frontend"]
-                coord = coordinator(tmp, broker.endpoints["backend"], **options)
+                # PostgreSQL: several coordinators serve at once (docs/tasks.md §7.2), all
+                # workers of the one broker, which spreads the requests between them.
+                coords = [
+                    coordinator(tmp, broker.endpoints["backend"], f"coordinator{i}", **options)
+                    for i in range(coordinators)
+                ]
                 nodes = [
                     node(
                         tmp,
@@ -178,10 +190,13 @@ def bench_once(
                     )
                     for i in range(3)
                 ]
-                with running(coord, *nodes), TaskClient(frontend) as probe:
-                    # a fresh id: a resend after a slow start is safe (K3); until the
-                    # coordinator's READY reached the broker, the service is unknown (404)
-                    wait_until(lambda: connected(probe), 60, "the zerotask service")
+                with running(*coords, *nodes), TaskClient(frontend) as probe:
+                    # Every coordinator up first (a loaded machine may take longer to start one
+                    # than a client waits for a service); an older tree's standby counts.
+                    wait_until(lambda: all(_started(c.stderr) for c in coords), 120, "coordinators")
+                    # A fresh id each time: a resend after a slow start is safe (K3). A loaded
+                    # machine may answer "no service" until the coordinators' workers are READY.
+                    wait_until(lambda: _connected(probe), 120, "a coordinator answers", 0.5)
                     probe.result(probe.submit("noop", None))  # everything is up
                     wait_until(
                         lambda: probe.command("task-list")["counts"]["nodes"] == 3, 30, "3 nodes"
@@ -210,7 +225,7 @@ def bench_once(
                             errors.append(exc)
 
                     threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-                    procs = {"coordinator": [coord.pid], "broker": [broker.pid]}
+                    procs = {"coordinator": [c.pid for c in coords], "broker": [broker.pid]}
                     procs["nodes"] = [n.pid for n in nodes]
                     procs["bench"] = [os.getpid()]
                     tag = f"{store}-b{batch}-w{window}-{os.environ.get('PYTHONPATH', 'this')[-8:]}"
@@ -228,10 +243,11 @@ def bench_once(
                     if errors:
                         raise errors[0]
                     done = per_client * clients
-                    db = tmp / "coordinator" / "tasks.db"
+                    db = tmp / "coordinator" / "tasks.db"  # data_dir, the same for all
                     queued, ran = phases(db) if store == "sqlite" else (0.0, 0.0)
                     return {
                         "store": store,
+                        "coordinators": coordinators,
                         "tasks": done,
                         "clients": clients,
                         "batch": batch,
@@ -273,6 +289,14 @@ def main() -> int:
         "time (several values: one row each)",
     )
     parser.add_argument("--slots", type=int, default=8, help="zerotask calls at once per node")
+    parser.add_argument(
+        "--coordinators",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="PostgreSQL: coordinators serving at once (several values: one row each, "
+        "alternated, and the ratio of each to the first; SQLite rows always have one)",
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument(
         "--profile",
@@ -290,10 +314,11 @@ def main() -> int:
     args = parser.parse_args()
     trees: list[Path | None] = [args.base_tree, None] if args.base_tree else [None]
     rows = [
-        bench(store, args.tasks, args.clients, batch, args.slots, tree, window, args.profile)
+        bench(store, args.tasks, args.clients, batch, args.slots, tree, count, window, args.profile)
         for _ in range(args.repeat)
         for store in args.store
         for batch in args.batch
+        for count in (args.coordinators if store == "postgresql" else [1])
         for window in (args.window if batch <= 1 else [1])
         for tree in trees
     ]
@@ -301,13 +326,13 @@ def main() -> int:
         print(json.dumps(rows))
         return 0
     print(
-        f"{'tree':<14} {'store':<11} {'tasks':>6} {'clients':>7} {'batch':>5} {'window':>6} "
-        f"{'tasks/s':>8}  "
-        "CPU ms/task: coordinator broker nodes bench(clients)"
+        f"{'tree':<14} {'store':<11} {'coord':>5} {'tasks':>6} {'clients':>7} {'batch':>5} "
+        f"{'window':>6} {'tasks/s':>8}  CPU ms/task: coordinator(s) broker nodes bench(clients)"
     )
     for row in rows:
         print(
-            f"{str(row['tree'])[-14:]:<14} {row['store']:<11} {row['tasks']:>6} "
+            f"{str(row['tree'])[-14:]:<14} {row['store']:<11} {row['coordinators']:>5} "
+            f"{row['tasks']:>6} "
             f"{row['clients']:>7} {row['batch']:>5} {row['window']:>6} "
             f"{row['tasks_per_s']:>8.0f}  {row['coordinator_cpu_ms_per_task']:>23.2f} "
             f"{row['broker_cpu_ms_per_task']:>6.2f} {row['nodes_cpu_ms_per_task']:>5.2f} "
@@ -318,7 +343,28 @@ def main() -> int:
                 else "(phases: SQLite only)"
             )
         )
+    print_ratios(rows)
     return 0
+
+
+def print_ratios(rows: list[dict[str, Any]]) -> None:
+    """The mean rate of each coordinator count against the first one's, per store, batch and
+    tree (rows of one invocation only)."""
+    groups: dict[tuple[str, int, str], dict[int, list[float]]] = {}
+    for row in rows:
+        key = (row["store"], row["batch"], str(row["tree"]))
+        groups.setdefault(key, {}).setdefault(row["coordinators"], []).append(row["tasks_per_s"])
+    for (store, batch, tree), by_count in groups.items():
+        if len(by_count) < 2:
+            continue
+        first, *others = list(by_count)
+        base = statistics.mean(by_count[first])
+        for count in others:
+            mean = statistics.mean(by_count[count])
+            print(
+                f"{store} batch {batch} ({tree}): {count} coordinators {mean:.0f} tasks/s, "
+                f"{first}: {base:.0f}; ratio {mean / base:.2f}"
+            )
 
 
 if __name__ == "__main__":
