@@ -64,6 +64,7 @@ from scale0.core.effects import (
     Tick,
 )
 from scale0.core.replica import Offer
+from scale0.crypto.curve import CurveKeyPair
 from scale0.net.admin import ManagementBridge
 from scale0.net.eventlog import BrokerEventLog
 from scale0.net.frames_io import (
@@ -75,6 +76,14 @@ from scale0.net.frames_io import (
     send_frames,
 )
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
+from scale0.net.security import (
+    Gatekeeper,
+    make_client,
+    make_server,
+    plain_client,
+    recv_batch_keyed,
+    server_key_for,
+)
 from scale0.trend.eventlog import EventLogWriter
 from scale0.wire.admin import ManagementReply
 from scale0.wire.configsync import TOPIC, decode_config_publication
@@ -146,6 +155,10 @@ class _Port:
     link: bytes = b""  # a DEALER's link id: the routing id its messages reach the core with
     closed: bool = False  # closed by an effect while the loop may still hold it
     fast: FastPath | None = None
+    # CURVE server (net/security.py): read with each sender's key; the key last seen per
+    # routing id, so the core hears of a routing id's key once (Authenticated), not per message.
+    keyed: bool = False
+    keys: dict[bytes, str] = field(default_factory=dict)
     io: IoKey = field(init=False)  # names the socket to recv_batch/send_batch (frames_io)
     # May have messages waiting that its FD will not announce (BrokerNode._pump): new, FD
     # fired, sent on, or its last batch stopped at the budget. Cleared by a batch that ends
@@ -184,8 +197,10 @@ class BrokerNode:
         data_dir: Path | None = None,
         reload: Callable[[], Offer] | None = None,
         event_log_dir: Path | None = None,
+        curve: CurveKeyPair | None = None,
     ) -> None:
-        """``event_log_dir``: write the event log there (docs/trend.md), None: no event log."""
+        """``event_log_dir``: write the event log there (docs/trend.md), None: no event log.
+        ``curve``: this broker's CURVE key pair (its sockets serve CURVE), None: no CURVE."""
         self.identity = broker_config.identity
         self._broker_config = broker_config
         self._data_dir = data_dir
@@ -245,12 +260,18 @@ class BrokerNode:
             "ticks": 0,
             "published": 0,
             "persist_failed": 0,
+            "curve_refused": 0,  # ZAP said no (net/security.py)
         }
         # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
         # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
         self.broker.io_counters = self._counters
         self.management = ManagementBridge(self.feed, lambda: self.broker.network.admins, _logger)
         self._sinks: dict[Channel, Callable[[bytes, Message], None]] = {}
+        # CURVE (scale0/net/security.py): our key pair, the seeds' keys, ZAP while we run.
+        self._curve = curve
+        seeds = broker_config.seeds
+        self._seed_keys = dict(zip(seeds, broker_config.seed_curve_keys, strict=False))
+        self._gate: Gatekeeper | None = None
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -303,6 +324,7 @@ class BrokerNode:
         self._context = zmq.Context()
         config = self._broker_config
         try:
+            self._start_gate()
             for channel, port_number, signatures, fast in (
                 (Channel.FRONTEND, config.frontend_port, FRONTEND_SIGNATURES, self._fast_request),
                 (Channel.BACKEND, config.backend_port, BACKEND_SIGNATURES, self._fast_reply),
@@ -370,6 +392,7 @@ class BrokerNode:
                 self._log(logging.INFO, "broker_stopped", {"stats": self.stats()})
         finally:
             self.management.close()
+            self._stop_gate()
             self._close_sockets(linger_ms=self._flush_ms)
             self._close_event_log()
             self._closed.set()
@@ -444,7 +467,7 @@ class BrokerNode:
             (zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes)),
         )
         bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        return _Port(channel, sock, _fd_of(sock), signatures, bound)
+        return _Port(channel, sock, _fd_of(sock), signatures, bound, keyed=self._curve is not None)
 
     def _bind_pub(self, endpoint: str) -> zmq.Socket[bytes]:
         return self._bound_socket(zmq.PUB, Channel.CONFIG, endpoint)
@@ -461,6 +484,8 @@ class BrokerNode:
             sock.setsockopt(zmq.SNDHWM, self._hwm)
             for option, value in options:
                 sock.setsockopt(option, value)
+            if self._curve is not None:
+                make_server(sock, self._curve, channel.value)
             sock.bind(endpoint)
         except zmq.ZMQError as exc:
             sock.close(linger=0)
@@ -492,6 +517,7 @@ class BrokerNode:
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
         sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
         try:
+            self._curve_client(sock, endpoint)
             sock.connect(endpoint)
         except zmq.ZMQError as exc:
             sock.close(linger=0)
@@ -536,6 +562,7 @@ class BrokerNode:
                 port.socket.disconnect(endpoint)
         for endpoint in sorted(wanted - self._subscribed):
             try:
+                self._curve_client(port.socket, endpoint)
                 port.socket.connect(endpoint)
             except zmq.ZMQError as exc:
                 self._log(
@@ -581,6 +608,51 @@ class BrokerNode:
             # term() waits for queued messages up to each socket's linger, then releases.
             self._context.term()
             self._context = None
+
+    # ---- CURVE (scale0/net/security.py; docs/operations.md "CURVE") ------------------------
+
+    def _start_gate(self) -> None:
+        """ZAP before the first bind: with no handler bound, libzmq would admit every key."""
+        if self._curve is None or self._context is None:
+            return
+        self._gate = Gatekeeper(self._context, lambda: self.broker.network, self._curve_refused)
+        self._gate.start()
+
+    def _curve_refused(self, event: str, fields: dict[str, object]) -> None:
+        self._counters["curve_refused"] += 1
+        self._log(logging.WARNING, event, fields)
+
+    def _stop_gate(self) -> None:
+        if self._gate is not None:
+            self._gate.stop()
+            self._gate = None
+
+    def _curve_client(self, sock: zmq.Socket[bytes], endpoint: str) -> None:
+        """Before a connect: CURVE if the broker at ``endpoint`` serves it (its config entry,
+        or seed_curve_keys for a seed), with our own key pair."""
+        server_key = server_key_for(self.broker.network, endpoint, self._seed_keys)
+        if server_key is None:
+            plain_client(sock)
+            return
+        if self._curve is None:
+            # It will refuse us: say why once per connect, rather than fail in silence.
+            self._log(
+                logging.ERROR,
+                "curve_key_missing",
+                {"endpoint": endpoint, "reason": "it serves CURVE; set curve_secret_key"},
+            )
+            plain_client(sock)
+            return
+        make_client(sock, self._curve, server_key)
+
+    def _note_keys(self, port: _Port, batch: list[list[bytes]], keys: list[str]) -> None:
+        """Remember each routing id's CURVE key (placeholder for the core's Authenticated)."""
+        known = port.keys
+        if len(known) > 100_000:  # routing ids of connections long gone: start afresh
+            known.clear()
+        for frames, key in zip(batch, keys, strict=True):
+            if known.get(frames[0]) != key:
+                known[frames[0]] = key
 
     # ---- the loop: reading ----------------------------------------------------------------
 
@@ -638,7 +710,11 @@ class BrokerNode:
         if limit <= 0 or _is_closed(port):  # (closed by an effect: nothing more to read)
             return 0
         try:
-            batch = recv_batch(port.io, limit)
+            if port.keyed:
+                batch, keys = recv_batch_keyed(port.socket, limit)
+                self._note_keys(port, batch, keys)
+            else:
+                batch = recv_batch(port.io, limit)
         except zmq.ZMQError as exc:  # a socket-level failure: say so, keep the loop alive
             port.dirty = False  # not retried until its FD fires again
             self._counters["internal_errors"] += 1
