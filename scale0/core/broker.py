@@ -125,6 +125,7 @@ from scale0.core.admin import Management
 from scale0.core.context import Core
 from scale0.core.dispatch import Dispatch
 from scale0.core.effects import (
+    Authenticated,
     Channel,
     ConfigOffered,
     ConfigRead,
@@ -249,6 +250,7 @@ class Broker:
 
         self._on_event: dict[type[Any], Callable[[Any, float, float, list[Effect]], None]] = {}
         self._event(Received, self._received)
+        self._event(Authenticated, lambda e, now, wall, out: sessions.authenticated(e, wall, out))
         self._event(Tick, self._tick)
         self._event(Malformed, lambda e, now, wall, out: self.guard.malformed(e, now, out))
         self._event(ConfigOffered, self._config_offered)
@@ -288,7 +290,7 @@ class Broker:
             int: lambda key, now, wall, out: dispatch.deadline(key, now, out),
             SessionDue: lambda key, now, wall, out: sessions.expire(key, now, out),
             BeatDue: dispatch.beat,
-            Periodic.SWEEP: lambda key, now, wall, out: self._sweep(now, wall),
+            Periodic.SWEEP: lambda key, now, wall, out: self._sweep(now, wall, out),
             Periodic.PEERS: lambda key, now, wall, out: self.family.round(now, wall, out),
             Periodic.TABLE: lambda key, now, wall, out: self.family.commit_table(now, wall, out),
             Periodic.REPUBLISH: lambda key, now, wall, out: self.replication.republish(now, out),
@@ -322,6 +324,7 @@ class Broker:
     def handle(self, event: Event, now: float, wall: float) -> list[Effect]:
         out: list[Effect] = []
         self.core.clock = now
+        self.core.wall = wall
         handler = self._on_event.get(type(event))
         if handler is not None:
             handler(event, now, wall, out)
@@ -456,8 +459,9 @@ class Broker:
         self.family.shutdown(out)
         out.append(Log("info", "broker_stopping", {"identity": self.core.identity}))
 
-    def _sweep(self, now: float, wall: float) -> None:
+    def _sweep(self, now: float, wall: float, out: list[Effect]) -> None:
         self.guard.sweep(now)
+        self.sessions.regrant(now, wall, out)  # key grants that ended (scale0/core/trust.py)
         self.dispatch.sweep(now)
         self.majordomo.sweep()
         dispatch = self.dispatch

@@ -39,6 +39,7 @@ from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.broker import Broker
 from scale0.core.effects import (
     Authenticate,
+    Authenticated,
     Channel,
     Close,
     ConfigOffered,
@@ -272,6 +273,7 @@ class BrokerNode:
         seeds = broker_config.seeds
         self._seed_keys = dict(zip(seeds, broker_config.seed_curve_keys, strict=False))
         self._gate: Gatekeeper | None = None
+        self.broker.core.curve = curve is not None
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -646,13 +648,17 @@ class BrokerNode:
         make_client(sock, self._curve, server_key)
 
     def _note_keys(self, port: _Port, batch: list[list[bytes]], keys: list[str]) -> None:
-        """Remember each routing id's CURVE key (placeholder for the core's Authenticated)."""
+        """Tell the core each routing id's CURVE key (``Authenticated``) before its messages
+        are handled: once per connection, not per message (``port.keys`` remembers)."""
         known = port.keys
         if len(known) > 100_000:  # routing ids of connections long gone: start afresh
             known.clear()
         for frames, key in zip(batch, keys, strict=True):
-            if known.get(frames[0]) != key:
-                known[frames[0]] = key
+            routing_id = frames[0]
+            if known.get(routing_id) != key:
+                known[routing_id] = key
+                event = Authenticated(port.channel, routing_id, key)
+                self._perform(self.broker.handle(event, time.monotonic(), time.time()))
 
     # ---- the loop: reading ----------------------------------------------------------------
 

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from scale0.config.model import KeyGrant
 from scale0.crypto.curve import generate_curve_keypair, load_curve_secret_key
 from scale0.net.client import Client
 from scale0.net.worker import Worker, echo_handler
-from scale0.session.errors import RequestTimeout
+from scale0.session.errors import BrokerRefused, Forbidden, RequestTimeout
 from scale0.testing import (
     BrokerProcess,
     _spawn_broker,
@@ -148,3 +150,156 @@ def test_the_secret_key_file_must_be_0600_and_match_the_config(tmp_path: Path) -
     assert process.wait(WAIT_S) == 1
     assert f"curve_public_key is {pair.public}" in stderr_path.read_text()
     assert network.brokers[0].curve_public_key == pair.public
+
+
+def served_by(name: str) -> Callable[[list[bytes]], list[bytes]]:
+    return lambda body: [name.encode(), *body]
+
+
+def test_a_worker_with_a_valid_key_but_no_right_to_a_service_is_refused_with_403(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    public = keys(tmp_path, "client", "worker", "worker2")
+    grants = {
+        "workers": [
+            {"key": public["worker"], "services": ["echo", "secret.*"]},
+            {"key": "*", "services": ["echo"]},  # every other key: echo only
+        ],
+    }
+    with (
+        running_brokers(tmp_path, 1, curve=True, **FAST, **_grants(grants)) as (b1,),
+        worker(b1, {"echo": served_by("w1"), "secret.a": served_by("w1")}) as allowed,
+        worker(b1, {"secret.a": served_by("w2")}, who="worker2"),
+    ):
+        assert allowed.wait_registered(WAIT_S)
+        wait_until(
+            lambda: any(
+                e.get("key") == public["worker2"] and "may not serve secret.a" in e["reason"]
+                for e in events(b1, "key_refused")
+            ),
+            what="worker2 refused with 403, logged with its key",
+        )
+        # The worker was told why: DISCONNECTERROR 403 naming the service.
+        assert any(
+            "broker refused: 403" in r.getMessage() and "secret.a" in r.getMessage()
+            for r in caplog.records
+        )
+        with Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as client:
+            for i in range(20):
+                assert client.request("secret.a", b"%d" % i) == [b"w1", b"%d" % i]
+        ready = [e for e in events(b1, "worker_ready") if "secret.a" in e["services"]]
+        assert len(ready) == 1, ready  # only the granted worker ever registered it
+
+
+def test_a_client_calling_a_service_it_may_not_call_gets_403(tmp_path: Path) -> None:
+    public = keys(tmp_path, "client", "client2", "worker")
+    grants = {
+        "clients": [
+            {"key": public["client"], "services": ["echo"]},
+            {"key": public["client2"], "services": "all"},
+        ],
+    }
+    with running_brokers(tmp_path, 2, curve=True, **FAST, **_grants(grants)) as (b1, b2):
+        wait_until(
+            lambda: any(e.get("peer") == "b2" for e in events(b1, "peer_linked")),
+            what="b1 linked to b2",
+        )
+        # The worker is at b2 only: b1 forwards what it lets through.
+        with worker(b2, {"echo": served_by("w"), "admin.reset": served_by("w")}) as handle:
+            assert handle.wait_registered(WAIT_S)
+            with (
+                Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as limited,
+                Client(
+                    b1.endpoints["frontend"], timeout=10.0, **curve_options(b1, "client2")
+                ) as full,
+            ):
+                wait_until(lambda: _answers(full, "admin.reset"), what="b1 forwards to b2")
+                assert limited.request("echo", b"x") == [b"w", b"x"]
+                with pytest.raises(Forbidden) as info:
+                    limited.request("admin.reset", b"x")
+                assert info.value.status == 403
+                assert "may not call 'admin.reset'" in str(info.value)
+                assert full.request("admin.reset", b"y") == [b"w", b"y"]
+                assert limited.request("echo", b"z") == [b"w", b"z"]  # still served
+            refused = [e for e in events(b1, "request_refused") if e["key"] == public["client"]]
+            assert refused and refused[0]["service"] == "admin.reset"
+
+
+def _answers(client: Client, service: str) -> bool:
+    try:
+        return client.request(service, b"?", timeout=2.0)[-1] == b"?"
+    except Exception:
+        return False
+
+
+def test_a_rotated_key_works_across_the_overlap_and_is_refused_after(tmp_path: Path) -> None:
+    public = keys(tmp_path, "client", "client2", "worker")
+    grants = {"clients": [{"key": public["client"]}]}  # v1: the old key only
+    with (
+        running_brokers(tmp_path, 1, curve=True, **FAST, **_grants(grants)) as (b1,),
+        worker(b1, {"echo": served_by("w")}) as handle,
+    ):
+        assert handle.wait_registered(WAIT_S)
+        old = Client(b1.endpoints["frontend"], timeout=5.0, **curve_options(b1, "client"))
+        new_options = curve_options(b1, "client2")
+        with old:
+            assert old.request("echo", b"v1") == [b"w", b"v1"]
+            with (
+                pytest.raises(RequestTimeout),
+                Client(b1.endpoints["frontend"], timeout=2.0, **new_options) as early,
+            ):
+                early.connect(timeout=2.0)  # the new key is not granted yet
+
+            # v2: the new key, and the old one until the end of the overlap.
+            overlap_s = 8
+            until = int(time.time()) + overlap_s
+            tree = yaml.safe_load(b1.network_file.read_text())
+            tree["config_version"] = 2
+            tree["clients"] = [
+                {"key": public["client"], "until": until},
+                {"key": public["client2"]},
+            ]
+            b1.network_file.write_text(yaml.safe_dump(tree))
+            os.kill(b1.pid, signal.SIGHUP)
+            wait_until(
+                lambda: any(e.get("version") == 2 for e in events(b1, "config_applied")),
+                what="v2 applied",
+            )
+            with Client(b1.endpoints["frontend"], timeout=5.0, **new_options) as new:
+                # Within the overlap both keys work, on one connection and on new ones.
+                assert new.request("echo", b"new") == [b"w", b"new"]
+                assert old.request("echo", b"old") == [b"w", b"old"]
+                with Client(
+                    b1.endpoints["frontend"], timeout=5.0, **curve_options(b1, "client")
+                ) as again:
+                    assert again.request("echo", b"old2") == [b"w", b"old2"]
+                assert time.time() < until, "the machine was too slow for the overlap"
+
+                # After it (and the next sweep): the old key's connections are refused
+                # with 403 (a session still open, or one opening again: the key is
+                # logged), a new connection with it is refused by ZAP.
+                wait_until(
+                    lambda: time.time() > until + 1.5,
+                    timeout=overlap_s + WAIT_S,
+                    what="the end of the overlap",
+                )
+                with pytest.raises((BrokerRefused, RequestTimeout, Forbidden)):
+                    old.request("echo", b"late", timeout=2.0)
+                wait_until(
+                    lambda: any(
+                        e.get("key") == public["client"] for e in events(b1, "key_refused")
+                    ),
+                    what="the old key's refusal logged",
+                )
+                with (
+                    pytest.raises(RequestTimeout),
+                    Client(
+                        b1.endpoints["frontend"], timeout=2.0, **curve_options(b1, "client")
+                    ) as late,
+                ):
+                    late.connect(timeout=2.0)
+                assert any(
+                    e.get("key") == public["client"] and e.get("domain") == "frontend"
+                    for e in events(b1, "curve_refused")
+                )
+                assert new.request("echo", b"after") == [b"w", b"after"]
