@@ -129,8 +129,9 @@ def curve_mismatch(
 ) -> str | None:
     """How the broker's CURVE key and its entry's ``curve_public_key`` disagree, if they do.
 
-    Both or neither: a broker that serves CURVE with no key in the config (or the other way
-    round) would be unreachable for everyone who follows the config.
+    An entry with a key whose broker has none, or another one, would be unreachable for
+    everyone who follows the config. A broker with a key pair whose entry has none is a rollout
+    under way (docs/operations.md "CURVE"): it connects with its key and serves without CURVE.
     """
     entry = next((e for e in network.brokers if e.identity == broker.identity), None)
     if entry is None:
@@ -140,18 +141,30 @@ def curve_mismatch(
             f"brokers[{broker.identity}].curve_public_key is set in the network config, but "
             "the broker file names no curve_secret_key"
         )
-    if curve is not None and entry.curve_public_key is None:
-        return (
-            "the broker file names a curve_secret_key, but "
-            f"brokers[{broker.identity}] in the network config has no curve_public_key "
-            f'(add curve_public_key: "{curve.public}")'
-        )
-    if curve is not None and entry.curve_public_key != curve.public:
+    if curve is not None and entry.curve_public_key not in (None, curve.public):
         return (
             f"curve_secret_key's public key is {curve.public}, but "
             f"brokers[{broker.identity}].curve_public_key is {entry.curve_public_key}"
         )
     return None
+
+
+def serves_curve(prepared: Prepared) -> bool:
+    """Whether the broker's sockets serve CURVE: it has a key pair and its entry in the config
+    it starts from (the file's, else the saved one) has a curve_public_key; with no config at
+    all, when its seeds serve CURVE (``seed_curve_keys``): it joins a CURVE family."""
+    if prepared.curve is None:
+        return False
+    network = prepared.network
+    if network is None and prepared.last_good is not None:
+        try:
+            network = loads(prepared.last_good.document, "json", kind="network")
+        except ConfigError:
+            network = None
+    if network is None:
+        return bool(prepared.broker.seed_curve_keys)
+    entry = next((e for e in network.brokers if e.identity == prepared.broker.identity), None)
+    return entry is not None and entry.curve_public_key is not None
 
 
 def reread_broker_file(prepared: Prepared) -> tuple[BrokerConfig, list[str]]:
@@ -378,6 +391,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
         event_log_dir=prepared.event_log_dir,
         reload=(lambda: reload_offer(prepared)) if prepared.broker.config_source else None,
         curve=prepared.curve,
+        serve_curve=serves_curve(prepared),
     )
     try:
         node.start()

@@ -83,12 +83,13 @@ def load_handler(reference: str) -> Handler:
     type=click.Path(dir_okay=False),
     default=None,
     help="This worker's CURVE key file (NAME.curve.key, mode 0600), for a family that serves "
-    "CURVE; needs --server-key.",
+    "CURVE (or is turning it on).",
 )
 @click.option(
     "--server-key",
     default=None,
-    help="The CURVE public key (Z85) of the broker at ENDPOINT; the others' come with the config.",
+    help="The CURVE public key (Z85) of the broker at ENDPOINT, if it serves CURVE; the "
+    "others' come with the config. Needs --curve-key.",
 )
 @log_level_option()
 def main(
@@ -110,12 +111,13 @@ def main(
     function = load_handler(handler)
     names = services or (getattr(function, "__name__", handler.rpartition(":")[2]),)
     curve = None
-    if (curve_key is None) != (server_key is None):
-        raise click.UsageError("--curve-key and --server-key go together")
-    if curve_key is not None and server_key is not None:
+    if server_key is not None and curve_key is None:
+        raise click.UsageError("--server-key needs --curve-key (this worker's own key pair)")
+    if server_key is not None:
         problem = curve_key_problem(server_key)
         if problem is not None:
             raise click.BadParameter(problem, param_hint="--server-key")
+    if curve_key is not None:
         try:
             curve = load_curve_secret_key(curve_key)
         except CryptoError as exc:

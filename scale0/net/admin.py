@@ -34,6 +34,7 @@ from scale0.core.effects import (
     FanOutDone,
     ManagementCall,
 )
+from scale0.crypto.curve import CurveKeyPair
 from scale0.wire.admin import ManagementReply, ManagementRequest
 from scale0.wire.client import DisconnectError
 from scale0.wire.errors import ProtocolError
@@ -98,10 +99,13 @@ def call(
     *,
     timeout_s: float = 5.0,
     context: zmq.Context[Any] | None = None,
+    curve: CurveKeyPair | None = None,
+    server_key: str | None = None,
 ) -> ManagementReply:
     """Send one MANAGEMENTREQ to ``endpoint`` and return its MANAGEMENTREP (any code).
 
     Raises :class:`NoAnswer` after ``timeout_s`` and :class:`Refused` on DISCONNECTERROR.
+    ``curve`` and ``server_key``: our CURVE key pair and the broker's key, when it serves CURVE.
     """
     request = ManagementRequest(
         auth_id=auth_id,
@@ -115,6 +119,10 @@ def call(
     try:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_ANSWER_FRAME_BYTES)
+        if curve is not None and server_key is not None:
+            sock.curve_serverkey = server_key.encode("ascii")
+            sock.curve_publickey = curve.public.encode("ascii")
+            sock.curve_secretkey = curve.secret.encode("ascii")
         sock.connect(endpoint)
         deadline = time.monotonic() + timeout_s
         sock.send_multipart(encode(request))

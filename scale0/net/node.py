@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -79,6 +80,7 @@ from scale0.net.frames_io import (
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.net.security import (
     Gatekeeper,
+    HandshakeWatch,
     make_client,
     make_server,
     plain_client,
@@ -199,9 +201,11 @@ class BrokerNode:
         reload: Callable[[], Offer] | None = None,
         event_log_dir: Path | None = None,
         curve: CurveKeyPair | None = None,
+        serve_curve: bool = False,
     ) -> None:
         """``event_log_dir``: write the event log there (docs/trend.md), None: no event log.
-        ``curve``: this broker's CURVE key pair (its sockets serve CURVE), None: no CURVE."""
+        ``curve``: this broker's CURVE key pair, with which it connects to brokers that serve
+        CURVE; ``serve_curve``: its own sockets serve CURVE too (needs ``curve``)."""
         self.identity = broker_config.identity
         self._broker_config = broker_config
         self._data_dir = data_dir
@@ -262,6 +266,7 @@ class BrokerNode:
             "published": 0,
             "persist_failed": 0,
             "curve_refused": 0,  # ZAP said no (net/security.py)
+            "curve_handshake_failed": 0,  # a CURVE/NULL handshake failed (HandshakeWatch)
         }
         # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
         # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
@@ -273,7 +278,12 @@ class BrokerNode:
         seeds = broker_config.seeds
         self._seed_keys = dict(zip(seeds, broker_config.seed_curve_keys, strict=False))
         self._gate: Gatekeeper | None = None
-        self.broker.core.curve = curve is not None
+        self._serve_curve = serve_curve and curve is not None
+        self.broker.core.curve = self._serve_curve
+        self._watch: HandshakeWatch | None = None  # handshake failures (monitors), see start()
+        self._used_keys: dict[str, str | None] = {}  # "link:<id>" / "sub:<endpoint>" -> key
+        self._redo: set[str] = set()  # connections to open again after a failed handshake
+        self._fail_logged: dict[str, float] = {}
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -325,6 +335,7 @@ class BrokerNode:
             self._loop = IOLoop.current()
         self._context = zmq.Context()
         config = self._broker_config
+        self._watch = HandshakeWatch(self._loop, self._handshake_failed)
         try:
             self._start_gate()
             for channel, port_number, signatures, fast in (
@@ -469,7 +480,9 @@ class BrokerNode:
             (zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes)),
         )
         bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        return _Port(channel, sock, _fd_of(sock), signatures, bound, keyed=self._curve is not None)
+        if self._serve_curve and self._watch is not None:
+            self._watch.watch(channel.value, sock)  # a failed handshake is logged (no sender)
+        return _Port(channel, sock, _fd_of(sock), signatures, bound, keyed=self._serve_curve)
 
     def _bind_pub(self, endpoint: str) -> zmq.Socket[bytes]:
         return self._bound_socket(zmq.PUB, Channel.CONFIG, endpoint)
@@ -486,7 +499,7 @@ class BrokerNode:
             sock.setsockopt(zmq.SNDHWM, self._hwm)
             for option, value in options:
                 sock.setsockopt(option, value)
-            if self._curve is not None:
+            if self._serve_curve and self._curve is not None:
                 make_server(sock, self._curve, channel.value)
             sock.bind(endpoint)
         except zmq.ZMQError as exc:
@@ -519,9 +532,11 @@ class BrokerNode:
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
         sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
         try:
-            self._curve_client(sock, endpoint)
+            self._used_keys[f"link:{link}"] = self._curve_client(sock, endpoint, f"link:{link}")
             sock.connect(endpoint)
         except zmq.ZMQError as exc:
+            if self._watch is not None:
+                self._watch.unwatch(f"link:{link}")
             sock.close(linger=0)
             self._log(
                 logging.ERROR,
@@ -546,6 +561,8 @@ class BrokerNode:
         port = self._ports.pop(f"link:{link}", None)
         if port is None:
             return
+        if self._watch is not None:
+            self._watch.unwatch(f"link:{link}")
         self._flush()  # what the core said on this link before closing it (DISCONNECT) goes out
         port.closed = True
         if self._loop is not None:
@@ -564,7 +581,9 @@ class BrokerNode:
                 port.socket.disconnect(endpoint)
         for endpoint in sorted(wanted - self._subscribed):
             try:
-                self._curve_client(port.socket, endpoint)
+                self._used_keys[f"sub:{endpoint}"] = self._curve_client(
+                    port.socket, endpoint, "config"
+                )
                 port.socket.connect(endpoint)
             except zmq.ZMQError as exc:
                 self._log(
@@ -600,6 +619,8 @@ class BrokerNode:
             self._log(logging.ERROR, "config_persist_failed", {"error": str(exc)})
 
     def _close_sockets(self, *, linger_ms: int) -> None:
+        if self._watch is not None:
+            self._watch.close()
         for port in self._ports.values():
             port.socket.close(linger=linger_ms)
         self._ports.clear()
@@ -629,23 +650,99 @@ class BrokerNode:
             self._gate.stop()
             self._gate = None
 
-    def _curve_client(self, sock: zmq.Socket[bytes], endpoint: str) -> None:
+    def _curve_client(self, sock: zmq.Socket[bytes], endpoint: str, name: str) -> str | None:
         """Before a connect: CURVE if the broker at ``endpoint`` serves it (its config entry,
-        or seed_curve_keys for a seed), with our own key pair."""
+        or seed_curve_keys for a seed), with our own key pair; returns the server key used.
+        Any connection CURVE touches is watched, so a failed handshake is tried again."""
         server_key = server_key_for(self.broker.network, endpoint, self._seed_keys)
-        if server_key is None:
+        if server_key is None or self._curve is None:
+            if server_key is not None:  # it will refuse us: say why, not fail in silence
+                self._log(
+                    logging.ERROR,
+                    "curve_key_missing",
+                    {"endpoint": endpoint, "reason": "it serves CURVE; set curve_secret_key"},
+                )
             plain_client(sock)
-            return
-        if self._curve is None:
-            # It will refuse us: say why once per connect, rather than fail in silence.
+        else:
+            make_client(sock, self._curve, server_key)
+        watch = self._watch
+        curve_involved = server_key is not None or self._curve is not None
+        if watch is not None and curve_involved and not watch.watching(name, sock):
+            watch.watch(name, sock)
+        return server_key
+
+    def _handshake_failed(self, name: str, endpoint: str, event: str, detail: str) -> None:
+        """A handshake failed (scale0/net/security.py HandshakeWatch): log it (at most every
+        10 s per connection) and, for our own connections, open them again in a second with
+        the key the running config names (libzmq does not retry them)."""
+        self._counters["curve_handshake_failed"] = (
+            self._counters.get("curve_handshake_failed", 0) + 1
+        )
+        key = f"{name} {endpoint}"
+        now = time.monotonic()
+        if now - self._fail_logged.get(key, -math.inf) >= 10.0:
+            self._fail_logged[key] = now
             self._log(
-                logging.ERROR,
-                "curve_key_missing",
-                {"endpoint": endpoint, "reason": "it serves CURVE; set curve_secret_key"},
+                logging.WARNING,
+                "curve_handshake_failed",
+                {"socket": name, "endpoint": endpoint, "event": event, "detail": detail},
             )
-            plain_client(sock)
+        if name.startswith("link:") or name == "config":
+            redo = f"{name} {endpoint}"
+            if redo not in self._redo and self._loop is not None and not self._stopped:
+                self._redo.add(redo)
+                self._loop.call_later(1.0, self._reopen, name, endpoint)
+
+    def _reopen(self, name: str, endpoint: str) -> None:
+        self._redo.discard(f"{name} {endpoint}")
+        if self._stopped:
             return
-        make_client(sock, self._curve, server_key)
+        if name.startswith("link:"):
+            port = self._ports.get(name)
+            if port is not None and port.endpoint == endpoint:
+                self._connect_link(name.removeprefix("link:"), endpoint)
+        elif endpoint in self._subscribed:
+            port = self._ports.get("config")
+            if port is None:
+                return
+            with contextlib.suppress(zmq.ZMQError):
+                port.socket.disconnect(endpoint)
+            try:
+                self._used_keys[f"sub:{endpoint}"] = self._curve_client(
+                    port.socket, endpoint, "config"
+                )
+                port.socket.connect(endpoint)
+            except zmq.ZMQError as exc:
+                self._log(
+                    logging.ERROR, "subscribe_failed", {"endpoint": endpoint, "error": str(exc)}
+                )
+            port.dirty = True
+
+    def _rekey(self) -> None:
+        """A config applied: reopen links and subscriptions whose broker's CURVE key changed,
+        and say when this broker's own entry asks for a CURVE setting its sockets lack."""
+        network = self.broker.network
+        for name, port in list(self._ports.items()):
+            if not name.startswith("link:") or name not in self._used_keys:
+                continue
+            if server_key_for(network, port.endpoint, self._seed_keys) != self._used_keys[name]:
+                self._connect_link(name.removeprefix("link:"), port.endpoint)
+        for endpoint in sorted(self._subscribed):
+            used = self._used_keys.get(f"sub:{endpoint}")
+            if server_key_for(network, endpoint, self._seed_keys) != used:
+                self._reopen("config", endpoint)
+        entry = self.broker.core.entry
+        wanted = entry is not None and entry.curve_public_key is not None
+        if entry is not None and wanted != self._serve_curve:
+            self._log(
+                logging.WARNING,
+                "curve_needs_restart",
+                {
+                    "curve_public_key": entry.curve_public_key,
+                    "serving_curve": self._serve_curve,
+                    "reason": "a broker's sockets take CURVE at start: restart it",
+                },
+            )
 
     def _note_keys(self, port: _Port, batch: list[list[bytes]], keys: list[str]) -> None:
         """Tell the core each routing id's CURVE key (``Authenticated``) before its messages
@@ -936,6 +1033,7 @@ class BrokerNode:
                     self._subscribe(effect.endpoints)
                 elif isinstance(effect, Persist):
                     self._persist(effect)
+                    self._rekey()  # a config applied: brokers' CURVE keys may have changed
                 elif isinstance(effect, Authenticate | FanOut):
                     if events is not None and isinstance(effect, Authenticate):
                         events.management_asked(effect.channel, effect.routing_id, effect.request)

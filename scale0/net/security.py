@@ -15,6 +15,7 @@ the sender's public key (Z85), which the authenticator set after ZAP said yes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from typing import Any, Final
 
 import zmq
 from zmq.auth.asyncio import AsyncioAuthenticator
+from zmq.utils.monitor import recv_monitor_message
 
 from scale0.config.model import NetworkConfig
 from scale0.core.trust import DOMAINS, admits
@@ -29,6 +31,7 @@ from scale0.crypto.curve import CurveKeyPair
 
 __all__ = [
     "Gatekeeper",
+    "HandshakeWatch",
     "make_client",
     "make_server",
     "recv_batch_keyed",
@@ -171,3 +174,80 @@ class _Authenticator(AsyncioAuthenticator):
             if domain not in DOMAINS:
                 self._gate.refuse(domain, "", f"unknown ZAP domain {domain!r}")
         await super().handle_zap_message(msg)
+
+
+#: The handshake failures a watch reports (libzmq's monitor events).
+HANDSHAKE_FAILED: Final = int(
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+
+#: Called with (watch name, endpoint, event name, detail) for every handshake that failed.
+FailSink = Callable[[str, str, str, str], None]
+
+
+class HandshakeWatch:
+    """Handshake failures of watched sockets, read on the loop through libzmq monitors.
+
+    libzmq never retries a connection whose handshake failed (a CURVE client meeting a NULL
+    server, a key ZAP refused): whoever owns the socket must open it again, and a bound socket
+    sees only the failure, never who failed. ``on_fail`` is told each one.
+    """
+
+    def __init__(self, loop: Any, on_fail: FailSink) -> None:
+        self._loop = loop
+        self._on_fail = on_fail
+        self._watched: dict[str, tuple[zmq.Socket[Any], zmq.Socket[Any], int]] = {}
+
+    def watch(self, name: str, sock: zmq.Socket[Any]) -> None:
+        self.unwatch(name)
+        monitor = sock.get_monitor_socket(HANDSHAKE_FAILED)
+        fd = monitor.getsockopt(zmq.FD)
+        assert isinstance(fd, int)
+        self._watched[name] = (sock, monitor, fd)
+        self._loop.add_handler(fd, lambda _fd, _events: self._readable(name), 1)  # READ
+
+    def watching(self, name: str, sock: zmq.Socket[Any]) -> bool:
+        """Whether ``sock`` is watched as ``name`` already."""
+        entry = self._watched.get(name)
+        return entry is not None and entry[0] is sock
+
+    def unwatch(self, name: str) -> None:
+        entry = self._watched.pop(name, None)
+        if entry is None:
+            return
+        sock, monitor, fd = entry
+        self._loop.remove_handler(fd)
+        if not sock.closed:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disable_monitor()
+        monitor.close(linger=0)
+
+    def close(self) -> None:
+        for name in list(self._watched):
+            self.unwatch(name)
+
+    def _readable(self, name: str) -> None:
+        entry = self._watched.get(name)
+        if entry is None:
+            return
+        monitor = entry[1]
+        for _ in range(100):  # bounded: the rest comes at the next wake-up
+            try:
+                message = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError:
+                return
+            event = message.get("event")
+            if not isinstance(event, int) or not event & HANDSHAKE_FAILED:
+                continue
+            endpoint = message.get("endpoint", b"")
+            text = endpoint.decode("utf-8", "replace") if isinstance(endpoint, bytes) else ""
+            self._on_fail(name, text, _event_name(event), _event_name(message.get("value")))
+
+
+def _event_name(value: object) -> str:
+    name = getattr(value, "name", None)
+    return str(name) if name is not None else str(value)
