@@ -164,7 +164,7 @@ def serves_curve(prepared: Prepared) -> bool:
     if network is None:
         return bool(prepared.broker.seed_curve_keys)
     entry = next((e for e in network.brokers if e.identity == prepared.broker.identity), None)
-    return entry is not None and entry.curve_public_key is not None
+    return entry is not None and entry.serves_curve is not None
 
 
 def reread_broker_file(prepared: Prepared) -> tuple[BrokerConfig, list[str]]:

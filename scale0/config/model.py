@@ -171,9 +171,21 @@ class BrokerEntry:
         default=None,
         metadata=doc(
             "The broker's CURVE public key (Z85, 40 characters); present: every socket of this "
-            "broker serves CURVE and everyone connects to it with CURVE."
+            "broker serves CURVE and everyone connects to it with CURVE (unless curve_off)."
         ),
     )
+    curve_off: bool = field(
+        default=False,
+        metadata=doc(
+            "Turning CURVE on broker by broker: this broker serves no CURVE yet, its "
+            "curve_public_key only identifies it to the brokers that do."
+        ),
+    )
+
+    @property
+    def serves_curve(self) -> str | None:
+        """The key to connect to this broker with, None when it serves no CURVE."""
+        return None if self.curve_off else self.curve_public_key
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,10 @@ def _network(c: NetworkConfig) -> Iterator[Finding]:
                 "curve is on for the family: every broker needs its CURVE public key "
                 "(`scale0ctl keys generate --type curve`)",
             )
+        elif b.curve_off:
+            yield f"{at}.curve_off", "names no curve_public_key to identify the broker by"
+        if c.curve and b.curve_off:
+            yield f"{at}.curve_off", "curve is on for the family: every broker serves CURVE"
         if b.services != "all":
             for j, s in enumerate(b.services):
                 yield from check_service(f"{at}.services[{j}]", s)

@@ -10,7 +10,8 @@ tests/core/test_trust.py names a test after each):
  T3  A key named by no grant gets the ``*`` grants' services; with no ``*`` grant, nothing.
  T4  A service pattern is a name in which ``*`` matches any characters (``reports.*``); ``all``
      matches every service.
- T5  ZAP (who may connect, per socket): the frontend admits a key that may call something,
+ T5  ZAP (who may connect, per socket): the frontend admits a key that may call something
+     and a broker of the family (management asked of the whole family comes to each frontend),
      the backend one that may serve something, the peer ROUTER and the config PUB only the
      ``curve_public_key`` of a broker of the family; any other ZAP domain is refused.
  T6  A broker that has no config yet (joining: no members known) admits every key on its
@@ -74,6 +75,8 @@ def admits(network: NetworkConfig, domain: str, key: str, wall: float) -> str | 
     if domain in {"frontend", "backend"}:
         grants = network.clients if domain == "frontend" else network.workers
         if allowed(grants, key, wall):
+            return None
+        if domain == "frontend" and any(e.curve_public_key == key for e in network.brokers):
             return None
         what = "clients" if domain == "frontend" else "workers"
         return f"no grant in {what} admits this key (or its grants have ended)"

@@ -155,6 +155,8 @@ class ManagementBridge:
         self._context: zmq.asyncio.Context | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        #: For a fan-out to a broker that serves CURVE: (our key pair, its key), else None.
+        self.curve_for: Callable[[str], tuple[CurveKeyPair, str] | None] = lambda _e: None
 
     def perform(self, effect: Authenticate | FanOut) -> None:
         if self._closed:
@@ -237,6 +239,12 @@ class ManagementBridge:
         try:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_ANSWER_FRAME_BYTES)
+            curve = self.curve_for(endpoint)
+            if curve is not None:
+                pair, server_key = curve
+                sock.curve_serverkey = server_key.encode("ascii")
+                sock.curve_publickey = pair.public.encode("ascii")
+                sock.curve_secretkey = pair.secret.encode("ascii")
             sock.connect(endpoint)
             deadline = time.monotonic() + timeout_s
             await sock.send_multipart(encode(request))

@@ -65,7 +65,7 @@ def connect(
             socket.curve_publickey = curve.public.encode("ascii")
             socket.curve_secretkey = curve.secret.encode("ascii")
         else:
-            log.warning("no CURVE key known for %s: connecting without CURVE", endpoint)
+            log.info("no CURVE key known for %s: connecting without CURVE", endpoint)
     try:
         socket.connect(endpoint)
     except zmq.ZMQError as exc:

@@ -280,6 +280,7 @@ class BrokerNode:
         self._gate: Gatekeeper | None = None
         self._serve_curve = serve_curve and curve is not None
         self.broker.core.curve = self._serve_curve
+        self.management.curve_for = self._management_curve
         self._watch: HandshakeWatch | None = None  # handshake failures (monitors), see start()
         self._used_keys: dict[str, str | None] = {}  # "link:<id>" / "sub:<endpoint>" -> key
         self._redo: set[str] = set()  # connections to open again after a failed handshake
@@ -671,6 +672,13 @@ class BrokerNode:
             watch.watch(name, sock)
         return server_key
 
+    def _management_curve(self, endpoint: str) -> tuple[CurveKeyPair, str] | None:
+        """A management fan-out to a peer's frontend: CURVE when that broker serves it."""
+        server_key = server_key_for(self.broker.network, endpoint, self._seed_keys)
+        if server_key is None or self._curve is None:
+            return None
+        return self._curve, server_key
+
     def _handshake_failed(self, name: str, endpoint: str, event: str, detail: str) -> None:
         """A handshake failed (scale0/net/security.py HandshakeWatch): log it (at most every
         10 s per connection) and, for our own connections, open them again in a second with
@@ -732,7 +740,7 @@ class BrokerNode:
             if server_key_for(network, endpoint, self._seed_keys) != used:
                 self._reopen("config", endpoint)
         entry = self.broker.core.entry
-        wanted = entry is not None and entry.curve_public_key is not None
+        wanted = entry is not None and entry.serves_curve is not None
         if entry is not None and wanted != self._serve_curve:
             self._log(
                 logging.WARNING,

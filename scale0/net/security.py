@@ -80,7 +80,7 @@ def server_key_for(
     the broker file's ``seed_curve_keys`` for a seed; None: it speaks no CURVE."""
     for entry in network.brokers:
         if endpoint in (entry.frontend, entry.backend, entry.peer, entry.config_pub):
-            return entry.curve_public_key
+            return entry.serves_curve
     return seeds.get(endpoint)
 
 
@@ -207,6 +207,9 @@ class HandshakeWatch:
         assert isinstance(fd, int)
         self._watched[name] = (sock, monitor, fd)
         self._loop.add_handler(fd, lambda _fd, _events: self._readable(name), 1)  # READ
+        # A ZMQ FD only signals after the socket processed its commands once: ask ZMQ_EVENTS
+        # now (and read what may already wait), or the first failure would go unnoticed.
+        self._loop.add_callback(self._readable, name)
 
     def watching(self, name: str, sock: zmq.Socket[Any]) -> bool:
         """Whether ``sock`` is watched as ``name`` already."""
@@ -235,6 +238,8 @@ class HandshakeWatch:
         monitor = entry[1]
         for _ in range(100):  # bounded: the rest comes at the next wake-up
             try:
+                if not int(monitor.getsockopt(zmq.EVENTS)) & _POLLIN:
+                    return
                 message = recv_monitor_message(monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return
@@ -246,6 +251,7 @@ class HandshakeWatch:
             endpoint = message.get("endpoint", b"")
             text = endpoint.decode("utf-8", "replace") if isinstance(endpoint, bytes) else ""
             self._on_fail(name, text, _event_name(event), _event_name(message.get("value")))
+        self._loop.add_callback(self._readable, name)  # more may wait: read on, not now
 
 
 def _event_name(value: object) -> str:

@@ -146,8 +146,8 @@ def broker_curve_keys(document: Mapping[str, Any], channel: Channel) -> dict[str
         if not isinstance(entry, Mapping):
             continue
         endpoint, key = entry.get(channel), entry.get("curve_public_key")
-        if key is None or not valid_endpoint(endpoint):
-            continue
+        if key is None or not valid_endpoint(endpoint) or entry.get("curve_off") in (True, "true"):
+            continue  # no key, or it serves no CURVE yet (curve_off)
         problem = curve_key_problem(key)
         if problem is not None:
             log.warning("config view: brokers[%d].curve_public_key: %s: skipped", index, problem)
