@@ -54,7 +54,8 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
  F1  Start connects a link to every other member of the family (to each seed while joining)
      and says HELLO on it; a link whose HELLO is not answered says HELLO again every interval.
  F2  A HELLO on the peer ROUTER from a member of our family is answered with our HELLO; another
-     family or a non-member gets DISCONNECTERROR 401; a broker_id whose link spoke within the
+     family, a non-member, or (CURVE) a link whose key is not the entry's curve_public_key of
+     the broker_id it names gets DISCONNECTERROR 401; a broker_id whose link spoke within the
      last interval from another routing id gets 409 (an older one is taken over: the peer
      restarted). Anything else from a routing id that has not said HELLO is ignored.
  F3  Any message from a peer is a heartbeat; a peer silent for liveness x interval is down: its
@@ -250,7 +251,7 @@ class Broker:
 
         self._on_event: dict[type[Any], Callable[[Any, float, float, list[Effect]], None]] = {}
         self._event(Received, self._received)
-        self._event(Authenticated, lambda e, now, wall, out: sessions.authenticated(e, wall, out))
+        self._event(Authenticated, self._authenticated)
         self._event(Tick, self._tick)
         self._event(Malformed, lambda e, now, wall, out: self.guard.malformed(e, now, out))
         self._event(ConfigOffered, self._config_offered)
@@ -369,6 +370,18 @@ class Broker:
         if speaks:
             self.majordomo.translate(out)
         return out
+
+    def _authenticated(
+        self, event: Authenticated, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """A connection's CURVE key: a peer's for its HELLO (F2), else its session's (T1-T4)."""
+        if event.channel is Channel.PEER:
+            keys = self.core.peer_keys
+            if len(keys) >= 10_000:  # routing ids of links long gone; the node says it again
+                keys.clear()
+            keys[event.routing_id] = event.key
+            return
+        self.sessions.authenticated(event, wall, out)
 
     def _received(self, event: Received, now: float, wall: float, out: list[Effect]) -> None:
         channel, routing_id, message = event.channel, event.routing_id, event.message

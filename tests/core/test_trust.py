@@ -176,3 +176,34 @@ def test_a_grant_that_ends_ends_the_sessions_that_hold_it() -> None:
     assert set(a.sessions.clients) == {b"new"}
     refused = [e for e in fabric.effects["a"] if isinstance(e, Log) and e.event == "key_refused"]
     assert refused and refused[-1].fields["key"] == OLD
+
+
+def test_f2_a_hello_whose_curve_key_is_another_brokers_gets_401() -> None:
+    from scale0.wire.peer import BrokerState, Hello, TableMode
+
+    network = family_config()
+    keyed = dataclasses.replace(
+        network,
+        brokers=tuple(
+            dataclasses.replace(b, curve_public_key=key)
+            for b, key in zip(network.brokers, (OLD, NEW, OTHER), strict=True)
+        ),
+    )
+    fabric = Fabric(keyed)
+    fabric.start()
+    fabric.advance(1.0)
+    a = fabric.brokers["a"]
+    hello = Hello("b", "fam", BrokerState.ACTIVE, 1, {}, TableMode.PULL)
+    a.handle(Authenticated(Channel.PEER, b"spoof", OTHER), fabric.now, fabric.wall)  # c's key
+    out = a.handle(Received(Channel.PEER, b"spoof", hello), fabric.now, fabric.wall)
+    (refusal,) = [e.message for e in out if isinstance(e, Send)]
+    assert isinstance(refusal, DisconnectError) and refusal.code == 401
+    assert "CURVE key" in refusal.message
+    a.handle(Authenticated(Channel.PEER, b"real", NEW), fabric.now, fabric.wall)  # b's own
+    out = a.handle(Received(Channel.PEER, b"real", hello), fabric.now, fabric.wall)
+    codes = [
+        e.message.code
+        for e in out
+        if isinstance(e, Send) and isinstance(e.message, DisconnectError)
+    ]
+    assert 401 not in codes  # (409: the fabric's own link of b is live, F2)
