@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +30,7 @@ from scale0.testing import (
     BrokerProcess,
     _spawn_broker,
     curve_options,
+    curve_worker_args,
     running_brokers,
     wait_for_endpoints,
     write_family_configs,
@@ -303,3 +306,54 @@ def test_a_rotated_key_works_across_the_overlap_and_is_refused_after(tmp_path: P
                     for e in events(b1, "curve_refused")
                 )
                 assert new.request("echo", b"after") == [b"w", b"after"]
+
+
+def test_scale0_worker_takes_its_key_pair_and_the_seeds_key(tmp_path: Path) -> None:
+    executable = shutil.which("scale0-worker")
+    assert executable is not None
+    bad = subprocess.run(
+        [executable, "tcp://127.0.0.1:1", "scale0.net.worker:echo_handler", "--server-key", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2 and "--server-key needs --curve-key" in bad.stderr
+    with running_brokers(tmp_path, 1, curve=True, **FAST) as (b1,):
+        args = curve_worker_args(b1)
+        broken = subprocess.run(
+            [
+                executable,
+                b1.endpoints["backend"],
+                "scale0.net.worker:echo_handler",
+                *args[:2],
+                "--server-key",
+                "short",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert broken.returncode == 2 and "40 Z85 characters" in broken.stderr
+        process = subprocess.Popen(
+            [
+                executable,
+                b1.endpoints["backend"],
+                "scale0.net.worker:echo_handler",
+                "--service",
+                "echo",
+                "--heartbeat-interval",
+                "0.2",
+                *args,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            with Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as client:
+                wait_until(lambda: _answers(client, "echo"), what="the CURVE worker serves")
+        finally:
+            process.terminate()
+            process.wait(WAIT_S)
