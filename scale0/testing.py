@@ -42,17 +42,21 @@ from scale0.config.model import (
     ManagementSettings,
     NetworkConfig,
 )
+from scale0.crypto.curve import CurveKeyPair, generate_curve_keypair, load_curve_secret_key
 from scale0.crypto.keys import generate_keypair
 from scale0.crypto.passwords import hash_password
 from scale0.wire.peer import BrokerState
 
 __all__ = [
+    "CURVE_PEERS",
     "FAMILY_ADMINS",
     "BrokerProcess",
     "Family",
     "FamilyMember",
     "PortTaken",
     "broker_command",
+    "curve_options",
+    "curve_worker_args",
     "pick_free_ports",
     "running_broker",
     "running_brokers",
@@ -322,6 +326,7 @@ def write_family_configs(
     management_overrides: Sequence[Mapping[str, Any]] | None = None,
     admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
     hosts: Sequence[str] | None = None,
+    curve: bool = False,
     **network_overrides: Any,
 ) -> tuple[list[Path], Path, NetworkConfig]:
     """Write one network config naming ``count`` brokers on free ports, and each broker's file.
@@ -338,8 +343,10 @@ def write_family_configs(
     is in the endpoints file); ``management_overrides[i]`` changes broker i's ``management``
     section (``{"trend_summary": "../trend/summary.json"}``). ``hosts[i]`` is the address
     broker i binds and is known by (default 127.0.0.1 for all; the partition harness gives each
-    broker the address of its own network namespace). Returns ``(broker_files, network_file,
-    network)``.
+    broker the address of its own network namespace). ``curve`` turns CURVE on for the family
+    (``curve: true``): a key pair per broker, and for each of :data:`CURVE_PEERS` (``client``,
+    ``worker``...), in ``keys/`` (:func:`curve_options` gives a client or worker its pair and
+    its seed's key). Returns ``(broker_files, network_file, network)``.
     """
     if count < 1:
         raise ValueError("a family needs at least one broker")
@@ -364,6 +371,14 @@ def write_family_configs(
     if not any(is_source):
         raise ValueError("a family needs at least one config source")
     entries = []
+    curve_keys: list[str | None] = [None] * count
+    if curve:
+        for index in range(count):
+            name = FAMILY_IDENTITY.format(index + 1)
+            curve_keys[index] = _curve_pair(keys, name).public
+        for name in CURVE_PEERS:
+            _curve_pair(keys, name)
+        network_overrides.setdefault("curve", True)
     for index in range(count):
         front, back, peer, config_pub = ports[index * len(_CHANNELS) : (index + 1) * len(_CHANNELS)]
         entries.append(
@@ -374,6 +389,7 @@ def write_family_configs(
                 peer=f"tcp://{host_of[index]}:{peer}",
                 config_pub=f"tcp://{host_of[index]}:{config_pub}",
                 config_source=is_source[index],
+                curve_public_key=curve_keys[index],
             )
         )
     admin_entries = tuple(
@@ -389,7 +405,8 @@ def write_family_configs(
     )
     network_file = directory / "network.yaml"
     network_file.write_bytes(dumps(network, "yaml"))
-    seed = next(entry.peer for entry in entries if entry.config_source)
+    seed_entry = next(entry for entry in entries if entry.config_source)
+    seed = seed_entry.peer
     broker_files = []
     for index, entry in enumerate(entries):
         home = directory / entry.identity
@@ -408,6 +425,12 @@ def write_family_configs(
             network_config="../network.yaml" if entry.config_source else None,
             signing_key="../keys/signing.key" if entry.config_source else None,
             seeds=() if entry.config_source else (seed,),
+            seed_curve_keys=(
+                (seed_entry.curve_public_key,)
+                if seed_entry.curve_public_key is not None and not entry.config_source
+                else ()
+            ),
+            curve_secret_key=f"../keys/{entry.identity}.curve.key" if curve else None,
             config_sub_ports=tuple(extra_config_subs),
             trusted_keys=("../keys/signing.pub",),
             management=ManagementSettings(
@@ -426,6 +449,53 @@ def write_family_configs(
         broker_file.write_bytes(dumps(broker, "yaml"))
         broker_files.append(broker_file)
     return broker_files, network_file, network
+
+
+#: The key pairs besides the brokers' that a CURVE family of these helpers has (``keys/NAME.
+#: curve.key``): clients and workers of the tests, and spare ones for refusals and rotations.
+CURVE_PEERS = ("client", "worker", "client2", "worker2")
+
+
+def _curve_pair(keys: Path, name: str) -> CurveKeyPair:
+    path = keys / f"{name}.curve.key"
+    if path.exists():
+        return load_curve_secret_key(path)
+    return generate_curve_keypair(keys, name)[2]
+
+
+def curve_options(broker: BrokerProcess | FamilyMember, who: str = "client") -> dict[str, Any]:
+    """What a Client or Worker (``who``: a name of :data:`CURVE_PEERS`) needs to use
+    ``broker`` as its seed: ``{"curve": its key pair, "server_key": the broker's key}``, or
+    ``{}`` when the broker serves no CURVE."""
+    home = broker.broker_file.parent
+    network = broker.network if isinstance(broker, BrokerProcess) else None
+    identity = home.name
+    key = None
+    if network is not None:
+        key = next((e.curve_public_key for e in network.brokers if e.identity == identity), None)
+    else:
+        secret = home.parent / "keys" / f"{identity}.curve.key"
+        key = load_curve_secret_key(secret).public if secret.exists() else None
+    if key is None:
+        return {}
+    return {
+        "curve": load_curve_secret_key(home.parent / "keys" / f"{who}.curve.key"),
+        "server_key": key,
+    }
+
+
+def curve_worker_args(broker: BrokerProcess, who: str = "worker") -> list[str]:
+    """``scale0-worker`` options equal to :func:`curve_options` (empty without CURVE)."""
+    options = curve_options(broker, who)
+    if not options:
+        return []
+    home = broker.broker_file.parent
+    return [
+        "--curve-key",
+        str(home.parent / "keys" / f"{who}.curve.key"),
+        "--server-key",
+        options["server_key"],
+    ]
 
 
 def _spawn_broker(
@@ -514,6 +584,7 @@ def running_brokers(
     states: Sequence[BrokerState | str] | None = None,
     broker_overrides: Sequence[Mapping[str, Any]] | None = None,
     start_timeout_s: float = START_TIMEOUT_S,
+    curve: bool = False,
     **network_overrides: Any,
 ) -> Iterator[list[BrokerProcess]]:
     """Start ``count`` ``scale0-broker`` processes sharing ONE network config; stop them by PID.
@@ -535,6 +606,7 @@ def running_brokers(
             extra_config_subs=extra_config_subs,
             states=states,
             broker_overrides=broker_overrides,
+            curve=curve,
             **network_overrides,
         )
         try:

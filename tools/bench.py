@@ -21,6 +21,10 @@ these setups, each with the client, the workers and the middle process in separa
 - ``eventlog``: the ``scale0`` case with the broker writing its event log (``event_log_dir``,
   docs/trend.md) to a temporary directory; ``scale0`` runs with it off, so the row's
   ``x scale0`` is what the log costs in throughput (the issue's target: under 10 %);
+- ``solo`` / ``solo-curve``, ``family`` / ``family-curve``: a family of one broker, and the
+  family case, without and with CURVE on every socket (clients and workers with key pairs of
+  their own, ZAP on): what CURVE costs, as a ratio within the run (docs/performance.md
+  "CURVE"). Not in the default list: ``--cases solo solo-curve family family-curve``;
 - ``base`` (with ``--base-tree DIR``): the same broker run from another source tree, e.g. the
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
   against its own "before" in the same invocation; ``base-mdp`` is that broker on the
@@ -68,7 +72,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scale0.testing import running_broker, running_brokers
+from scale0.testing import curve_options, running_broker, running_brokers
 from tools.mdp import DIALECTS, Dialect, Worker, reply_header, request_header
 from tools.mdp_brokers import (
     BrokerUnavailable,
@@ -96,9 +100,17 @@ def s0p_worker(endpoint: str, capacity: int, ready: Any) -> None:
 
     ``capacity`` is what it announces in READY (docs/protocol.md §4.2): how many requests the
     broker may give it at once. It still answers them one by one, in order."""
+    s0p_curve_worker(endpoint, capacity, None, ready)
+
+
+def s0p_curve_worker(
+    endpoint: str, capacity: int, curve: tuple[str, str, str] | None, ready: Any
+) -> None:
+    """:func:`s0p_worker` over CURVE: ``curve`` is (public key, secret key, broker's key)."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
+    set_curve(sock, curve)
     sock.connect(endpoint)
     sock.send_multipart([b"", b"S0W1", b"CHECKCONFIG", b'{"config_type":"json"}'])
     opts = json.loads(sock.recv_multipart()[3])
@@ -177,9 +189,19 @@ def proxy_main(frontend: str, backend: str, ready: Any) -> None:
 # ---- the client (this process) ------------------------------------------------------------------
 
 
+def set_curve(sock: zmq.Socket[bytes], curve: tuple[str, str, str] | None) -> None:
+    """CURVE client options before connect: (our public key, our secret key, server key)."""
+    if curve is not None:
+        public, secret, server = curve
+        sock.curve_publickey = public.encode()
+        sock.curve_secretkey = secret.encode()
+        sock.curve_serverkey = server.encode()
+
+
 def run_client(
     endpoints: list[str],
     *,
+    curve: tuple[str, str, str] | None = None,
     negotiate: bool = False,
     dialect: Dialect | None = None,
     requests: int,
@@ -204,6 +226,7 @@ def run_client(
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
+    set_curve(sock, curve)
     for endpoint in endpoints:
         sock.connect(endpoint)
     try:
@@ -452,7 +475,9 @@ def case_scale0_mdp(
     return case_scale0(workers, capacity, dialect_key=dialect_key, **client)
 
 
-def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+def case_family(
+    workers: int, capacity: int, *, curve: bool = False, **client: Any
+) -> dict[str, float]:
     """Two brokers of one family: the client at b1, every worker at b2 (docs/protocol.md §5.4).
 
     CPU is both brokers' together; "main" is b1's main thread.
@@ -464,13 +489,18 @@ def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
             2,
             broker_overrides=[{"log_level": "info", "event_log_dir": None}] * 2,
             max_queued_requests=100_000,
+            curve=curve,
         ) as (b1, b2),
     ):
-        procs = [start(s0p_worker, b2.endpoints["backend"], capacity) for _ in range(workers)]
+        keys = _keys(b2, "worker")
+        procs = [
+            start(s0p_curve_worker, b2.endpoints["backend"], capacity, keys) for _ in range(workers)
+        ]
         try:
             time.sleep(1.5)  # b1 learns b2's table from b2's next HEARTBEAT (pull)
             return run_client(
                 [b1.endpoints["frontend"]],
+                curve=_keys(b1, "client"),
                 negotiate=True,
                 middle_pid=b1.pid,
                 also=(b2.pid,),
@@ -534,6 +564,57 @@ def case_family_both(
             os.environ["PYTHONPATH"] = saved
 
 
+def _keys(broker: Any, who: str) -> tuple[str, str, str] | None:
+    """(public, secret, the broker's key) of ``who`` in a CURVE family, None without CURVE."""
+    options = curve_options(broker, who)
+    if not options:
+        return None
+    return options["curve"].public, options["curve"].secret, options["server_key"]
+
+
+def case_solo(
+    workers: int, capacity: int, *, curve: bool = False, **client: Any
+) -> dict[str, float]:
+    """A family of one broker (its own config source), with CURVE on every socket or not: the
+    pair whose ratio is what CURVE costs one broker (docs/performance.md "CURVE")."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_brokers(
+            Path(tmp),
+            1,
+            broker_overrides=[{"log_level": "info", "event_log_dir": None}],
+            max_queued_requests=100_000,
+            curve=curve,
+        ) as (b1,),
+    ):
+        keys = _keys(b1, "worker")
+        procs = [
+            start(s0p_curve_worker, b1.endpoints["backend"], capacity, keys) for _ in range(workers)
+        ]
+        try:
+            time.sleep(0.2)
+            return run_client(
+                [b1.endpoints["frontend"]],
+                curve=_keys(b1, "client"),
+                negotiate=True,
+                middle_pid=b1.pid,
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
+            )
+        finally:
+            for p in procs:
+                p.kill()
+
+
+def case_solo_curve(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+    return case_solo(workers, capacity, curve=True, **client)
+
+
+def case_family_curve(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+    """``family`` with CURVE on every socket of both brokers (and the forwarding link)."""
+    return case_family(workers, capacity, curve=True, **client)
+
+
 def base_case(tree: Path, dialect_key: str | None = None) -> Callable[..., dict[str, float]]:
     """The scale0 case (with ``dialect_key``: scale0-mdp) with the broker imported from
     ``tree`` (a checkout's top directory)."""
@@ -564,7 +645,12 @@ CASES = {
     "scale0-mdp": case_scale0_mdp,
     "family": case_family,
     "family-both": case_family_both,
+    "solo": case_solo,
+    "solo-curve": case_solo_curve,
+    "family-curve": case_family_curve,
 }
+#: Cases run only when named (--cases): CURVE's cost and its plain twin.
+OPTIONAL_CASES = ("solo", "solo-curve", "family-curve")
 #: The cases driven by the Majordomo client (and, but for proxy, the Majordomo workers).
 MDP_CASES = ("proxy", "c-lru", "majortomo", "scale0-mdp")
 
@@ -681,6 +767,9 @@ DRIVERS = {
     "family": "S0P",
     "family-both": "S0P",
     "base-family-both": "S0P",
+    "solo": "S0P",
+    "solo-curve": "S0P",
+    "family-curve": "S0P",
     "base": "S0P",
     "base-mdp": "MDP",
 }
@@ -750,7 +839,12 @@ def main() -> int:
         default=1,
         help="what each S0P/1 worker announces in READY (1: one request at a time, strict LRU)",
     )
-    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        choices=sorted(CASES),
+        default=[name for name in CASES if name not in OPTIONAL_CASES],
+    )
     parser.add_argument(
         "--mdp",
         choices=sorted(DIALECTS),

@@ -28,7 +28,8 @@ from scale0.config.errors import ConfigError, Problem
 from scale0.config.loader import load
 from scale0.config.signature import default_signature_path, read_signature
 from scale0.core.commands import MAX_FAMILY_TIMEOUT_MS, MIN_FAMILY_TIMEOUT_MS
-from scale0.crypto.keys import SignatureError
+from scale0.crypto.curve import CurveKeyPair, curve_key_problem, load_curve_secret_key
+from scale0.crypto.keys import CryptoError, SignatureError
 from scale0.net.admin import NoAnswer, Refused, call
 from scale0.wire.frames import JsonValue
 
@@ -370,6 +371,23 @@ def _family_timeout_ms(timeout_s: float) -> int:
     return max(MIN_FAMILY_TIMEOUT_MS, min(MAX_FAMILY_TIMEOUT_MS, wanted))
 
 
+def curve_settings() -> tuple[CurveKeyPair | None, str | None]:
+    """CURVE for a broker that serves it: SCALE0_CURVE_KEY (our NAME.curve.key) and
+    SCALE0_SERVER_KEY (the broker's public key, Z85), both or neither (AdminFailed)."""
+    path, server_key = os.environ.get("SCALE0_CURVE_KEY"), os.environ.get("SCALE0_SERVER_KEY")
+    if not path and not server_key:
+        return None, None
+    if not path or not server_key:
+        raise AdminFailed("SCALE0_CURVE_KEY and SCALE0_SERVER_KEY go together", EXIT_FAILED)
+    problem = curve_key_problem(server_key)
+    if problem is not None:
+        raise AdminFailed(f"SCALE0_SERVER_KEY: {problem}", EXIT_FAILED)
+    try:
+        return load_curve_secret_key(path), server_key
+    except CryptoError as exc:
+        raise AdminFailed(f"SCALE0_CURVE_KEY: {exc}", EXIT_FAILED) from None
+
+
 def run_command(
     out: Output,
     command: str,
@@ -383,6 +401,7 @@ def run_command(
     payload: dict[str, Any] = {"broker": broker, "command": command, "args": args}
     try:
         credentials = load_credentials(credentials_path)
+        curve, server_key = curve_settings()
         try:
             reply = call(
                 broker,
@@ -391,6 +410,8 @@ def run_command(
                 command,
                 args,
                 timeout_s=timeout_s,
+                curve=curve,
+                server_key=server_key,
             )
         except NoAnswer as exc:
             raise AdminFailed(str(exc), EXIT_NO_ANSWER) from None

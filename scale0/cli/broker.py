@@ -47,6 +47,7 @@ from scale0.config.lastgood import read_last_good
 from scale0.config.loader import load, loads, write_atomic
 from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.replica import Offer
+from scale0.crypto.curve import CurveKeyPair, load_curve_secret_key
 from scale0.crypto.keys import CryptoError, load_private_key, load_public_key, sign_config
 from scale0.mgmt.server import ManagementServer
 from scale0.net.logs import LOGGER_NAME, configure, log_event
@@ -78,6 +79,7 @@ class Prepared:
     last_good: Offer | None
     config_path: Path
     event_log_dir: Path | None = None
+    curve: CurveKeyPair | None = None  # curve_secret_key, loaded: its sockets serve CURVE
 
 
 def _resolve(base: Path, path: str) -> Path:
@@ -120,6 +122,49 @@ def port_mismatches(broker: BrokerConfig, network: NetworkConfig) -> list[str]:
             f"config is {endpoint}"
         )
     return problems
+
+
+def curve_mismatch(
+    broker: BrokerConfig, curve: CurveKeyPair | None, network: NetworkConfig
+) -> str | None:
+    """How the broker's CURVE key and its entry's ``curve_public_key`` disagree, if they do.
+
+    An entry with a key whose broker has none, or another one, would be unreachable for
+    everyone who follows the config. A broker with a key pair whose entry has none is a rollout
+    under way (docs/operations.md "CURVE"): it connects with its key and serves without CURVE.
+    """
+    entry = next((e for e in network.brokers if e.identity == broker.identity), None)
+    if entry is None:
+        return None
+    if curve is None and entry.curve_public_key is not None:
+        return (
+            f"brokers[{broker.identity}].curve_public_key is set in the network config, but "
+            "the broker file names no curve_secret_key"
+        )
+    if curve is not None and entry.curve_public_key not in (None, curve.public):
+        return (
+            f"curve_secret_key's public key is {curve.public}, but "
+            f"brokers[{broker.identity}].curve_public_key is {entry.curve_public_key}"
+        )
+    return None
+
+
+def serves_curve(prepared: Prepared) -> bool:
+    """Whether the broker's sockets serve CURVE: it has a key pair and its entry in the config
+    it starts from (the file's, else the saved one) has a curve_public_key; with no config at
+    all, when its seeds serve CURVE (``seed_curve_keys``): it joins a CURVE family."""
+    if prepared.curve is None:
+        return False
+    network = prepared.network
+    if network is None and prepared.last_good is not None:
+        try:
+            network = loads(prepared.last_good.document, "json", kind="network")
+        except ConfigError:
+            network = None
+    if network is None:
+        return bool(prepared.broker.seed_curve_keys)
+    entry = next((e for e in network.brokers if e.identity == prepared.broker.identity), None)
+    return entry is not None and entry.serves_curve is not None
 
 
 def reread_broker_file(prepared: Prepared) -> tuple[BrokerConfig, list[str]]:
@@ -195,6 +240,12 @@ def prepare(config_path: Path) -> Prepared:
             trusted.append(load_public_key(_resolve(base, path)))
         except CryptoError as exc:
             raise StartError(f"{config_path}: trusted_keys[{i}]: {exc}") from None
+    curve = None
+    if broker.curve_secret_key is not None:
+        try:
+            curve = load_curve_secret_key(_resolve(base, broker.curve_secret_key))
+        except CryptoError as exc:
+            raise StartError(f"{config_path}: curve_secret_key: {exc}") from None
     data_dir = _resolve(base, broker.data_dir)
     event_log_dir = None
     if broker.event_log_dir is not None:
@@ -229,7 +280,7 @@ def prepare(config_path: Path) -> Prepared:
     network: NetworkConfig | None = None
     signature: str | None = None
     prepared = Prepared(
-        broker, None, None, tuple(trusted), data_dir, last_good, config_path, event_log_dir
+        broker, None, None, tuple(trusted), data_dir, last_good, config_path, event_log_dir, curve
     )
     if broker.config_source:
         offer = source_offer(prepared)
@@ -255,8 +306,19 @@ def prepare(config_path: Path) -> Prepared:
                 + "; ".join(mismatches)
                 + " (make them agree, then start again)"
             )
+        problem = curve_mismatch(broker, curve, network)
+        if problem is not None:
+            raise StartError(f"{config_path}: {problem} (docs/operations.md, CURVE)")
     return Prepared(
-        broker, network, signature, tuple(trusted), data_dir, last_good, config_path, event_log_dir
+        broker,
+        network,
+        signature,
+        tuple(trusted),
+        data_dir,
+        last_good,
+        config_path,
+        event_log_dir,
+        curve,
     )
 
 
@@ -268,6 +330,15 @@ def _warn_saved_mismatch(prepared: Prepared) -> None:
         saved = loads(prepared.last_good.document, "json", kind="network")
     except ConfigError:
         return  # the core refuses it with the reason (config_refused)
+    problem = curve_mismatch(prepared.broker, prepared.curve, saved)
+    if problem is not None:
+        log_event(
+            logging.getLogger(LOGGER_NAME),
+            logging.WARNING,
+            "curve_key_mismatch",
+            {"file": str(prepared.config_path), "problem": problem},
+            broker=prepared.broker.identity,
+        )
     mismatches = port_mismatches(prepared.broker, saved)
     if mismatches:
         log_event(
@@ -319,6 +390,8 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
         data_dir=prepared.data_dir,
         event_log_dir=prepared.event_log_dir,
         reload=(lambda: reload_offer(prepared)) if prepared.broker.config_source else None,
+        curve=prepared.curve,
+        serve_curve=serves_curve(prepared),
     )
     try:
         node.start()

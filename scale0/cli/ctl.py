@@ -34,6 +34,7 @@ from scale0.config.signature import (
     signature_for,
     verify_signature,
 )
+from scale0.crypto.curve import generate_curve_keypair
 from scale0.crypto.keys import (
     CryptoError,
     SignatureError,
@@ -446,30 +447,49 @@ def verify(out: Output, file: str, trusted: Sequence[str], sig: str | None) -> N
 # keys
 
 
-@main.group(short_help="Make config signing keys.")
+@main.group(short_help="Make config signing keys and CURVE key pairs.")
 @_json_option
 def keys() -> None:
-    """Make config signing keys."""
+    """Make config signing keys (Ed25519) and CURVE key pairs (transport)."""
 
 
-@keys.command("generate", short_help="Make an Ed25519 signing key pair.")
+@keys.command("generate", short_help="Make an Ed25519 signing or a CURVE key pair.")
 @_json_option
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option(
-    "--name", default="signing", show_default=True, help="Key pair name: NAME.key and NAME.pub."
+    "--name",
+    default=None,
+    help="Key pair name (default: signing for ed25519, curve for curve).",
+)
+@click.option(
+    "--type",
+    "kind",
+    type=click.Choice(["ed25519", "curve"]),
+    default="ed25519",
+    show_default=True,
+    help="ed25519: NAME.key and NAME.pub (config signing); "
+    "curve: NAME.curve.key and NAME.curve.pub (CURVE on the wire).",
 )
 @click.option("--force", is_flag=True, help="Replace an existing key pair of that name.")
 @_reported
-def generate(out: Output, directory: str, name: str, force: bool) -> None:
-    """Make an Ed25519 key pair: DIRECTORY/NAME.key (private, mode 0600) and NAME.pub.
+def generate(out: Output, directory: str, name: str | None, kind: str, force: bool) -> None:
+    """Make a key pair in DIRECTORY; the private file is mode 0600.
+
+    ed25519 (default): NAME.key (private) and NAME.pub. Give the .key to config sources
+    (signing_key) and the .pub to every broker (trusted_keys).
+
+    curve: NAME.curve.key (secret) and NAME.curve.pub. A broker names its .curve.key as
+    curve_secret_key and its public key goes in its network-config entry (curve_public_key); a
+    client or worker uses its own pair (docs/operations.md, "CURVE").
 
     DIRECTORY is created (mode 0700) if missing. An existing pair is never replaced without
-    --force. Give the .key to config sources (signing_key) and the .pub to every broker
-    (trusted_keys).
+    --force.
     """
     dir_path = Path(directory)
+    name = name if name is not None else ("signing" if kind == "ed25519" else "curve")
+    suffixes = (".key", ".pub") if kind == "ed25519" else (".curve.key", ".curve.pub")
     if not force:
-        for existing in (dir_path / f"{name}.key", dir_path / f"{name}.pub"):
+        for existing in (dir_path / f"{name}{suffixes[0]}", dir_path / f"{name}{suffixes[1]}"):
             if existing.exists() or existing.is_symlink():
                 raise Failed(
                     Problem(
@@ -480,12 +500,27 @@ def generate(out: Output, directory: str, name: str, force: bool) -> None:
                 )
     created = _make_dirs(dir_path)
     try:
-        private_path, public_path = generate_keypair(dir_path, name, overwrite=force)
+        if kind == "curve":
+            secret_path, public_path, pair = generate_curve_keypair(dir_path, name, overwrite=force)
+        else:
+            private_path, public_path = generate_keypair(dir_path, name, overwrite=force)
     except CryptoError:
         for made in reversed(created):
             with contextlib.suppress(OSError):
                 made.rmdir()
         raise
+    if kind == "curve":
+        out.line(f"secret key:  {secret_path}  (mode 0600; keep it secret)")
+        out.line(f"public key:  {public_path}")
+        out.line(f"public key text (Z85): {pair.public}")
+        out.result(
+            {
+                "secret_key": str(secret_path),
+                "public_key": str(public_path),
+                "curve_public_key": pair.public,
+            }
+        )
+        return
     public_key = load_public_key(public_path)
     kid = key_id(public_key)
     out.line(f"private key: {private_path}  (mode 0600; keep it secret)")

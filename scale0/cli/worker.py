@@ -21,6 +21,8 @@ from types import FrameType
 import click
 
 from scale0.cli.options import log_level_option
+from scale0.crypto.curve import curve_key_problem, load_curve_secret_key
+from scale0.crypto.keys import CryptoError
 from scale0.net.logs import LOGGER_NAME, configure, log_event
 from scale0.net.worker import Handler, Worker
 
@@ -76,6 +78,19 @@ def load_handler(reference: str) -> Handler:
     help="Seconds between heartbeats (the broker may raise it).",
 )
 @click.option("--worker-id", default=None, help="Id to ask the broker for (default: assigned).")
+@click.option(
+    "--curve-key",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="This worker's CURVE key file (NAME.curve.key, mode 0600), for a family that serves "
+    "CURVE (or is turning it on).",
+)
+@click.option(
+    "--server-key",
+    default=None,
+    help="The CURVE public key (Z85) of the broker at ENDPOINT, if it serves CURVE; the "
+    "others' come with the config. Needs --curve-key.",
+)
 @log_level_option()
 def main(
     endpoint: str,
@@ -84,6 +99,8 @@ def main(
     capacity: int,
     heartbeat_interval: float,
     worker_id: str | None,
+    curve_key: str | None,
+    server_key: str | None,
     log_level: str,
 ) -> None:
     """Serve MODULE:FUNCTION behind the broker backend at ENDPOINT until SIGINT or SIGTERM.
@@ -93,6 +110,18 @@ def main(
     """
     function = load_handler(handler)
     names = services or (getattr(function, "__name__", handler.rpartition(":")[2]),)
+    curve = None
+    if server_key is not None and curve_key is None:
+        raise click.UsageError("--server-key needs --curve-key (this worker's own key pair)")
+    if server_key is not None:
+        problem = curve_key_problem(server_key)
+        if problem is not None:
+            raise click.BadParameter(problem, param_hint="--server-key")
+    if curve_key is not None:
+        try:
+            curve = load_curve_secret_key(curve_key)
+        except CryptoError as exc:
+            raise click.BadParameter(str(exc), param_hint="--curve-key") from None
     configure(log_level)
     worker = Worker(
         endpoint,
@@ -100,6 +129,8 @@ def main(
         capacity=capacity,
         heartbeat_interval=heartbeat_interval,
         worker_id=worker_id,
+        curve=curve,
+        server_key=server_key,
     )
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

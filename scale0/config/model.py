@@ -137,6 +137,21 @@ class BrokerConfig:
     log_level: LogLevel = field(
         default="info", metadata=doc("Log level: debug | info | warning | error.")
     )
+    curve_secret_key: str | None = field(
+        default=None,
+        metadata=doc(
+            "This broker's CURVE key file (NAME.curve.key from `scale0ctl keys generate --type "
+            "curve`); needed when its network-config entry has a curve_public_key."
+        ),
+    )
+    seed_curve_keys: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            "CURVE public keys (Z85) of the seeds, in the order of `seeds`; needed to join "
+            "seeds that serve CURVE.",
+            item="key",
+        ),
+    )
     shutdown_grace_ms: int = field(
         default=10_000,
         metadata=doc(
@@ -164,6 +179,48 @@ class BrokerEntry:
     services: tuple[str, ...] | Literal["all"] = field(
         default="all",
         metadata=doc("Services this broker routes: a list, or all.", item="service"),
+    )
+    curve_public_key: str | None = field(
+        default=None,
+        metadata=doc(
+            "The broker's CURVE public key (Z85, 40 characters); present: every socket of this "
+            "broker serves CURVE and everyone connects to it with CURVE (unless curve_off)."
+        ),
+    )
+    curve_off: bool = field(
+        default=False,
+        metadata=doc(
+            "Turning CURVE on broker by broker: this broker serves no CURVE yet, its "
+            "curve_public_key only identifies it to the brokers that do."
+        ),
+    )
+
+    @property
+    def serves_curve(self) -> str | None:
+        """The key to connect to this broker with, None when it serves no CURVE."""
+        return None if self.curve_off else self.curve_public_key
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGrant:
+    """What one CURVE key (or ``*``, every key not listed) may do: serve or call services."""
+
+    key: str = field(
+        metadata=doc("A CURVE public key (Z85, 40 characters), or * for every key not listed.")
+    )
+    services: tuple[str, ...] | Literal["all"] = field(
+        default="all",
+        metadata=doc(
+            "Services the key may serve (workers) or call (clients): names, patterns with *, "
+            "or all.",
+            item="service",
+        ),
+    )
+    until: int | None = field(
+        default=None,
+        metadata=doc(
+            "UNIX time (s) after which this grant ends (a rotated key's overlap); none: no end."
+        ),
     )
 
 
@@ -253,6 +310,27 @@ class NetworkConfig:
     )
     admins: tuple[Admin, ...] = field(
         default=(), metadata=doc("Operators allowed to manage the family.", item="admin")
+    )
+    curve: bool = field(
+        default=False,
+        metadata=doc(
+            "CURVE on every socket of the family: every broker entry must carry a "
+            "curve_public_key, and clients and workers connect with key pairs of their own."
+        ),
+    )
+    workers: tuple[KeyGrant, ...] = field(
+        default=(),
+        metadata=doc(
+            "Which worker keys may serve which services (CURVE); empty: any key, any service.",
+            item="worker",
+        ),
+    )
+    clients: tuple[KeyGrant, ...] = field(
+        default=(),
+        metadata=doc(
+            "Which client keys may call which services (CURVE); empty: any key, any service.",
+            item="client",
+        ),
     )
     client_view: tuple[str, ...] = field(
         default=DEFAULT_CLIENT_VIEW,

@@ -10,7 +10,8 @@ import dataclasses
 import re
 from collections.abc import Iterator
 
-from scale0.config.model import BrokerConfig, NetworkConfig
+from scale0.config.model import BrokerConfig, KeyGrant, NetworkConfig
+from scale0.crypto.curve import curve_key_problem
 from scale0.crypto.passwords import is_password_hash
 from scale0.wire.frames import is_reserved_service
 
@@ -49,6 +50,32 @@ def check_service(path: str, value: str) -> Iterator[Finding]:
         yield path, f"service {value!r} must be 1-255 printable ASCII characters without spaces"
     elif is_reserved_service(value):
         yield path, f"service {value!r} uses a reserved prefix (docs/protocol.md)"
+
+
+#: A service pattern of a key grant: a service name in which ``*`` stands for any characters.
+SERVICE_PATTERN_RE = re.compile(r"[\x21-\x7e]{1,255}\Z")
+
+
+def check_grants(path: str, grants: tuple[KeyGrant, ...]) -> Iterator[Finding]:
+    """``workers`` / ``clients``: each key a CURVE key or ``*``, each service a name or pattern."""
+    for i, grant in enumerate(grants):
+        at = f"{path}[{i}]"
+        if grant.key != "*":
+            problem = curve_key_problem(grant.key)
+            if problem is not None:
+                yield f"{at}.key", problem
+        if grant.services != "all":
+            if not grant.services:
+                yield f"{at}.services", "an empty list grants nothing: remove the entry instead"
+            for j, pattern in enumerate(grant.services):
+                if not SERVICE_PATTERN_RE.match(pattern):
+                    yield (
+                        f"{at}.services[{j}]",
+                        f"{pattern!r} must be 1-255 printable ASCII characters without spaces "
+                        "(* matches any characters)",
+                    )
+        if grant.until is not None and grant.until < 0:
+            yield f"{at}.until", f"must be a UNIX time (0 or more), got {grant.until}"
 
 
 def _positive(path: str, value: float, what: str = "must be greater than 0") -> Iterator[Finding]:
@@ -107,6 +134,20 @@ def _network(c: NetworkConfig) -> Iterator[Finding]:
                 yield f"{at}.{channel}", f"endpoint {value} is already used by {endpoints[key]}"
             else:
                 endpoints[key] = f"{at}.{channel}"
+        if b.curve_public_key is not None:
+            problem = curve_key_problem(b.curve_public_key)
+            if problem is not None:
+                yield f"{at}.curve_public_key", problem
+        elif c.curve:
+            yield (
+                f"{at}.curve_public_key",
+                "curve is on for the family: every broker needs its CURVE public key "
+                "(`scale0ctl keys generate --type curve`)",
+            )
+        elif b.curve_off:
+            yield f"{at}.curve_off", "names no curve_public_key to identify the broker by"
+        if c.curve and b.curve_off:
+            yield f"{at}.curve_off", "curve is on for the family: every broker serves CURVE"
         if b.services != "all":
             for j, s in enumerate(b.services):
                 yield from check_service(f"{at}.services[{j}]", s)
@@ -158,6 +199,8 @@ def _network(c: NetworkConfig) -> Iterator[Finding]:
                 f"{at}.password_hash",
                 "is not a scrypt hash (a plain-text password?); make one with `scale0ctl passwd`",
             )
+    yield from check_grants("workers", c.workers)
+    yield from check_grants("clients", c.clients)
     keys = {f.name for f in dataclasses.fields(NetworkConfig)}
     for i, key in enumerate(c.client_view):
         if key == "admins":
@@ -194,7 +237,17 @@ def _broker(c: BrokerConfig) -> Iterator[Finding]:
         yield from check_endpoint(f"config_sub_ports[{i}]", endpoint)
     for i, endpoint in enumerate(c.seeds):
         yield from check_endpoint(f"seeds[{i}]", endpoint)
-    for name in ("network_config", "signing_key", "event_log_dir"):
+    if c.seed_curve_keys and len(c.seed_curve_keys) != len(c.seeds):
+        yield (
+            "seed_curve_keys",
+            f"names {len(c.seed_curve_keys)} keys for {len(c.seeds)} seeds: one per seed, "
+            "in the order of seeds",
+        )
+    for i, key in enumerate(c.seed_curve_keys):
+        problem = curve_key_problem(key)
+        if problem is not None:
+            yield f"seed_curve_keys[{i}]", problem
+    for name in ("network_config", "signing_key", "event_log_dir", "curve_secret_key"):
         if getattr(c, name) == "":
             yield name, "must not be empty (leave it out instead)"
     if c.config_source:

@@ -54,7 +54,8 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
  F1  Start connects a link to every other member of the family (to each seed while joining)
      and says HELLO on it; a link whose HELLO is not answered says HELLO again every interval.
  F2  A HELLO on the peer ROUTER from a member of our family is answered with our HELLO; another
-     family or a non-member gets DISCONNECTERROR 401; a broker_id whose link spoke within the
+     family, a non-member, or (CURVE) a link whose key is not the entry's curve_public_key of
+     the broker_id it names gets DISCONNECTERROR 401; a broker_id whose link spoke within the
      last interval from another routing id gets 409 (an older one is taken over: the peer
      restarted). Anything else from a routing id that has not said HELLO is ignored.
  F3  Any message from a peer is a heartbeat; a peer silent for liveness x interval is down: its
@@ -128,6 +129,7 @@ from scale0.core.admin import Management
 from scale0.core.context import Core
 from scale0.core.dispatch import Dispatch
 from scale0.core.effects import (
+    Authenticated,
     Channel,
     ConfigOffered,
     ConfigRead,
@@ -252,6 +254,7 @@ class Broker:
 
         self._on_event: dict[type[Any], Callable[[Any, float, float, list[Effect]], None]] = {}
         self._event(Received, self._received)
+        self._event(Authenticated, self._authenticated)
         self._event(Tick, self._tick)
         self._event(Malformed, lambda e, now, wall, out: self.guard.malformed(e, now, out))
         self._event(ConfigOffered, self._config_offered)
@@ -291,7 +294,7 @@ class Broker:
             int: lambda key, now, wall, out: dispatch.deadline(key, now, out),
             SessionDue: lambda key, now, wall, out: sessions.expire(key, now, out),
             BeatDue: dispatch.beat,
-            Periodic.SWEEP: lambda key, now, wall, out: self._sweep(now, wall),
+            Periodic.SWEEP: lambda key, now, wall, out: self._sweep(now, wall, out),
             Periodic.PEERS: lambda key, now, wall, out: self.family.round(now, wall, out),
             Periodic.TABLE: lambda key, now, wall, out: self.family.commit_table(now, wall, out),
             Periodic.REPUBLISH: lambda key, now, wall, out: self.replication.republish(now, out),
@@ -325,6 +328,7 @@ class Broker:
     def handle(self, event: Event, now: float, wall: float) -> list[Effect]:
         out: list[Effect] = []
         self.core.clock = now
+        self.core.wall = wall
         handler = self._on_event.get(type(event))
         if handler is not None:
             handler(event, now, wall, out)
@@ -422,6 +426,18 @@ class Broker:
             self.majordomo.translate(out)
         return out
 
+    def _authenticated(
+        self, event: Authenticated, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """A connection's CURVE key: a peer's for its HELLO (F2), else its session's (T1-T4)."""
+        if event.channel is Channel.PEER:
+            keys = self.core.peer_keys
+            if len(keys) >= 10_000:  # routing ids of links long gone; the node says it again
+                keys.clear()
+            keys[event.routing_id] = event.key
+            return
+        self.sessions.authenticated(event, wall, out)
+
     def _received(self, event: Received, now: float, wall: float, out: list[Effect]) -> None:
         channel, routing_id, message = event.channel, event.routing_id, event.message
         if channel is Channel.PEER or channel is Channel.LINK:
@@ -511,8 +527,9 @@ class Broker:
         self.family.shutdown(out)
         out.append(Log("info", "broker_stopping", {"identity": self.core.identity}))
 
-    def _sweep(self, now: float, wall: float) -> None:
+    def _sweep(self, now: float, wall: float, out: list[Effect]) -> None:
         self.guard.sweep(now)
+        self.sessions.regrant(now, wall, out)  # key grants that ended (scale0/core/trust.py)
         self.dispatch.sweep(now)
         self.majordomo.sweep()
         dispatch = self.dispatch

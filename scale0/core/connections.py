@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scale0.core.effects import Channel
+from scale0.core.trust import Allowed
 
 __all__ = ["Session"]
 
@@ -24,3 +25,5 @@ class Session:
     last_seen: float
     timeout_s: float  # silent this long = gone (liveness x interval)
     gen: int  # tells a live timer entry from one left by an earlier session
+    key: str = ""  # its CURVE public key (Z85), "" without CURVE (scale0/core/trust.py)
+    allowed: Allowed = "all"  # what the key may call (clients) or serve (workers), T1-T4

@@ -78,6 +78,13 @@ class Core:
         self.metrics = Metrics()
         #: The ``now`` of the event being handled (for latency metrics).
         self.clock = now
+        #: The UNIX time of the last event handled with one (key grants' ``until``, T2).
+        self.wall = 0.0
+        #: Its sockets serve CURVE (set by the node): a connection whose key is not known is
+        #: judged as the key "" (the ``*`` grants only), never as "no CURVE, no rules".
+        self.curve = False
+        #: The CURVE key of each routing id on the peer ROUTER (Authenticated): HELLO checks it.
+        self.peer_keys: dict[bytes, str] = {}
         #: When the broker started serving (a joining broker: when it joined), for R7's grace.
         self.started = now
         self._seq = 0

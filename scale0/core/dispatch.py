@@ -20,6 +20,7 @@ from scale0.core.ports import FamilyPort, ForwardingPort, LifecyclePort, Session
 from scale0.core.records import refused, request_done
 from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
 from scale0.core.timers import BeatDue, RequestDue
+from scale0.core.trust import may
 from scale0.core.workers import Worker, WorkerPool
 from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, is_reserved_service
@@ -88,6 +89,14 @@ class Dispatch:
             )
             sessions.forget(Channel.BACKEND, routing_id, now, out, "refused")
             return
+        grant = session.allowed  # its CURVE key's (scale0/core/trust.py, T1-T4)
+        if grant != "all":
+            denied = [s for s in msg.services if not may(grant, s)]
+            if denied:
+                why = f"CURVE key {session.key} may not serve {', '.join(denied)}"
+                sessions.refuse(Channel.BACKEND, routing_id, why, out)
+                sessions.forget(Channel.BACKEND, routing_id, now, out, "key_refused")
+                return
         network = core.network
         interval_s = max(msg.hbeatinterval_ms, network.default_heartbeat_interval_ms) / 1000
         services = tuple(dict.fromkeys(msg.services))
@@ -184,6 +193,17 @@ class Dispatch:
             refusal = self.family.not_accepting(SIG_CLIENT, Channel.FRONTEND)
             out.append(Send(Channel.FRONTEND, routing_id, refusal))
             return
+        grant = session.allowed  # its CURVE key's (scale0/core/trust.py, T1-T4)
+        if grant != "all" and not may(grant, service):
+            why = f"this client's CURVE key may not call {service!r}"
+            out.append(
+                Send(
+                    Channel.FRONTEND, routing_id, ClientReply.failure(service, request_id, 403, why)
+                )
+            )
+            details = {"routing_id": routing_id.hex(), "key": session.key, "service": service}
+            out.append(Log("warning", "request_refused", details))
+            return
         core.counters["requests"] += 1
         key = (session.client_id.encode(), request_id)
         cached = self.cache.get(key, now)
@@ -211,6 +231,7 @@ class Dispatch:
         deadline = now + core.timeout_s
         pending = Pending(core.next_seq(), routing_id, key, service, request_id, body, deadline)
         pending.started = now
+        pending.caller = session.key
         self.requests[pending.seq] = pending
         self.live[key] = pending
         core.timers.push(deadline, pending.seq)

@@ -56,6 +56,17 @@ class Malformed:
 
 
 @dataclass(frozen=True, slots=True)
+class Authenticated:
+    """The connection ``routing_id`` on ``channel`` speaks CURVE with public key ``key`` (Z85),
+    as ZAP admitted it; said by the node before that connection's first message is handled
+    (docs/operations.md "CURVE"; scale0/core/trust.py judges what the key may do)."""
+
+    channel: Channel
+    routing_id: bytes
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed: fire whatever timers are due (heartbeats, expiry, deadlines)."""
 
@@ -142,6 +153,7 @@ class ConfigRead:
 
 Event = (
     Received
+    | Authenticated
     | Malformed
     | Tick
     | Shutdown

@@ -332,6 +332,15 @@ class Family:
             )
             out.append(Log("warning", "peer_refused", {"peer": msg.broker_id, "reason": why}))
             return
+        key = core.peer_keys.get(routing_id)  # CURVE (docs/protocol.md §2.5): the link's key
+        entry = core.member(msg.broker_id)
+        if key is not None and entry is not None and entry.curve_public_key not in (None, key):
+            why = f"this link's CURVE key is not the one of {msg.broker_id!r}"
+            out.append(
+                Send(Channel.PEER, routing_id, DisconnectError(401, why, protocol=SIG_BROKER))
+            )
+            out.append(Log("warning", "peer_refused", {"peer": msg.broker_id, "reason": why}))
+            return
         if peer.routing_id is not None and peer.routing_id != routing_id:
             if now - peer.last_seen < core.interval_s:
                 why = f"broker_id {msg.broker_id!r} is in use by a live link"

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scale0.core.context import Core
-from scale0.core.effects import Channel, Effect, Send
+from scale0.core.effects import Channel, Effect, Log, Send
 from scale0.core.peers import Peer
 from scale0.core.ports import DispatchPort, FamilyPort
 from scale0.core.requests import Pending
+from scale0.core.trust import allowed, may
 from scale0.wire.client import ClientReply
 from scale0.wire.peer import BrokerState, Forward, ForwardPartial, ForwardReply
 
@@ -54,7 +55,9 @@ class Forwarding:
         peer.free[pending.service] = peer.free.get(pending.service, 0) - 1
         self.dispatch.inflight[ticket] = pending
         self.core.counters["forwarded"] += 1
-        forward = Forward(ticket, pending.service, self.core.identity, pending.body)
+        forward = Forward(
+            ticket, pending.service, self.core.identity, pending.body, caller=pending.caller
+        )
         out.append(Send(Channel.LINK, peer.broker_id.encode(), forward))
 
     def drain_to_peers(self, now: float, out: list[Effect]) -> None:
@@ -104,6 +107,16 @@ class Forwarding:
             why = f"broker {core.identity} is {core.state.value}"
             failure = ClientReply.failure(msg.service, b"", 503, why)
             out.append(Send(Channel.PEER, routing_id, ForwardReply(msg.ticket, 503, failure.body)))
+            return
+        if msg.caller and not may(
+            allowed(core.network.clients, msg.caller, core.wall), msg.service
+        ):
+            # The client's key, judged here by the same rule as at its own broker (§5.4, T1-T4).
+            why = f"the caller's CURVE key may not call {msg.service!r}"
+            failure = ClientReply.failure(msg.service, b"", 403, why)
+            out.append(Send(Channel.PEER, routing_id, ForwardReply(msg.ticket, 403, failure.body)))
+            details = {"peer": peer.broker_id, "key": msg.caller, "service": msg.service}
+            out.append(Log("warning", "request_refused", details))
             return
         core.counters["forwards_served"] += 1
         core.counters["requests"] += 1  # one definition: docs/management.md "Counters"

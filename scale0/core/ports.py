@@ -66,6 +66,8 @@ class SessionsPort(Protocol):
 
     def renegotiate_all(self, why: str, out: list[Effect]) -> None: ...
 
+    def refuse(self, channel: Channel, routing_id: bytes, why: str, out: list[Effect]) -> None: ...
+
 
 class DispatchPort(Protocol):
     """scale0/core/dispatch.py: requests waiting and in flight, and the worker pool."""

@@ -37,6 +37,7 @@ class Pending:
     origin: bytes | None = None  # forwarded to us: the origin's FORWARD ticket; ``client`` is
     # then the origin link's routing id on our peer ROUTER, and the answer is a FORWARDREPLY
     started: float = 0.0  # when the client asked (monotonic): the latency histogram's origin
+    caller: str = ""  # the client's CURVE key, carried by FORWARD (§5.4), "" without CURVE
 
 
 class ReplyCache:

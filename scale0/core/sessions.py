@@ -9,12 +9,15 @@ timer left by an earlier session of the same routing id does nothing.
 
 from __future__ import annotations
 
+from scale0.config.model import KeyGrant
 from scale0.core.connections import Session
 from scale0.core.context import PROTOCOL, Core
-from scale0.core.effects import Channel, Effect, Send
+from scale0.core.effects import Authenticated, Channel, Effect, Log, Send
 from scale0.core.ports import DispatchPort, FamilyPort
 from scale0.core.records import heartbeat_gap
 from scale0.core.timers import BeatDue, SessionDue
+from scale0.core.trust import allowed
+from scale0.core.trust import may as may_service
 from scale0.wire.client import (
     CheckConfig,
     Config,
@@ -28,6 +31,11 @@ from scale0.wire.frames import SIG_CLIENT
 from scale0.wire.peer import BrokerState
 
 __all__ = ["Sessions"]
+
+#: CURVE keys of connections that have not said CHECKCONFIG yet, at most this many (a flood of
+#: connections that never negotiate must not grow it without bound; a key forgotten is said
+#: again by the node when its connection next speaks and the node's own memory misses it).
+MAX_PENDING_KEYS = 100_000
 
 
 class Sessions:
@@ -48,6 +56,7 @@ class Sessions:
         self._gen = 0
         #: The last answer to a client's HEARTBEAT, reused while wall and version are the same.
         self._answer = Heartbeat(time=-1.0, config_version=-1, protocol=SIG_CLIENT)
+        self._keys: dict[tuple[Channel, bytes], str] = {}  # Authenticated, before a session
 
     def session(
         self, channel: Channel, routing_id: bytes, now: float, out: list[Effect]
@@ -89,10 +98,80 @@ class Sessions:
         self._gen += 1
         version = core.network.config_version
         session = Session(routing_id, channel, client_id, version, now, timeout_s, self._gen)
+        old = self.by_channel[channel].get(routing_id)
+        key = self._keys.pop((channel, routing_id), old.key if old is not None else "")
+        if key or core.curve:
+            session.key = key
+            session.allowed = allowed(self._grants(channel), key, core.wall)
         self.by_channel[channel][routing_id] = session
         self._client_ids[(channel, client_id)] = routing_id
         core.timers.push(now + timeout_s, SessionDue(channel, routing_id, session.gen))
         return session
+
+    # ---- CURVE keys and what they may do (scale0/core/trust.py, T1-T4) ----------------------
+
+    def _grants(self, channel: Channel) -> tuple[KeyGrant, ...]:
+        network = self.core.network
+        return network.clients if channel is Channel.FRONTEND else network.workers
+
+    def authenticated(self, event: Authenticated, wall: float, out: list[Effect]) -> None:
+        """The node names a connection's CURVE key: its session's, or the one it opens next."""
+        channel = event.channel
+        sessions = self.by_channel.get(channel)
+        if sessions is None:
+            return  # a peer's key: HELLO and ZAP judge peers (T5)
+        session = sessions.get(event.routing_id)
+        if session is not None:
+            session.key = event.key
+            session.allowed = allowed(self._grants(channel), event.key, wall)
+            return
+        if len(self._keys) >= MAX_PENDING_KEYS:
+            self._keys.clear()
+        self._keys[(channel, event.routing_id)] = event.key
+
+    def regrant(self, now: float, wall: float, out: list[Effect]) -> None:
+        """T2 over time: each keyed session's grants again (an ``until`` passed, a new config);
+        a client or worker whose key may no longer do anything, or a worker whose key may no
+        longer serve what it serves, gets DISCONNECTERROR 403 and its session ends."""
+        for channel, sessions in self.by_channel.items():
+            grants = self._grants(channel)
+            ended: list[tuple[bytes, str]] = []
+            for routing_id, session in sessions.items():
+                if not session.key and not self.core.curve:
+                    continue
+                session.allowed = allowed(grants, session.key, wall)
+                if not session.allowed:
+                    ended.append((routing_id, "its grants have ended"))
+                elif channel is Channel.BACKEND:
+                    worker = self.dispatch.pool.workers.get(routing_id)
+                    denied = (
+                        [s for s in worker.services if not self.may(session, s)] if worker else []
+                    )
+                    if denied:
+                        ended.append((routing_id, f"it may no longer serve {', '.join(denied)}"))
+            for routing_id, why in ended:
+                self.refuse(
+                    channel, routing_id, f"CURVE key {sessions[routing_id].key}: {why}", out
+                )
+                self.forget(channel, routing_id, now, out, "key_refused")
+
+    @staticmethod
+    def may(session: Session, service: str) -> bool:
+        """T4: whether ``session``'s key may call (serve) ``service``."""
+        grant = session.allowed
+        return grant == "all" or may_service(grant, service)
+
+    def refuse(self, channel: Channel, routing_id: bytes, why: str, out: list[Effect]) -> None:
+        """DISCONNECTERROR 403 to a client or worker, logged with its routing id and key."""
+        session = self.by_channel[channel].get(routing_id)
+        out.append(Send(channel, routing_id, DisconnectError(403, why, protocol=PROTOCOL[channel])))
+        details = {
+            "channel": channel.value,
+            "routing_id": routing_id.hex(),
+            "key": session.key if session is not None else "",
+            "reason": why,
+        }
+        out.append(Log("warning", "key_refused", details))
 
     def seen(self, channel: Channel, routing_id: bytes, now: float) -> None:
         """Any message from ``routing_id`` keeps its session alive (a worker's REPLY, PARTIAL)."""
@@ -125,6 +204,11 @@ class Sessions:
         # A renegotiating session keeps the timeout its READY set (R11).
         timeout_s = old.timeout_s if old is not None else None
         session = self._open(channel, routing_id, client_id, now, timeout_s)
+        if not session.allowed:  # T2, T3: a key with no grant in force
+            why = f"CURVE key {session.key or '(none)'} has no grant in force"
+            self.refuse(channel, routing_id, why, out)
+            self.forget(channel, routing_id, now, out, "key_refused")
+            return
         version = session.config_version
         worker = self.dispatch.pool.workers.get(routing_id) if channel is Channel.BACKEND else None
         if worker is not None:
@@ -230,6 +314,11 @@ class Sessions:
         session = self.by_channel.get(channel, {}).pop(routing_id, None)
         if session is not None and self._client_ids.get((channel, session.client_id)) == routing_id:
             del self._client_ids[(channel, session.client_id)]
+        if session is not None and session.key:
+            # The connection may negotiate again: with the same key (the node says it once).
+            if len(self._keys) >= MAX_PENDING_KEYS:
+                self._keys.clear()
+            self._keys[(channel, routing_id)] = session.key
         if channel is Channel.BACKEND:
             silent_s = now - session.last_seen if session is not None else 0.0
             self.dispatch.worker_lost(routing_id, now, out, reason, silent_s)

@@ -34,6 +34,7 @@ from scale0.core.effects import (
     FanOutDone,
     ManagementCall,
 )
+from scale0.crypto.curve import CurveKeyPair
 from scale0.wire.admin import ManagementReply, ManagementRequest
 from scale0.wire.client import DisconnectError
 from scale0.wire.errors import ProtocolError
@@ -98,10 +99,13 @@ def call(
     *,
     timeout_s: float = 5.0,
     context: zmq.Context[Any] | None = None,
+    curve: CurveKeyPair | None = None,
+    server_key: str | None = None,
 ) -> ManagementReply:
     """Send one MANAGEMENTREQ to ``endpoint`` and return its MANAGEMENTREP (any code).
 
     Raises :class:`NoAnswer` after ``timeout_s`` and :class:`Refused` on DISCONNECTERROR.
+    ``curve`` and ``server_key``: our CURVE key pair and the broker's key, when it serves CURVE.
     """
     request = ManagementRequest(
         auth_id=auth_id,
@@ -115,6 +119,10 @@ def call(
     try:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_ANSWER_FRAME_BYTES)
+        if curve is not None and server_key is not None:
+            sock.curve_serverkey = server_key.encode("ascii")
+            sock.curve_publickey = curve.public.encode("ascii")
+            sock.curve_secretkey = curve.secret.encode("ascii")
         sock.connect(endpoint)
         deadline = time.monotonic() + timeout_s
         sock.send_multipart(encode(request))
@@ -147,6 +155,8 @@ class ManagementBridge:
         self._context: zmq.asyncio.Context | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        #: For a fan-out to a broker that serves CURVE: (our key pair, its key), else None.
+        self.curve_for: Callable[[str], tuple[CurveKeyPair, str] | None] = lambda _e: None
 
     def perform(self, effect: Authenticate | FanOut) -> None:
         if self._closed:
@@ -229,6 +239,12 @@ class ManagementBridge:
         try:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_ANSWER_FRAME_BYTES)
+            curve = self.curve_for(endpoint)
+            if curve is not None:
+                pair, server_key = curve
+                sock.curve_serverkey = server_key.encode("ascii")
+                sock.curve_publickey = pair.public.encode("ascii")
+                sock.curve_secretkey = pair.secret.encode("ascii")
             sock.connect(endpoint)
             deadline = time.monotonic() + timeout_s
             await sock.send_multipart(encode(request))

@@ -34,6 +34,7 @@ from typing import Final, Generic, Self, TypeVar
 import zmq
 import zmq.asyncio
 
+from scale0.crypto.curve import CurveKeyPair, load_curve_secret_key
 from scale0.net.dealer import (
     CLOSE_LINGER_MS,
     connect,
@@ -72,6 +73,7 @@ __all__ = [
     "BrokerRefused",
     "Client",
     "ClientConfig",
+    "CurveKeyPair",
     "LinkEvent",
     "RequestTimeout",
     "Scale0Error",
@@ -79,6 +81,7 @@ __all__ = [
     "ServiceUnavailable",
     "WorkerFailed",
     "WorkerLost",
+    "load_curve_secret_key",
     "parse_config_document",
 ]
 
@@ -106,8 +109,11 @@ class _LinkedClient(FailoverView, Generic[_S, _C]):
         backoff_initial: float = BACKOFF_INITIAL_S,
         backoff_max: float = BACKOFF_MAX_S,
         context: _C | None = None,
+        curve: CurveKeyPair | None = None,
+        server_key: str | None = None,
     ) -> None:
         self.timeout = timeout
+        self._curve = curve
         self._context: _C | None = context
         self._link = BrokerLink(
             SIG_CLIENT,
@@ -117,7 +123,12 @@ class _LinkedClient(FailoverView, Generic[_S, _C]):
             jitter=random.random,
         )
         self._failover = Failover(
-            endpoint, "frontend", initial=backoff_initial, cap=backoff_max, jitter=random.random
+            endpoint,
+            "frontend",
+            initial=backoff_initial,
+            cap=backoff_max,
+            jitter=random.random,
+            seed_key=server_key,
         )
         self._session = ClientSession(
             self._link, retries, self._failover, id_prefix=os.urandom(ID_PREFIX_BYTES)
@@ -147,7 +158,14 @@ class _LinkedClient(FailoverView, Generic[_S, _C]):
         """A fresh DEALER to the broker in use (C7); the link starts over (C1)."""
         self._drop_socket()
         socket = self._new_socket()
-        connect(socket, self._failover.current, seed=self._failover.failovers == 0)
+        current = self._failover.current
+        connect(
+            socket,
+            current,
+            seed=self._failover.failovers == 0,
+            curve=self._curve,
+            server_key=self._failover.server_key(current),
+        )
         self._socket = socket
         self._io = sync_socket(socket)
         self._session.arrived(time.monotonic())
@@ -204,7 +222,14 @@ class _LinkedClient(FailoverView, Generic[_S, _C]):
         refusal = self._link.refusal
         if refusal is not None:
             return BrokerRefused(refusal.message, status=refusal.code)
-        return RequestTimeout("the broker did not answer CHECKCONFIG")
+        if self._curve is None:
+            hint = " (if the family serves CURVE, pass curve= and server_key=)"
+        else:
+            hint = (
+                " (CURVE: is server_key the broker's key, and does the network config grant "
+                "ours? The broker logs curve_refused)"
+            )
+        return RequestTimeout("the broker did not answer CHECKCONFIG" + hint)
 
     def _shut(self) -> None:
         """Fail what waits, say DISCONNECT and close the socket (the end of ``close``)."""
@@ -224,7 +249,9 @@ class Client(_LinkedClient[zmq.Socket[bytes], zmq.Context[zmq.Socket[bytes]]]):
     then the REPLY body, ``request_many`` pipelines. Errors are :mod:`scale0.net.errors` types
     (also importable from this module). Options: ``client_id``, ``config_type`` (json, xml,
     zfl), ``timeout`` and ``retries`` per request, ``heartbeat_interval``, the failover
-    back-off ``backoff_initial`` / ``backoff_max`` (seconds) and a pyzmq ``context``.
+    back-off ``backoff_initial`` / ``backoff_max`` (seconds), a pyzmq ``context``, and for a
+    family that serves CURVE our key pair ``curve`` (``load_curve_secret_key``) and the seed
+    broker's public key ``server_key`` (the others' come with the config, V7).
     """
 
     def _init_io(self) -> None:

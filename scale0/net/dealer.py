@@ -17,6 +17,7 @@ from typing import Final
 import zmq
 import zmq.asyncio
 
+from scale0.crypto.curve import CurveKeyPair
 from scale0.net.frames_io import io_key, recv_batch, send_batch
 
 __all__ = [
@@ -44,13 +45,29 @@ def sync_socket(socket: zmq.Socket[bytes] | zmq.asyncio.Socket) -> zmq.Socket[by
     return socket
 
 
-def connect(socket: zmq.Socket[bytes] | zmq.asyncio.Socket, endpoint: str, *, seed: bool) -> None:
+def connect(
+    socket: zmq.Socket[bytes] | zmq.asyncio.Socket,
+    endpoint: str,
+    *,
+    seed: bool,
+    curve: CurveKeyPair | None = None,
+    server_key: str | None = None,
+) -> None:
     """Connect with linger 0; a seed libzmq refuses raises, a learnt endpoint only logs.
 
     The seed is what the caller gave: a mistake to report. An endpoint learnt from a CONFIG
     that libzmq refuses is left unconnected, so the link hears nothing and moves on (C5, W3).
+    With ``curve`` (our key pair) and the broker's ``server_key``, the connection is CURVE
+    (docs/operations.md "CURVE"); a CURVE owner with no key known for the endpoint says so.
     """
     socket.linger = 0
+    if curve is not None:
+        if server_key is not None:
+            socket.curve_serverkey = server_key.encode("ascii")
+            socket.curve_publickey = curve.public.encode("ascii")
+            socket.curve_secretkey = curve.secret.encode("ascii")
+        else:
+            log.info("no CURVE key known for %s: connecting without CURVE", endpoint)
     try:
         socket.connect(endpoint)
     except zmq.ZMQError as exc:

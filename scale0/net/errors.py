@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from scale0.session.errors import (
     BrokerRefused,
+    Forbidden,
     RequestTimeout,
     Scale0Error,
     ServiceNotFound,
@@ -15,6 +16,7 @@ from scale0.session.errors import (
 
 __all__ = [
     "BrokerRefused",
+    "Forbidden",
     "RequestTimeout",
     "Scale0Error",
     "ServiceNotFound",

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -39,6 +40,7 @@ from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.broker import Broker
 from scale0.core.effects import (
     Authenticate,
+    Authenticated,
     Channel,
     Close,
     ConfigOffered,
@@ -64,6 +66,7 @@ from scale0.core.effects import (
     Tick,
 )
 from scale0.core.replica import Offer
+from scale0.crypto.curve import CurveKeyPair
 from scale0.net.admin import ManagementBridge
 from scale0.net.eventlog import BrokerEventLog
 from scale0.net.frames_io import (
@@ -75,6 +78,15 @@ from scale0.net.frames_io import (
     send_frames,
 )
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
+from scale0.net.security import (
+    Gatekeeper,
+    HandshakeWatch,
+    make_client,
+    make_server,
+    plain_client,
+    recv_batch_keyed,
+    server_key_for,
+)
 from scale0.trend.eventlog import EventLogWriter
 from scale0.wire.admin import ManagementReply
 from scale0.wire.configsync import TOPIC, decode_config_publication
@@ -154,6 +166,10 @@ class _Port:
     link: bytes = b""  # a DEALER's link id: the routing id its messages reach the core with
     closed: bool = False  # closed by an effect while the loop may still hold it
     fast: FastPath | None = None
+    # CURVE server (net/security.py): read with each sender's key; the key last seen per
+    # routing id, so the core hears of a routing id's key once (Authenticated), not per message.
+    keyed: bool = False
+    keys: dict[bytes, str] = field(default_factory=dict)
     io: IoKey = field(init=False)  # names the socket to recv_batch/send_batch (frames_io)
     # May have messages waiting that its FD will not announce (BrokerNode._pump): new, FD
     # fired, sent on, or its last batch stopped at the budget. Cleared by a batch that ends
@@ -192,8 +208,12 @@ class BrokerNode:
         data_dir: Path | None = None,
         reload: Callable[[], Offer] | None = None,
         event_log_dir: Path | None = None,
+        curve: CurveKeyPair | None = None,
+        serve_curve: bool = False,
     ) -> None:
-        """``event_log_dir``: write the event log there (docs/trend.md), None: no event log."""
+        """``event_log_dir``: write the event log there (docs/trend.md), None: no event log.
+        ``curve``: this broker's CURVE key pair, with which it connects to brokers that serve
+        CURVE; ``serve_curve``: its own sockets serve CURVE too (needs ``curve``)."""
         self.identity = broker_config.identity
         self._broker_config = broker_config
         self._data_dir = data_dir
@@ -253,12 +273,26 @@ class BrokerNode:
             "ticks": 0,
             "published": 0,
             "persist_failed": 0,
+            "curve_refused": 0,  # ZAP said no (net/security.py)
+            "curve_handshake_failed": 0,  # a CURVE/NULL handshake failed (HandshakeWatch)
         }
         # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
         # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
         self.broker.io_counters = self._counters
         self.management = ManagementBridge(self.feed, lambda: self.broker.network.admins, _logger)
         self._sinks: dict[Channel, Callable[[bytes, Message], None]] = {}
+        # CURVE (scale0/net/security.py): our key pair, the seeds' keys, ZAP while we run.
+        self._curve = curve
+        seeds = broker_config.seeds
+        self._seed_keys = dict(zip(seeds, broker_config.seed_curve_keys, strict=False))
+        self._gate: Gatekeeper | None = None
+        self._serve_curve = serve_curve and curve is not None
+        self.broker.core.curve = self._serve_curve
+        self.management.curve_for = self._management_curve
+        self._watch: HandshakeWatch | None = None  # handshake failures (monitors), see start()
+        self._used_keys: dict[str, str | None] = {}  # "link:<id>" / "sub:<endpoint>" -> key
+        self._redo: set[str] = set()  # connections to open again after a failed handshake
+        self._fail_logged: dict[str, float] = {}
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -310,7 +344,9 @@ class BrokerNode:
             self._loop = IOLoop.current()
         self._context = zmq.Context()
         config = self._broker_config
+        self._watch = HandshakeWatch(self._loop, self._handshake_failed)
         try:
+            self._start_gate()
             for channel, port_number, signatures, fast in (
                 (Channel.FRONTEND, config.frontend_port, FRONTEND_SIGNATURES, self._fast_request),
                 (Channel.BACKEND, config.backend_port, BACKEND_SIGNATURES, self._fast_reply),
@@ -378,6 +414,7 @@ class BrokerNode:
                 self._log(logging.INFO, "broker_stopped", {"stats": self.stats()})
         finally:
             self.management.close()
+            self._stop_gate()
             self._close_sockets(linger_ms=self._flush_ms)
             self._close_event_log()
             self._closed.set()
@@ -452,7 +489,9 @@ class BrokerNode:
             (zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes)),
         )
         bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        return _Port(channel, sock, _fd_of(sock), signatures, bound)
+        if self._serve_curve and self._watch is not None:
+            self._watch.watch(channel.value, sock)  # a failed handshake is logged (no sender)
+        return _Port(channel, sock, _fd_of(sock), signatures, bound, keyed=self._serve_curve)
 
     def _bind_pub(self, endpoint: str) -> zmq.Socket[bytes]:
         return self._bound_socket(zmq.PUB, Channel.CONFIG, endpoint)
@@ -469,6 +508,8 @@ class BrokerNode:
             sock.setsockopt(zmq.SNDHWM, self._hwm)
             for option, value in options:
                 sock.setsockopt(option, value)
+            if self._serve_curve and self._curve is not None:
+                make_server(sock, self._curve, channel.value)
             sock.bind(endpoint)
         except zmq.ZMQError as exc:
             sock.close(linger=0)
@@ -500,8 +541,11 @@ class BrokerNode:
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
         sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
         try:
+            self._used_keys[f"link:{link}"] = self._curve_client(sock, endpoint, f"link:{link}")
             sock.connect(endpoint)
         except zmq.ZMQError as exc:
+            if self._watch is not None:
+                self._watch.unwatch(f"link:{link}")
             sock.close(linger=0)
             self._log(
                 logging.ERROR,
@@ -526,6 +570,8 @@ class BrokerNode:
         port = self._ports.pop(f"link:{link}", None)
         if port is None:
             return
+        if self._watch is not None:
+            self._watch.unwatch(f"link:{link}")
         self._flush()  # what the core said on this link before closing it (DISCONNECT) goes out
         port.closed = True
         if self._loop is not None:
@@ -544,6 +590,9 @@ class BrokerNode:
                 port.socket.disconnect(endpoint)
         for endpoint in sorted(wanted - self._subscribed):
             try:
+                self._used_keys[f"sub:{endpoint}"] = self._curve_client(
+                    port.socket, endpoint, "config"
+                )
                 port.socket.connect(endpoint)
             except zmq.ZMQError as exc:
                 self._log(
@@ -579,6 +628,8 @@ class BrokerNode:
             self._log(logging.ERROR, "config_persist_failed", {"error": str(exc)})
 
     def _close_sockets(self, *, linger_ms: int) -> None:
+        if self._watch is not None:
+            self._watch.close()
         for port in self._ports.values():
             port.socket.close(linger=linger_ms)
         self._ports.clear()
@@ -589,6 +640,138 @@ class BrokerNode:
             # term() waits for queued messages up to each socket's linger, then releases.
             self._context.term()
             self._context = None
+
+    # ---- CURVE (scale0/net/security.py; docs/operations.md "CURVE") ------------------------
+
+    def _start_gate(self) -> None:
+        """ZAP before the first bind: with no handler bound, libzmq would admit every key."""
+        if self._curve is None or self._context is None:
+            return
+        self._gate = Gatekeeper(self._context, lambda: self.broker.network, self._curve_refused)
+        self._gate.start()
+
+    def _curve_refused(self, event: str, fields: dict[str, object]) -> None:
+        self._counters["curve_refused"] += 1
+        self._log(logging.WARNING, event, fields)
+
+    def _stop_gate(self) -> None:
+        if self._gate is not None:
+            self._gate.stop()
+            self._gate = None
+
+    def _curve_client(self, sock: zmq.Socket[bytes], endpoint: str, name: str) -> str | None:
+        """Before a connect: CURVE if the broker at ``endpoint`` serves it (its config entry,
+        or seed_curve_keys for a seed), with our own key pair; returns the server key used.
+        Any connection CURVE touches is watched, so a failed handshake is tried again."""
+        server_key = server_key_for(self.broker.network, endpoint, self._seed_keys)
+        if server_key is None or self._curve is None:
+            if server_key is not None:  # it will refuse us: say why, not fail in silence
+                self._log(
+                    logging.ERROR,
+                    "curve_key_missing",
+                    {"endpoint": endpoint, "reason": "it serves CURVE; set curve_secret_key"},
+                )
+            plain_client(sock)
+        else:
+            make_client(sock, self._curve, server_key)
+        watch = self._watch
+        curve_involved = server_key is not None or self._curve is not None
+        if watch is not None and curve_involved and not watch.watching(name, sock):
+            watch.watch(name, sock)
+        return server_key
+
+    def _management_curve(self, endpoint: str) -> tuple[CurveKeyPair, str] | None:
+        """A management fan-out to a peer's frontend: CURVE when that broker serves it."""
+        server_key = server_key_for(self.broker.network, endpoint, self._seed_keys)
+        if server_key is None or self._curve is None:
+            return None
+        return self._curve, server_key
+
+    def _handshake_failed(self, name: str, endpoint: str, event: str, detail: str) -> None:
+        """A handshake failed (scale0/net/security.py HandshakeWatch): log it (at most every
+        10 s per connection) and, for our own connections, open them again in a second with
+        the key the running config names (libzmq does not retry them)."""
+        self._counters["curve_handshake_failed"] = (
+            self._counters.get("curve_handshake_failed", 0) + 1
+        )
+        key = f"{name} {endpoint}"
+        now = time.monotonic()
+        if now - self._fail_logged.get(key, -math.inf) >= 10.0:
+            self._fail_logged[key] = now
+            self._log(
+                logging.WARNING,
+                "curve_handshake_failed",
+                {"socket": name, "endpoint": endpoint, "event": event, "detail": detail},
+            )
+        if name.startswith("link:") or name == "config":
+            redo = f"{name} {endpoint}"
+            if redo not in self._redo and self._loop is not None and not self._stopped:
+                self._redo.add(redo)
+                self._loop.call_later(1.0, self._reopen, name, endpoint)
+
+    def _reopen(self, name: str, endpoint: str) -> None:
+        self._redo.discard(f"{name} {endpoint}")
+        if self._stopped:
+            return
+        if name.startswith("link:"):
+            port = self._ports.get(name)
+            if port is not None and port.endpoint == endpoint:
+                self._connect_link(name.removeprefix("link:"), endpoint)
+        elif endpoint in self._subscribed:
+            port = self._ports.get("config")
+            if port is None:
+                return
+            with contextlib.suppress(zmq.ZMQError):
+                port.socket.disconnect(endpoint)
+            try:
+                self._used_keys[f"sub:{endpoint}"] = self._curve_client(
+                    port.socket, endpoint, "config"
+                )
+                port.socket.connect(endpoint)
+            except zmq.ZMQError as exc:
+                self._log(
+                    logging.ERROR, "subscribe_failed", {"endpoint": endpoint, "error": str(exc)}
+                )
+            port.dirty = True
+
+    def _rekey(self) -> None:
+        """A config applied: reopen links and subscriptions whose broker's CURVE key changed,
+        and say when this broker's own entry asks for a CURVE setting its sockets lack."""
+        network = self.broker.network
+        for name, port in list(self._ports.items()):
+            if not name.startswith("link:") or name not in self._used_keys:
+                continue
+            if server_key_for(network, port.endpoint, self._seed_keys) != self._used_keys[name]:
+                self._connect_link(name.removeprefix("link:"), port.endpoint)
+        for endpoint in sorted(self._subscribed):
+            used = self._used_keys.get(f"sub:{endpoint}")
+            if server_key_for(network, endpoint, self._seed_keys) != used:
+                self._reopen("config", endpoint)
+        entry = self.broker.core.entry
+        wanted = entry is not None and entry.serves_curve is not None
+        if entry is not None and wanted != self._serve_curve:
+            self._log(
+                logging.WARNING,
+                "curve_needs_restart",
+                {
+                    "curve_public_key": entry.curve_public_key,
+                    "serving_curve": self._serve_curve,
+                    "reason": "a broker's sockets take CURVE at start: restart it",
+                },
+            )
+
+    def _note_keys(self, port: _Port, batch: list[list[bytes]], keys: list[str]) -> None:
+        """Tell the core each routing id's CURVE key (``Authenticated``) before its messages
+        are handled: once per connection, not per message (``port.keys`` remembers)."""
+        known = port.keys
+        if len(known) > 100_000:  # routing ids of connections long gone: start afresh
+            known.clear()
+        for frames, key in zip(batch, keys, strict=True):
+            routing_id = frames[0]
+            if known.get(routing_id) != key:
+                known[routing_id] = key
+                event = Authenticated(port.channel, routing_id, key)
+                self._perform(self.broker.handle(event, time.monotonic(), time.time()))
 
     # ---- the loop: reading ----------------------------------------------------------------
 
@@ -646,7 +829,11 @@ class BrokerNode:
         if limit <= 0 or _is_closed(port):  # (closed by an effect: nothing more to read)
             return 0
         try:
-            batch = recv_batch(port.io, limit)
+            if port.keyed:
+                batch, keys = recv_batch_keyed(port.socket, limit)
+                self._note_keys(port, batch, keys)
+            else:
+                batch = recv_batch(port.io, limit)
         except zmq.ZMQError as exc:  # a socket-level failure: say so, keep the loop alive
             port.dirty = False  # not retried until its FD fires again
             self._counters["internal_errors"] += 1
@@ -906,6 +1093,7 @@ class BrokerNode:
                     self._subscribe(effect.endpoints)
                 elif isinstance(effect, Persist):
                     self._persist(effect)
+                    self._rekey()  # a config applied: brokers' CURVE keys may have changed
                 elif isinstance(effect, Authenticate | FanOut):
                     if events is not None and isinstance(effect, Authenticate):
                         events.management_asked(effect.channel, effect.routing_id, effect.request)

@@ -66,6 +66,7 @@ from typing import Any, Final, Self
 import zmq
 import zmq.asyncio
 
+from scale0.crypto.curve import CurveKeyPair
 from scale0.net.dealer import (
     CLOSE_LINGER_MS,
     connect,
@@ -139,7 +140,11 @@ class Worker(FailoverView):
         backoff_initial: float = BACKOFF_INITIAL_S,
         backoff_max: float = BACKOFF_MAX_S,
         context: zmq.asyncio.Context | None = None,
+        curve: CurveKeyPair | None = None,
+        server_key: str | None = None,
     ) -> None:
+        """``curve``/``server_key``: our CURVE key pair and the seed broker's public key, for
+        a family that serves CURVE (the other brokers' keys come with the config)."""
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError(f"capacity must be 1..{MAX_CAPACITY}")
         if not handlers:
@@ -156,8 +161,14 @@ class Worker(FailoverView):
             heartbeat_interval_s=heartbeat_interval,
             jitter=random.random,
         )
+        self._curve = curve
         self._failover = Failover(
-            endpoint, "backend", initial=backoff_initial, cap=backoff_max, jitter=random.random
+            endpoint,
+            "backend",
+            initial=backoff_initial,
+            cap=backoff_max,
+            jitter=random.random,
+            seed_key=server_key,
         )
         self._session = WorkerSession(self._link, self._failover, tuple(self._handlers), capacity)
         #: Set while READY has been sent on the current connection (for tests and health).
@@ -230,7 +241,14 @@ class Worker(FailoverView):
         """One socket's life: W1 until stop (W5, 401) or until the session leaves (W3)."""
         session = self._session
         socket = context.socket(zmq.DEALER)
-        connect(socket, self._failover.current, seed=self._failover.failovers == 0)
+        current = self._failover.current
+        connect(
+            socket,
+            current,
+            seed=self._failover.failovers == 0,
+            curve=self._curve,
+            server_key=self._failover.server_key(current),
+        )
         io = sync_socket(socket)
         self._generation += 1
         generation = self._generation

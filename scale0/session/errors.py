@@ -11,6 +11,7 @@ from typing import ClassVar
 
 __all__ = [
     "BrokerRefused",
+    "Forbidden",
     "RequestTimeout",
     "Scale0Error",
     "ServiceNotFound",
@@ -47,6 +48,12 @@ class Scale0Error(Exception):
         return f"{code}{self.message}{where}"
 
 
+class Forbidden(Scale0Error):
+    """403: this client's CURVE key may not call the service (the network config's grants)."""
+
+    STATUS = 403
+
+
 class ServiceNotFound(Scale0Error):
     """404: no broker in the family knows the service."""
 
@@ -80,6 +87,7 @@ class BrokerRefused(Scale0Error):
 
 
 _BY_STATUS: dict[int, type[Scale0Error]] = {
+    403: Forbidden,
     404: ServiceNotFound,
     503: ServiceUnavailable,
     504: WorkerLost,

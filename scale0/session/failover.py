@@ -32,6 +32,12 @@ V5  When: the first move after a session that lasted (negotiated at least ``sett
     ``initial * 2**(n-1)`` seconds, capped at ``cap``, times 0.5..1 from the jitter source.
 V6  Every move adds one to :attr:`Failover.failovers` and logs one line: from, to, reason,
     delay. :attr:`Failover.current` is the endpoint in use (or about to be).
+V7  CURVE (docs/operations.md "CURVE"): the seed's key is the one the owner was given; every
+    other endpoint's is the ``curve_public_key`` of the view's entry that lists it (the view
+    came over a CURVE link to a broker whose key we checked, and that broker serves only a
+    config it verified). :meth:`Failover.server_key` is None for an endpoint with no key known:
+    the owner connects to it without CURVE. A key that is not 40 Z85 characters is skipped
+    with a warning.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeGuard
 
 from scale0.config.validate import check_endpoint
+from scale0.crypto.curve import curve_key_problem
 
 __all__ = [
     "BACKOFF_INITIAL_S",
@@ -131,6 +138,24 @@ def broker_endpoints(document: Mapping[str, Any], channel: Channel) -> list[str]
     return list(dict.fromkeys(active + standby))
 
 
+def broker_curve_keys(document: Mapping[str, Any], channel: Channel) -> dict[str, str]:
+    """V7: endpoint -> ``curve_public_key`` of the view's entries that have one."""
+    keys: dict[str, str] = {}
+    entries = _entries(document.get("brokers"))
+    for index, entry in enumerate(entries or ()):
+        if not isinstance(entry, Mapping):
+            continue
+        endpoint, key = entry.get(channel), entry.get("curve_public_key")
+        if key is None or not valid_endpoint(endpoint) or entry.get("curve_off") in (True, "true"):
+            continue  # no key, or it serves no CURVE yet (curve_off)
+        problem = curve_key_problem(key)
+        if problem is not None:
+            log.warning("config view: brokers[%d].curve_public_key: %s: skipped", index, problem)
+            continue
+        keys[endpoint] = key
+    return keys
+
+
 @dataclass(frozen=True, slots=True)
 class Move:
     """Leave the current broker now; connect to ``endpoint`` at monotonic time ``at``."""
@@ -151,6 +176,7 @@ class Failover:
         initial: float = BACKOFF_INITIAL_S,
         cap: float = BACKOFF_MAX_S,
         jitter: Jitter = no_jitter,
+        seed_key: str | None = None,
     ) -> None:
         if initial <= 0 or cap < initial:
             raise ValueError("back-off needs 0 < initial <= cap")
@@ -160,6 +186,8 @@ class Failover:
         self.cap = cap
         self._jitter = jitter
         self.endpoints: list[str] = [seed]
+        self.seed_key = seed_key
+        self.server_keys: dict[str, str] = {}  # V7, from the last view
         self.current = seed
         self.failovers = 0
         self.streak = 0  # moves in a row without a session that lasted (V5)
@@ -171,6 +199,7 @@ class Failover:
         if not document or document is self._learned:
             return  # CONFIGACK: nothing new (and the same view's warnings were logged once)
         self._learned = document
+        self.server_keys = broker_curve_keys(document, self.channel)
         listed = broker_endpoints(document, self.channel)
         if not listed:
             if listed is not None:
@@ -182,6 +211,12 @@ class Failover:
         if listed != self.endpoints:
             log.info("known brokers (%s): %s", self.channel, ", ".join(listed))
         self.endpoints = listed
+
+    def server_key(self, endpoint: str) -> str | None:
+        """V7: the CURVE key of the broker at ``endpoint``; None: connect without CURVE."""
+        if endpoint == self.seed and self.seed_key is not None:
+            return self.seed_key
+        return self.server_keys.get(endpoint)
 
     def negotiated(self, now: float) -> None:
         """The current broker answered CHECKCONFIG (V5 counts the session from here)."""

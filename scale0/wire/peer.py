@@ -28,6 +28,7 @@ from scale0.wire.frames import (
     opt_float,
     opt_int,
     opt_name,
+    show,
     ticket_body,
     ticket_status_body,
 )
@@ -270,7 +271,9 @@ class TableReq(Message):
 
 @dataclass(frozen=True, slots=True)
 class Forward(Message):
-    """FORWARD: ``ticket, service, origin_broker, body...``, a request for a peer's worker."""
+    """FORWARD: ``ticket, service, origin_broker, caller, body...``, a request for a peer's
+    worker; ``caller`` is the calling client's CURVE public key (Z85), empty without CURVE, so
+    the serving broker judges it by the same grants (§5.4)."""
 
     COMMAND: ClassVar[bytes] = b"FORWARD"
     PROTOCOL: ClassVar[bytes] = SIG_BROKER
@@ -279,6 +282,7 @@ class Forward(Message):
     service: str
     origin_broker: str
     body: tuple[bytes, ...] = ()
+    caller: str = ""
 
     def to_frames(self) -> list[bytes]:
         return [
@@ -288,19 +292,39 @@ class Forward(Message):
             self.ticket,
             self.service.encode("utf-8"),
             self.origin_broker.encode("utf-8"),
+            self.caller.encode("ascii"),
             *self.body,
         ]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
-        if len(frames) < 6:
-            need_frames(frames, ("ticket", "service", "origin_broker"))
+        if len(frames) < 7:
+            need_frames(frames, ("ticket", "service", "origin_broker", "caller"))
         return cls(
             opaque_id(frames[3], 3, "ticket"),
             name_frame(frames[4], 4, "service"),
             name_frame(frames[5], 5, "origin_broker"),
-            tuple(frames[6:]),
+            tuple(frames[7:]),
+            caller=_caller_frame(frames[6]),
         )
+
+
+def _caller_frame(frame: bytes) -> str:
+    """FORWARD's frame 6: empty, or a CURVE key as 40 Z85 characters (§5.4)."""
+    if not frame:
+        return ""
+    if len(frame) != CALLER_KEY_LEN or not frame.isascii() or not set(frame) <= _Z85_BYTES:
+        raise ProtocolError.malformed(
+            6, f"caller is not a CURVE key (40 Z85 characters): {show(frame)}"
+        )
+    return frame.decode("ascii")
+
+
+#: FORWARD's ``caller``: a CURVE public key in Z85 (ZeroMQ RFC 32), 40 characters.
+CALLER_KEY_LEN: Final = 40
+_Z85_BYTES: Final = frozenset(
+    b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+)
 
 
 @dataclass(frozen=True, slots=True)

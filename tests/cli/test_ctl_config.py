@@ -538,6 +538,34 @@ def test_keys_generate(tmp_path: Path) -> None:
     assert obj["public_key_text"] == public.read_text().strip()
 
 
+def test_keys_generate_curve(tmp_path: Path) -> None:
+    from scale0.crypto.curve import load_curve_public_key, load_curve_secret_key
+
+    directory = tmp_path / "keys"
+    result, obj = run_json("keys", "generate", directory, "--type", "curve", "--name", "b1")
+    assert result.exit_code == 0, result.output
+    secret, public = directory / "b1.curve.key", directory / "b1.curve.pub"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert obj == {
+        "ok": True,
+        "secret_key": str(secret),
+        "public_key": str(public),
+        "curve_public_key": load_curve_public_key(public),
+    }
+    pair = load_curve_secret_key(secret)
+    assert pair.public == obj["curve_public_key"]
+    again = run("keys", "generate", directory, "--type", "curve", "--name", "b1")
+    assert again.exit_code == 1
+    assert again.stderr == (
+        f"{secret}: already exists; refusing to overwrite it "
+        "(use --force to replace the key pair)\n"
+    )
+    assert load_curve_secret_key(secret) == pair
+    forced = run("keys", "generate", directory, "--type", "curve", "--name", "b1", "--force")
+    assert forced.exit_code == 0
+    assert load_curve_secret_key(secret) != pair
+
+
 def test_keys_generate_bad_name_leaves_nothing(tmp_path: Path) -> None:
     result = run("keys", "generate", tmp_path / "new" / "dir", "--name", "../evil")
     assert result.exit_code == 1

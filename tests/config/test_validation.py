@@ -277,3 +277,64 @@ def test_tasks_service_and_timeout_are_checked(tmp_path: Path) -> None:
     assert "'two words' must be 1-255 printable" in only(found, "management.tasks_service").message
     found = problems(write(tmp_path, "d.yaml", text.replace("500", "99")))
     assert "99 is out of range 100-30000" in only(found, "management.tasks_timeout_ms").message
+
+
+# ---- CURVE keys and grants (issue 15): malformed key lists are refused, the field named ----
+
+GOOD_KEY = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+
+
+def test_malformed_key_lists_are_refused_naming_each_field(tmp_path: Path) -> None:
+    extra = (
+        "workers:\n"
+        f'  - key: "{GOOD_KEY[:-1]}"\n'
+        "    services: [echo]\n"
+        '  - key: "*"\n'
+        '    services: ["has space"]\n'
+        "clients:\n"
+        f'  - key: "{"~" * 40}"\n'
+        "    until: -5\n"
+        f'  - key: "{GOOD_KEY}"\n'
+        "    services: []\n"
+    )
+    found = problems(write(tmp_path, "n.yaml", network_yaml(broker("a", 5000), extra=extra)))
+    assert "40 Z85 characters, got 39" in only(found, "workers[0].key").message
+    assert "printable ASCII" in only(found, "workers[1].services[0]").message
+    assert "not Z85" in only(found, "clients[0].key").message
+    assert "UNIX time" in only(found, "clients[0].until").message
+    assert "grants nothing" in only(found, "clients[1].services").message
+    assert len(found) == 5
+
+
+def test_a_broken_broker_key_and_curve_without_every_key_are_refused(tmp_path: Path) -> None:
+    text = network_yaml(broker("a", 5000), broker("b", 5010, False), extra="curve: true\n")
+    text = text.replace(
+        "    config_source: false\n", '    config_source: false\n    curve_public_key: "short"\n'
+    )
+    found = problems(write(tmp_path, "n.yaml", text))
+    assert "curve is on for the family" in only(found, "brokers[0].curve_public_key").message
+    assert "got 5" in only(found, "brokers[1].curve_public_key").message
+
+
+def test_key_grants_load_in_every_format(tmp_path: Path) -> None:
+    from scale0.config.loader import dumps
+
+    extra = (
+        f'curve: false\nworkers:\n  - key: "{GOOD_KEY}"\n    services: ["echo.*"]\n'
+        "    until: 1790000000\n"
+        '  - key: "*"\n'
+    )
+    loaded = load(write(tmp_path, "n.yaml", network_yaml(broker("a", 5000), extra=extra)))
+    for fmt in ("json", "xml", "zfl"):
+        again = loads(dumps(loaded, fmt), fmt)
+        assert again == loaded, fmt
+    assert loaded.workers[0].services == ("echo.*",) and loaded.workers[1].services == "all"
+
+
+def test_seed_curve_keys_need_one_key_per_seed(tmp_path: Path) -> None:
+    text = (
+        "identity: b\nfamily: f\nseeds: [tcp://127.0.0.1:5001, tcp://127.0.0.1:5002]\n"
+        f'seed_curve_keys: ["{GOOD_KEY}"]\ntrusted_keys: [k.pub]\n'
+    )
+    found = problems(write(tmp_path, "b.yaml", text))
+    assert "one per seed" in only(found, "seed_curve_keys").message

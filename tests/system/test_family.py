@@ -33,6 +33,8 @@ from scale0.net.client import Client
 from scale0.net.worker import Worker, echo_handler
 from scale0.testing import (
     BrokerProcess,
+    curve_options,
+    curve_worker_args,
     pick_free_ports,
     running_brokers,
     start_broker_process,
@@ -45,6 +47,13 @@ pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 20.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "curve"])
+def curve(request: pytest.FixtureRequest) -> bool:
+    """Every test runs twice: as it was, and with CURVE on every socket of the family (issue
+    15: the same assertions hold; clients and workers only get their key pairs)."""
+    return bool(request.param)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = WAIT_S, what: str = "") -> float:
@@ -77,7 +86,16 @@ def family_ready(brokers: list[BrokerProcess]) -> None:
 
 
 @contextlib.contextmanager
-def worker_thread(endpoint: str, handlers: dict[str, Any], **options: Any) -> Iterator[Worker]:
+def worker_thread(
+    broker: BrokerProcess | str, handlers: dict[str, Any], **options: Any
+) -> Iterator[Worker]:
+    """A worker thread at ``broker``'s backend (with the family's worker key under CURVE), or
+    at the backend endpoint ``broker`` names."""
+    if isinstance(broker, BrokerProcess):
+        options = {**curve_options(broker, "worker"), **options}
+        endpoint = broker.endpoints["backend"]
+    else:
+        endpoint = broker
     handle = Worker(endpoint, handlers, heartbeat_interval=0.2, **options).start_in_thread()
     try:
         assert handle.wait_registered(WAIT_S), "worker did not register"
@@ -133,7 +151,7 @@ def publication(
 
 
 def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_none(
-    tmp_path: Path,
+    tmp_path: Path, curve: bool
 ) -> None:
     rogue_port = pick_free_ports(1)[0]
     rogue_endpoint = f"tcp://127.0.0.1:{rogue_port}"
@@ -142,14 +160,14 @@ def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_
     rogue.bind(rogue_endpoint)  # a config publisher every broker listens to, not trusted
     try:
         with running_brokers(
-            tmp_path, 3, sources=(0, 1), extra_config_subs=(rogue_endpoint,), **FAST
+            tmp_path, 3, sources=(0, 1), extra_config_subs=(rogue_endpoint,), curve=curve, **FAST
         ) as brokers:
             b1, b2, b3 = brokers
             family_ready(brokers)
             assert events(b3, "broker_state", to="active")  # it joined from its seed
             with (
-                worker_thread(b2.endpoints["backend"], {"echo": echo_handler}) as worker,
-                Client(b3.endpoints["frontend"], timeout=10.0) as client,
+                worker_thread(b2, {"echo": echo_handler}) as worker,
+                Client(b3.endpoints["frontend"], timeout=10.0, **curve_options(b3)) as client,
             ):
                 assert client.request("echo", b"v1") == [b"v1"]
                 assert client.config is not None and client.config.version == 1
@@ -217,13 +235,13 @@ def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_
 # ---- routing ------------------------------------------------------------------------------------
 
 
-def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(tmp_path: Path) -> None:
-    with running_brokers(tmp_path, 3, sources=(0, 1), **FAST) as brokers:
+def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(tmp_path: Path, curve: bool) -> None:
+    with running_brokers(tmp_path, 3, sources=(0, 1), curve=curve, **FAST) as brokers:
         b1, _b2, b3 = brokers
         family_ready(brokers)
         with (
-            worker_thread(b3.endpoints["backend"], {"only-at-b3": echo_handler}),
-            Client(b1.endpoints["frontend"], timeout=10.0) as client,
+            worker_thread(b3, {"only-at-b3": echo_handler}),
+            Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as client,
         ):
             wait_until(lambda: bool(events(b1, "peer_linked", peer="b3")))
             replies = client.request_many("only-at-b3", (b"%d" % i for i in range(200)))
@@ -241,10 +259,18 @@ def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(tmp_path: Path) -> No
 # Its own waits allow up to 120 s per phase and 240 s for the last answers, on a loaded machine:
 # more than the suite's default timeout (setup.cfg), which would cut it short.
 @pytest.mark.timeout(600)
-def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(tmp_path: Path) -> None:
+def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(
+    tmp_path: Path, curve: bool
+) -> None:
     total = 20_000
     with running_brokers(
-        tmp_path, 3, sources=(0, 1), max_retries=6, request_timeout_ms=20_000, **FAST
+        tmp_path,
+        3,
+        sources=(0, 1),
+        max_retries=6,
+        request_timeout_ms=20_000,
+        curve=curve,
+        **FAST,
     ) as brokers:
         b1, b2, b3 = brokers
         family_ready(brokers)
@@ -252,7 +278,13 @@ def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(tmp_path: Path)
         homes = [b1, b2, b3, b2]
         workers = [
             start_worker(
-                home.endpoints["backend"], records[i], "--service", "work", "--capacity", "4"
+                home.endpoints["backend"],
+                records[i],
+                "--service",
+                "work",
+                "--capacity",
+                "4",
+                *curve_worker_args(home),
             )
             for i, home in enumerate(homes)
         ]
@@ -265,7 +297,12 @@ def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(tmp_path: Path)
             def run(name: str, seed: BrokerProcess, start: int, count: int) -> None:
                 tally: Counter[str] = Counter()
                 results[name] = tally
-                with Client(seed.endpoints["frontend"], timeout=30.0, heartbeat_interval=0.2) as c:
+                with Client(
+                    seed.endpoints["frontend"],
+                    timeout=30.0,
+                    heartbeat_interval=0.2,
+                    **curve_options(seed),
+                ) as c:
                     for chunk in range(start, start + count, 100):
                         bodies = [b"%d" % i for i in range(chunk, min(chunk + 100, start + count))]
                         try:
@@ -324,8 +361,8 @@ def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(tmp_path: Path)
                 wait_until(linked(restarted, "b1", "b3"), what="b2 relinked")
                 wait_until(lambda: bool(events(b1, "peer_linked", peer="b2")))
                 with (
-                    worker_thread(restarted.endpoints["backend"], {"at-b2": echo_handler}),
-                    Client(b1.endpoints["frontend"], timeout=10.0) as client,
+                    worker_thread(restarted, {"at-b2": echo_handler}),
+                    Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as client,
                 ):
                     wait_until(
                         lambda: _answers(client, "at-b2"), timeout=10, what="b1 routes to b2"
@@ -347,8 +384,8 @@ def _answers(client: Client, service: str) -> bool:
 # ---- partition ----------------------------------------------------------------------------------
 
 
-def test_a_broker_cut_off_is_detected_dropped_and_readmitted(tmp_path: Path) -> None:
-    with running_brokers(tmp_path, 3, sources=(0, 1), **FAST) as brokers:
+def test_a_broker_cut_off_is_detected_dropped_and_readmitted(tmp_path: Path, curve: bool) -> None:
+    with running_brokers(tmp_path, 3, sources=(0, 1), curve=curve, **FAST) as brokers:
         b1, b2, b3 = brokers
         family_ready(brokers)
         os.kill(b3.pid, signal.SIGSTOP)  # cut off: alive, but says nothing
@@ -366,7 +403,7 @@ def test_a_broker_cut_off_is_detected_dropped_and_readmitted(tmp_path: Path) -> 
                 what="b3 readmitted (linked a second time)",
             )
         with (
-            worker_thread(b3.endpoints["backend"], {"at-b3": echo_handler}),
-            Client(b1.endpoints["frontend"], timeout=10.0) as client,
+            worker_thread(b3, {"at-b3": echo_handler}),
+            Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as client,
         ):
             wait_until(lambda: _answers(client, "at-b3"), what="b1 routes to b3 again")
