@@ -238,6 +238,33 @@ class NetworkConfig:
     max_queued_requests: int = field(
         default=10000, metadata=doc("Requests a broker holds waiting for a worker, per service.")
     )
+    max_sessions: int = field(
+        default=100_000,
+        metadata=doc(
+            "Client sessions, and worker sessions, a broker holds at most (each channel); "
+            "CHECKCONFIG from a new sender past it gets DISCONNECTERROR 503."
+        ),
+    )
+    max_requests_per_client: int = field(
+        default=1000,
+        metadata=doc(
+            "Requests one client may have unanswered at a broker; more get REPLY 429 at once."
+        ),
+    )
+    max_unnegotiated: int = field(
+        default=1024,
+        metadata=doc(
+            "Frontend plus backend connections a broker keeps that have not negotiated yet; "
+            "past it the oldest is dropped."
+        ),
+    )
+    negotiate_timeout_ms: int = field(
+        default=10_000,
+        metadata=doc(
+            "How long a new frontend or backend connection may take to negotiate (CHECKCONFIG, "
+            "or a Majordomo message) before the broker drops it."
+        ),
+    )
     admins: tuple[Admin, ...] = field(
         default=(), metadata=doc("Operators allowed to manage the family.", item="admin")
     )

@@ -146,6 +146,10 @@ def _network(c: NetworkConfig) -> Iterator[Finding]:
         yield "max_retries", f"must be 0 or more, got {c.max_retries}"
     if c.max_queued_requests < 0:
         yield "max_queued_requests", f"must be 0 or more, got {c.max_queued_requests}"
+    yield from _positive("max_sessions", c.max_sessions)
+    yield from _positive("max_requests_per_client", c.max_requests_per_client)
+    yield from _positive("max_unnegotiated", c.max_unnegotiated)
+    yield from _positive("negotiate_timeout_ms", c.negotiate_timeout_ms)
     admins: set[str] = set()
     for i, a in enumerate(c.admins):
         at = f"admins[{i}]"

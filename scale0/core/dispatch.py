@@ -1,4 +1,5 @@
-"""Dispatch: requests and the workers that run them (R4-R11, R14, R15 of scale0/core/broker.py).
+"""Dispatch: requests and the workers that run them (R4-R11, R14, R15 of scale0/core/broker.py,
+and R20's per-client cap: ``max_requests_per_client`` unanswered, more get 429).
 
 What waits for a worker is a :class:`WaitQueue`; what runs is in flight by ticket; a request's
 identity across retries (client_id, request_id) finds it while it lives (R10) and the reply
@@ -48,6 +49,7 @@ class Dispatch:
         self.requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered yet
         self.inflight: dict[bytes, Pending] = {}  # by ticket: at a worker or a peer
         self.live: dict[RequestKey, Pending] = {}  # by key: our own clients' (R10)
+        self.per_client: dict[bytes, int] = {}  # client_id -> its requests not answered (R20)
         self.service_left: dict[str, float] = {}  # service -> when its last worker went (R7)
         self.cache = ReplyCache(
             max_entries=REPLY_CACHE_ENTRIES,
@@ -196,6 +198,19 @@ class Dispatch:
             failure = ClientReply.failure(service, request_id, 404, f"no service {service!r}")
             out.append(Send(Channel.FRONTEND, routing_id, failure))
             return
+        client = key[0]
+        held = self.per_client.get(client, 0)
+        if held >= core.network.max_requests_per_client:
+            core.counters["errors_429"] = core.counters.get("errors_429", 0) + 1
+            core.metrics.reply(429)
+            why = f"{held} requests of this client are not answered yet (max_requests_per_client)"
+            out.append(
+                Send(
+                    Channel.FRONTEND, routing_id, ClientReply.failure(service, request_id, 429, why)
+                )
+            )
+            return
+        self.per_client[client] = held + 1
         deadline = now + core.timeout_s
         pending = Pending(core.next_seq(), routing_id, key, service, request_id, body, deadline)
         pending.started = now
@@ -339,7 +354,13 @@ class Dispatch:
     def retire(self, pending: Pending) -> None:
         """The request has its final answer: forget it everywhere but the reply cache."""
         pending.done = True
-        self.requests.pop(pending.seq, None)
+        if self.requests.pop(pending.seq, None) is not None and pending.origin is None:
+            client = pending.key[0]
+            held = self.per_client.get(client, 0) - 1
+            if held > 0:
+                self.per_client[client] = held
+            else:
+                self.per_client.pop(client, None)
         self.live.pop(pending.key, None)
 
     def finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:

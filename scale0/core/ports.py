@@ -50,6 +50,8 @@ class SessionsPort(Protocol):
 
     def adopt(self, channel: Channel, routing_id: bytes, now: float) -> Session: ...
 
+    def full(self, channel: Channel, routing_id: bytes) -> bool: ...
+
     def skewed(
         self,
         channel: Channel,

@@ -51,6 +51,7 @@ import tornado.web
 from scale0.config.model import ManagementSettings
 from scale0.core.commands import COMMANDS, Command
 from scale0.core.effects import Channel, ManagementSubmit
+from scale0.core.guard import address_key
 from scale0.mgmt.http import SECURITY_HEADERS, allowed_hosts, base_url, bind
 from scale0.mgmt.metrics import render_metrics
 from scale0.net.node import BrokerNode
@@ -447,7 +448,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def sender(self) -> bytes:
         """What the error score and ban count against: the client's address (a zero first
         byte, which no ZeroMQ routing id may have, keeps it apart from socket senders)."""
-        return b"\x00http:" + (self.request.remote_ip or "?").encode()
+        return address_key(self.request.remote_ip or "?")
 
     def prepare(self) -> Awaitable[None] | None:
         try:
