@@ -402,6 +402,7 @@ def case_scale0(
             Path(tmp),
             broker_overrides=overrides,
             max_queued_requests=100_000,
+            max_requests_per_client=100_000,
             command=command,
         ) as broker,
     ):
@@ -460,6 +461,7 @@ def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
             2,
             broker_overrides=[{"log_level": "info", "event_log_dir": None}] * 2,
             max_queued_requests=100_000,
+            max_requests_per_client=100_000,
         ) as (b1, b2),
     ):
         procs = [start(s0p_worker, b2.endpoints["backend"], capacity) for _ in range(workers)]

@@ -25,12 +25,14 @@ broker logs ``own_endpoint_mismatch`` (a warning) when the config it starts from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import gc
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 from dataclasses import dataclass
@@ -421,7 +423,18 @@ def main(config_path: Path, endpoints_file: Path | None) -> None:
         sys.exit(1)
     configure(prepared.broker.log_level)
     tune_gc()
+    raise_open_files()
     sys.exit(asyncio.run(_serve(prepared, config_path, endpoints_file)))
+
+
+def raise_open_files() -> None:
+    """Let the broker hold as many connections as the system allows it (docs/operations.md
+    "Limits"): the soft limit on open files goes up to the hard one. Each client, worker and
+    peer connection is one file; max_unnegotiated bounds those that never negotiate."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 GC_YOUNG_THRESHOLD = 20_000

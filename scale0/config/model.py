@@ -246,7 +246,7 @@ class NetworkConfig:
         ),
     )
     max_requests_per_client: int = field(
-        default=1000,
+        default=10_000,
         metadata=doc(
             "Requests one client may have unanswered at a broker; more get REPLY 429 at once."
         ),

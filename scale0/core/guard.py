@@ -282,4 +282,4 @@ class Guard:
     def address(self, channel: Channel, conn: int) -> str | None:
         """Where the connection ``conn`` comes from, if the I/O layer said (Connected)."""
         record = self.conns.get((channel, conn))
-        return record.address if record is not None else None
+        return record.address or None if record is not None else None

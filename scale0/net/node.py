@@ -24,6 +24,8 @@ import contextlib
 import errno
 import logging
 import os
+import socket
+import struct
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,11 +46,14 @@ from scale0.core.effects import (
     ConfigOffered,
     ConfigRead,
     Connect,
+    Connected,
+    Disconnected,
     Drain,
     Drained,
     Effect,
     Event,
     FanOut,
+    Hangup,
     Log,
     Malformed,
     ManagementSubmit,
@@ -69,6 +74,7 @@ from scale0.net.eventlog import BrokerEventLog
 from scale0.net.frames_io import (
     IMPLEMENTATION,
     IoKey,
+    batch_fds,
     io_key,
     recv_batch,
     send_batch,
@@ -123,7 +129,11 @@ class BindError(Exception):
         super().__init__(f"cannot bind the {channel.value} socket to {endpoint}: {reason}")
 
 
-PortKind = Literal["router", "dealer", "sub"]
+PortKind = Literal["router", "dealer", "sub", "monitor"]
+
+#: What a ROUTER's monitor reports (R20): a connection accepted, a connection ended.
+_MONITOR_EVENTS: Final = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+_MONITOR_HEAD = struct.Struct("<HI")  # ZMTP monitor frame 1: event, value (the fd here)
 
 #: A port's fast path: effects for a message it recognises, None to take the typed path.
 FastPath = Callable[[list[bytes], float], "list[Effect] | None"]
@@ -245,7 +255,10 @@ class BrokerNode:
             "ticks": 0,
             "published": 0,
             "persist_failed": 0,
+            "hung_up": 0,
         }
+        # Open frontend and backend connections by fd (their monitors' word), for Hangup.
+        self._conn_channels: dict[int, Channel] = {}
         # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
         # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
         self.broker.io_counters = self._counters
@@ -310,6 +323,9 @@ class BrokerNode:
             ):
                 port = self._bind(channel, f"tcp://{config.bind_address}:{port_number}", signatures)
                 port.fast = fast
+                if channel is not Channel.PEER:
+                    # Read before its ROUTER in each round: a connection is known before it speaks.
+                    self._ports["monitor:" + channel.value] = self._monitor(port)
                 self._ports[channel.value] = port
             self._pub = self._bind_pub(f"tcp://{config.bind_address}:{config.config_pub_port}")
             self._ports["config"] = self._sub_port()
@@ -445,6 +461,20 @@ class BrokerNode:
         )
         bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return _Port(channel, sock, _fd_of(sock), signatures, bound)
+
+    def _monitor(self, port: _Port) -> _Port:
+        """A PAIR that hears ``port``'s connections open and end (R20, docs/protocol.md §8.1).
+
+        Its receive high-water mark is 0 (none): a flood of connections must not drop the
+        events that keep the connection table true."""
+        assert self._context is not None
+        address = f"inproc://scale0-monitor-{id(self)}-{port.channel.value}"
+        port.socket.monitor(address, _MONITOR_EVENTS)
+        sock: zmq.Socket[bytes] = self._context.socket(zmq.PAIR)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.connect(address)
+        return _Port(port.channel, sock, _fd_of(sock), (), address, kind="monitor")
 
     def _bind_pub(self, endpoint: str) -> zmq.Socket[bytes]:
         return self._bound_socket(zmq.PUB, Channel.CONFIG, endpoint)
@@ -650,13 +680,22 @@ class BrokerNode:
         # for it, before or after this batch, makes it dirty again when it goes out: _flush)
         channel = port.channel
         now = time.monotonic()  # one reading per batch: a batch takes microseconds to handle
+        if port.kind == "router" and channel is not Channel.PEER:
+            # The connection of each message (R20, §8): read right after its batch.
+            for frames, conn in zip(batch, batch_fds(), strict=False):
+                if _is_closed(port):
+                    break
+                self._dispatch(port, channel, frames, now, conn)
+            return len(batch)
         for frames in batch:
             if _is_closed(port):  # an earlier message of the batch closed it: drop the rest
                 break
             self._dispatch(port, channel, frames, now)
         return len(batch)
 
-    def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes], now: float) -> None:
+    def _dispatch(
+        self, port: _Port, channel: Channel, frames: list[bytes], now: float, conn: int = -1
+    ) -> None:
         """One message: ban check, fast path or decode + core, effects. Never raises."""
         if port.kind != "router":
             self._dispatch_other(port, frames)
@@ -686,7 +725,7 @@ class BrokerNode:
                 event = Malformed(channel, routing_id, error, signature)
             else:
                 self._counters["received"] += 1
-                event = Received(channel, routing_id, message)
+                event = Received(channel, routing_id, message, conn)
             self._perform(broker.handle(event, now, time.time()))
         except Exception:
             self._counters["internal_errors"] += 1
@@ -702,6 +741,9 @@ class BrokerNode:
         try:
             broker = self.broker
             event: Event
+            if port.kind == "monitor":
+                self._connection_event(port.channel, frames)
+                return
             try:
                 if port.kind == "sub":
                     published = decode_config_publication(
@@ -736,6 +778,36 @@ class BrokerNode:
                 {"channel": port.channel.value, "frames": len(frames)},
                 exc_info=True,
             )
+
+    # ---- connections (R20): what the monitors say, and hanging up ---------------------------
+
+    def _connection_event(self, channel: Channel, frames: list[bytes]) -> None:
+        if len(frames) < 1 or len(frames[0]) != _MONITOR_HEAD.size:
+            return
+        event, fd = _MONITOR_HEAD.unpack(frames[0])
+        now = time.monotonic()
+        if event == zmq.EVENT_ACCEPTED:
+            self._conn_channels[fd] = channel
+            connected = Connected(channel, fd, _peer_address(fd))
+            self._perform(self.broker.handle(connected, now, time.time()))
+        elif event == zmq.EVENT_DISCONNECTED:
+            if self._conn_channels.get(fd) is channel:
+                del self._conn_channels[fd]
+            self._perform(self.broker.handle(Disconnected(channel, fd), now, time.time()))
+
+    def _hangup(self, effect: Hangup) -> None:
+        """Close a connection libzmq holds: shut its TCP socket down (the fd stays libzmq's;
+        libzmq sees the end, closes it and reports it to the monitor)."""
+        if self._conn_channels.get(effect.conn) is not effect.channel:
+            return  # already gone: its number is not ours to touch
+        del self._conn_channels[effect.conn]
+        self._counters["hung_up"] += 1
+        with contextlib.suppress(OSError):
+            sock = socket.socket(fileno=effect.conn)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.detach()
 
     # ---- the fast paths of the frontend and backend ports ----------------------------------
 
@@ -837,6 +909,8 @@ class BrokerNode:
                 elif isinstance(effect, RequestDone):
                     if events is not None:
                         events.request(effect)
+                elif isinstance(effect, Hangup):
+                    self._hangup(effect)
                 elif isinstance(effect, Log):
                     self._log(level_number(effect.level), effect.event, effect.fields)
                     if events is not None:
@@ -920,6 +994,22 @@ _PORT_NAMES: Final[dict[Channel, str]] = {channel: channel.value for channel in 
 def _is_closed(port: _Port) -> bool:
     """Read the flag afresh (a call, so type narrowing from an earlier check does not stick)."""
     return port.closed
+
+
+def _peer_address(fd: int) -> str:
+    """The IP address at the other end of a connection (ZeroMQ's ``Peer-Address``); "" if the
+    connection is already gone."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return ""
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return ""
+    finally:
+        sock.detach()
+    return str(peer[0]) if isinstance(peer, tuple) else ""
 
 
 def _fd_of(sock: zmq.Socket[bytes]) -> int:
