@@ -68,7 +68,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 
 @pytest.fixture
 def echo_worker(broker: BrokerProcess) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(  # noqa: S603 - our own tool, fixed arguments
+    process = subprocess.Popen(
         [sys.executable, str(ROOT / "tools" / "echo_worker.py"), broker.endpoints["backend"]],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
