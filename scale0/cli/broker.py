@@ -50,7 +50,7 @@ from scale0.config.loader import load, loads, write_atomic
 from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.replica import Offer
 from scale0.crypto.keys import CryptoError, load_private_key, load_public_key, sign_config
-from scale0.mgmt.server import ManagementServer
+from scale0.mgmt.server import ManagementServer, TlsError, tls_context
 from scale0.net.logs import LOGGER_NAME, configure, log_event
 from scale0.net.node import BindError, BrokerNode
 from scale0.wire.frames import ConfigType
@@ -339,6 +339,17 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
     settings = prepared.broker.management
     if settings.enabled:  # off by default; loopback unless configured (docs/management.md)
         base = config_path.resolve().parent
+        ssl_context = None
+        if settings.tls_cert:  # HTTPS (docs/management.md "TLS"); validation required it
+            try:
+                ssl_context = tls_context(
+                    _resolve(base, settings.tls_cert),
+                    _resolve(base, settings.tls_key) if settings.tls_key else None,
+                )
+            except TlsError as exc:
+                click.echo(f"{_PROG}: cannot serve management over TLS: {exc}", err=True)
+                node.stop()
+                return 1
         # normpath: these paths appear in the page and in the advice it gives, without "..".
         server = ManagementServer(
             node,
@@ -353,6 +364,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
                 if prepared.broker.event_log_dir
                 else None
             ),
+            ssl_context=ssl_context,
         )
         try:
             document["management"] = server.start()

@@ -40,6 +40,26 @@ class ManagementSettings:
         metadata=doc("Address the management server binds; loopback unless you mean otherwise."),
     )
     http_port: int = field(default=8480, metadata=doc("TCP port of the management server."))
+    tls_cert: str | None = field(
+        default=None,
+        metadata=doc(
+            "PEM certificate (chain) file: set, the server speaks HTTPS only (relative to this "
+            "file); required when http_address is not loopback, unless insecure."
+        ),
+    )
+    tls_key: str | None = field(
+        default=None,
+        metadata=doc(
+            "PEM private key of tls_cert (relative to this file); none: it is in tls_cert."
+        ),
+    )
+    insecure: bool = field(
+        default=False,
+        metadata=doc(
+            "Serve plain HTTP on an address that is not loopback (passwords and session cookies "
+            "in clear text): only behind a TLS proxy of your own."
+        ),
+    )
     trend_summary: str | None = field(
         default=None,
         metadata=doc(
