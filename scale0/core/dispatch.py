@@ -92,6 +92,7 @@ class Dispatch:
         interval_s = max(msg.hbeatinterval_ms, network.default_heartbeat_interval_ms) / 1000
         services = tuple(dict.fromkeys(msg.services))
         worker = Worker(routing_id, services, msg.capacity, msg.heartbeat, interval_s)
+        worker.ids = msg.request_ids
         old = self.pool.workers.get(routing_id)
         if self.family.peers:
             self.family.table_changed(old.services if old is not None else (), now)
@@ -289,7 +290,16 @@ class Dispatch:
         self.inflight[ticket] = pending
         if self.family.peers:
             self.family.table_changed(worker.services, now)
-        request = WorkerRequest(ticket=ticket, service=pending.service, body=pending.body)
+        body = pending.body
+        if worker.ids:
+            # §4.3: the client's ids, so an idempotent handler (and the worker library's
+            # recent-replies memory) can tell a request it already ran. A forwarded request
+            # (F7) names no client here: empty frames.
+            if pending.origin is None:
+                body = (pending.key[0], pending.request_id, *body)
+            else:
+                body = (b"", b"", *body)
+        request = WorkerRequest(ticket=ticket, service=pending.service, body=body)
         out.append(Send(Channel.BACKEND, worker.routing_id, request))
 
     def worker_reply(

@@ -112,6 +112,7 @@ class WorkerSession:
             time=wall,
             config_version=link.config_version,
             capacity=self.capacity,
+            request_ids=True,  # W7: each REQUEST names its client and request (§4.3)
         ).to_frames()
 
     def _leave(self, reason: str, now: float, redirect: str | None) -> None:

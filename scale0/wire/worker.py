@@ -11,6 +11,7 @@ from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import (
     EMPTY,
     SIG_WORKER,
+    JsonValue,
     Message,
     control_frames,
     control_options,
@@ -46,20 +47,21 @@ class Ready(Message):
     time: float
     config_version: int
     capacity: int = 1
+    #: Ask for the client id and request id of each REQUEST (§4.3): two frames after service.
+    request_ids: bool = False
 
     def to_frames(self) -> list[bytes]:
-        return control_frames(
-            SIG_WORKER,
-            self.COMMAND,
-            {
-                "services": list(self.services),
-                "heartbeat": self.heartbeat,
-                "hbeatinterval_ms": self.hbeatinterval_ms,
-                "time": self.time,
-                "config_version": self.config_version,
-                "capacity": self.capacity,
-            },
-        )
+        options: dict[str, JsonValue] = {
+            "services": list(self.services),
+            "heartbeat": self.heartbeat,
+            "hbeatinterval_ms": self.hbeatinterval_ms,
+            "time": self.time,
+            "config_version": self.config_version,
+            "capacity": self.capacity,
+        }
+        if self.request_ids:
+            options["request_ids"] = True
+        return control_frames(SIG_WORKER, self.COMMAND, options)
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -78,12 +80,17 @@ class Ready(Message):
             opt_float(opts, "time", minimum=0.0),
             opt_int(opts, "config_version", minimum=0),
             opt_int(opts, "capacity", 1, minimum=1, maximum=MAX_CAPACITY),
+            opt_bool(opts, "request_ids", False),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerRequest(Message):
-    """REQUEST broker → worker: ``ticket, service, body...``; the ticket names this dispatch."""
+    """REQUEST broker → worker: ``ticket, service, body...``; the ticket names this dispatch.
+
+    To a worker whose READY asked for ``request_ids``, the body starts with two frames: the
+    client id and the request id (both empty when the broker cannot say); see
+    :func:`split_request_ids`."""
 
     COMMAND: ClassVar[bytes] = b"REQUEST"
     PROTOCOL: ClassVar[bytes] = SIG_WORKER
@@ -148,3 +155,18 @@ class WorkerReply(Message):
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
         return cls(*ticket_status_body(frames))
+
+
+def split_request_ids(request: WorkerRequest) -> tuple[str | None, bytes | None, WorkerRequest]:
+    """A REQUEST to a worker that asked for ``request_ids`` (§4.3): (client id, request id,
+    the request with its own body). Empty id frames are None; a REQUEST with fewer than two
+    body frames is malformed (ProtocolError 400)."""
+    if len(request.body) < 2:
+        raise ProtocolError.malformed(5, "a REQUEST to a request_ids worker has no id frames")
+    client_id, request_id, *body = request.body
+    try:
+        client = client_id.decode("utf-8") if client_id else None
+    except UnicodeDecodeError:
+        raise ProtocolError.malformed(5, "the client id frame is not UTF-8") from None
+    rest = WorkerRequest(request.ticket, request.service, tuple(body))
+    return client, (request_id or None), rest
