@@ -23,6 +23,7 @@ import click
 from scale0.cli.options import log_level_option
 from scale0.net.logs import LOGGER_NAME, configure, log_event
 from scale0.net.worker import Handler, Worker
+from scale0.session.recent import RECENT_ENTRIES
 
 __all__ = ["load_handler", "main"]
 
@@ -76,6 +77,14 @@ def load_handler(reference: str) -> Handler:
     help="Seconds between heartbeats (the broker may raise it).",
 )
 @click.option("--worker-id", default=None, help="Id to ask the broker for (default: assigned).")
+@click.option(
+    "--recent-requests",
+    type=click.IntRange(min=0),
+    default=RECENT_ENTRIES,
+    show_default=True,
+    help="Answered requests remembered by their client's ids, so a resent one is not run "
+    "again after a failover (0: none; scale0.net.worker W7).",
+)
 @log_level_option()
 def main(
     endpoint: str,
@@ -84,6 +93,7 @@ def main(
     capacity: int,
     heartbeat_interval: float,
     worker_id: str | None,
+    recent_requests: int,
     log_level: str,
 ) -> None:
     """Serve MODULE:FUNCTION behind the broker backend at ENDPOINT until SIGINT or SIGTERM.
@@ -100,6 +110,7 @@ def main(
         capacity=capacity,
         heartbeat_interval=heartbeat_interval,
         worker_id=worker_id,
+        recent_requests=recent_requests,
     )
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

@@ -222,3 +222,35 @@ def _request() -> Any:
     from scale0.wire.client import ClientRequest
 
     return ClientRequest(service="echo", request_id=b"r", body=(b"x",))
+
+
+# ---- W7: the ids a REQUEST carries to a worker that asks for them -----------------------------
+
+
+def test_a_request_ids_worker_gets_the_client_id_and_request_id_before_the_body() -> None:
+    from scale0.wire.worker import Ready, WorkerRequest, split_request_ids
+
+    h = Harness()
+    h.send(BACK, W1, _checkconfig_worker())
+    ready = Ready(("echo",), True, 1000, h.wall, 3, 1, request_ids=True)
+    assert Ready.from_frames(ready.to_frames()) == ready
+    h.send(BACK, W1, ready)
+    h.client(C1, client_id="alice")
+    (rid, request) = only(sends(h.request(C1, b"r-7", body=b"payload"), BACK))
+    assert rid == W1 and isinstance(request, WorkerRequest)
+    assert request.body == (b"alice", b"r-7", b"payload")
+    client_id, request_id, plain = split_request_ids(request)
+    assert (client_id, request_id, plain.body) == ("alice", b"r-7", (b"payload",))
+    # A worker that did not ask gets the body alone (existing workers are unchanged).
+    h2 = Harness()
+    h2.worker(W1)
+    h2.client(C1, client_id="alice")
+    (_rid, request) = only(sends(h2.request(C1, b"r-7", body=b"payload"), BACK))
+    assert request.body == (b"payload",)
+
+
+def _checkconfig_worker() -> Any:
+    from scale0.wire.client import CheckConfig
+    from scale0.wire.frames import SIG_WORKER, ConfigType
+
+    return CheckConfig(config_type=ConfigType.JSON, config_version=3, protocol=SIG_WORKER)
