@@ -9,7 +9,7 @@ room's dependence on another is written down here, member by member.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from scale0.config.model import NetworkConfig
@@ -146,9 +146,15 @@ class DispatchPort(Protocol):
 
 
 class GuardPort(Protocol):
-    """scale0/core/guard.py: error scores and bans."""
+    """scale0/core/guard.py: error scores and bans, and the connections (R20)."""
 
     banned: dict[bytes, float]
+
+    @property
+    def conns(self) -> Mapping[tuple[Channel, int], object]: ...
+
+    @property
+    def unnegotiated(self) -> Mapping[tuple[Channel, int], None]: ...
 
 
 class FamilyPort(Protocol):
