@@ -23,8 +23,10 @@ path, the pyzmq socket for the fallback). Never pass the key of a closed socket.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
@@ -41,6 +43,7 @@ __all__ = [
     "recv_frames",
     "send_batch",
     "send_frames",
+    "track_connections",
 ]
 
 _Socket: Any = zmq.backend.Socket
@@ -71,15 +74,16 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
     return _recv_message(sock)[0]
 
 
-def _recv_message(sock: zmq.Socket[Any]) -> tuple[list[bytes], int]:
-    """:func:`recv_frames`, and the fd of the connection it came over (-1: not known)."""
+def _recv_message(sock: zmq.Socket[Any], with_fd: bool = False) -> tuple[list[bytes], int]:
+    """:func:`recv_frames`, and (``with_fd``) the fd of the connection it came over (-1: not
+    known, or not asked)."""
     try:
         frame = _recv(sock, NOBLOCK, False)
         frames: list[bytes] = [frame.bytes]
-        try:
-            fd = int(frame.get(_SRCFD))
-        except zmq.ZMQError:
-            fd = -1
+        fd = -1
+        if with_fd:
+            with contextlib.suppress(zmq.ZMQError):
+                fd = int(frame.get(_SRCFD))
         while frame.more:
             frame = _recv(sock, NOBLOCK, False)
             frames.append(frame.bytes)
@@ -164,15 +168,19 @@ def _py_io_key(sock: zmq.Socket[Any]) -> IoKey:
 
 
 _py_fds: list[int] = []  # batch_fds() of the fallback
+# Sockets whose messages the fallback asks for their fd (track_connections): asking costs a
+# call per message, and raises (a ZMQError, and pending signal handlers run) on inproc.
+_py_tracked: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _py_recv_batch(key: Any, limit: int) -> list[list[bytes]]:
     messages: list[list[bytes]] = []
     fds: list[int] = []
     _py_fds.clear()
+    with_fd = key in _py_tracked
     try:
         while len(messages) < limit and events(key) & POLLIN:
-            frames, fd = _recv_message(key)
+            frames, fd = _recv_message(key, with_fd)
             messages.append(frames)
             fds.append(fd)
     except zmq.Again:
@@ -266,10 +274,18 @@ def recv_batch(key: IoKey, limit: int) -> list[list[bytes]]:
     return messages
 
 
+def track_connections(sock: zmq.Socket[Any]) -> None:
+    """Make :func:`batch_fds` name the connection of each message read from ``sock`` (a TCP
+    ROUTER). The C path always does, at no cost worth saying; the fallback only for these."""
+    if IMPLEMENTATION == "pyzmq":
+        _py_tracked.add(sock)
+
+
 def batch_fds() -> list[int]:
     """For each message the last :func:`recv_batch` returned, in order, the file descriptor of
-    the connection it came over (libzmq's ZMQ_SRCFD; -1 when libzmq did not say). Valid until
-    the next :func:`recv_batch` call, on any socket."""
+    the connection it came over (libzmq's ZMQ_SRCFD; -1 when libzmq did not say, or, on the
+    fallback, for a socket not given to :func:`track_connections`). Valid until the next
+    :func:`recv_batch` call, on any socket."""
     fds: list[int] = _batch_fds()
     return fds
 

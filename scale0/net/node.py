@@ -79,6 +79,7 @@ from scale0.net.frames_io import (
     recv_batch,
     send_batch,
     send_frames,
+    track_connections,
 )
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.trend.eventlog import EventLogWriter
@@ -468,6 +469,7 @@ class BrokerNode:
         Its receive high-water mark is 0 (none): a flood of connections must not drop the
         events that keep the connection table true."""
         assert self._context is not None
+        track_connections(port.socket)  # batch_fds names each message's connection
         address = f"inproc://scale0-monitor-{id(self)}-{port.channel.value}"
         port.socket.monitor(address, _MONITOR_EVENTS)
         sock: zmq.Socket[bytes] = self._context.socket(zmq.PAIR)

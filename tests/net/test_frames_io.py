@@ -430,6 +430,7 @@ def test_batch_fds_names_each_message_s_connection(impl: Impl) -> None:
     router.linger = 0
     router.bind("tcp://127.0.0.1:*")
     frontend = router.getsockopt(zmq.LAST_ENDPOINT).decode()  # type: ignore[union-attr]
+    frames_io._py_tracked.add(router)  # what track_connections does on the fallback
     dealers = []
     try:
         for source in ("127.0.0.2", "127.0.0.3"):
