@@ -25,7 +25,7 @@ from scale0.core.workers import Worker, WorkerPool
 from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, is_reserved_service
 from scale0.wire.peer import BrokerState, ForwardPartial, ForwardReply
-from scale0.wire.worker import Ready, WorkerPartial, WorkerRequest
+from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerRequest
 
 __all__ = ["Dispatch"]
 
@@ -290,16 +290,21 @@ class Dispatch:
         self.inflight[ticket] = pending
         if self.family.peers:
             self.family.table_changed(worker.services, now)
-        body = pending.body
+        request: WorkerRequest | WorkerIdRequest
         if worker.ids:
             # §4.3: the client's ids, so an idempotent handler (and the worker library's
-            # recent-replies memory) can tell a request it already ran. A forwarded request
-            # (F7) names no client here: empty frames.
-            if pending.origin is None:
-                body = (pending.key[0], pending.request_id, *body)
-            else:
-                body = (b"", b"", *body)
-        request = WorkerRequest(ticket=ticket, service=pending.service, body=body)
+            # recent-requests memory) can tell a request it already ran. A forwarded request
+            # (F7) names no client here: empty ids.
+            own = pending.origin is None
+            request = WorkerIdRequest(
+                ticket,
+                pending.service,
+                pending.key[0].decode("utf-8", "replace") if own else "",
+                pending.request_id if own else b"",
+                pending.body,
+            )
+        else:
+            request = WorkerRequest(ticket=ticket, service=pending.service, body=pending.body)
         out.append(Send(Channel.BACKEND, worker.routing_id, request))
 
     def worker_reply(

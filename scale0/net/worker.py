@@ -43,19 +43,20 @@ W4  Replies belong to the socket their REQUEST came on: a reply whose socket was
 W5  ``stop()`` (thread-safe, idempotent) sends DISCONNECT, cancels async handlers and returns
     from ``run()`` within about 0.1 s; sync handlers already running finish in their thread and
     their replies are dropped. A DISCONNECTERROR 401 also stops the worker.
-W7  Duplicates (protocol.md §4.3): READY asks for ``request_ids``, so each REQUEST names the
-    client id and request id it answers. A handler with a ``context`` parameter gets them
+W6  Failover (protocol.md §3.9; :mod:`scale0.session.failover` V1-V6 decides): the worker is
+    given one seed endpoint and learns the family's backends from each CONFIG. W3's next broker is a
+    301's endpoint, else the next known backend after the one it left; the first move after a
+    lasting session is immediate, further ones back off (0.1 s doubling to 5 s, jittered).
+    ``endpoint`` names the broker in use and ``failovers`` counts the moves.
+W7  Duplicates (protocol.md §4.3): READY asks for ``request_ids``, so the broker sends
+    IDREQUEST, a REQUEST naming the client id and request id it answers (a broker that does not
+    know the option sends plain REQUEST: no ids). A handler with a ``context`` parameter gets them
     (:class:`RequestContext`); ``handler(body)`` handlers are called as before. The worker
     remembers the requests it ran lately (:class:`scale0.session.recent.RecentRequests`,
     ``recent_requests`` entries, 10 minutes): the same ids again, as when a client whose
     broker died resends to the broker this worker moved to, get the stored reply (or join
     the run still going on) and the handler does not run twice. Requests forwarded from
     another broker of the family carry no ids (``context.client_id`` None) and always run.
-W6  Failover (protocol.md §3.9; :mod:`scale0.session.failover` V1-V6 decides): the worker is
-    given one seed endpoint and learns the family's backends from each CONFIG. W3's next broker is a
-    301's endpoint, else the next known backend after the one it left; the first move after a
-    lasting session is immediate, further ones back off (0.1 s doubling to 5 s, jittered).
-    ``endpoint`` names the broker in use and ``failovers`` counts the moves.
 """
 
 from __future__ import annotations
@@ -92,14 +93,13 @@ from scale0.session.recent import RECENT_ENTRIES, Decision, RecentKey, RecentReq
 from scale0.session.view import ClientConfig
 from scale0.session.worker import WorkerSession
 from scale0.wire.client import Disconnect
-from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import SIG_WORKER, ConfigType, encode_json
 from scale0.wire.worker import (
     MAX_CAPACITY,
+    WorkerIdRequest,
     WorkerPartial,
     WorkerReply,
     WorkerRequest,
-    split_request_ids,
 )
 
 __all__ = [
@@ -338,15 +338,16 @@ class Worker(FailoverView):
     # -- serving requests --
 
     def _dispatch(
-        self, request: WorkerRequest, generation: int, executor: ThreadPoolExecutor
+        self,
+        request: WorkerRequest | WorkerIdRequest,
+        generation: int,
+        executor: ThreadPoolExecutor,
     ) -> None:
-        try:
-            client_id, request_id, request = split_request_ids(request)
-        except ProtocolError as exc:  # a broker that did not honour request_ids: say so
-            log.warning("REQUEST without its id frames: %s", exc)
-            reply = WorkerReply(request.ticket, 400, _error_body(400, str(exc)))
-            self._sync_send(generation, reply.to_frames())
-            return
+        client_id: str | None = None
+        request_id: bytes | None = None
+        if isinstance(request, WorkerIdRequest):  # W7 (a broker that knows request_ids)
+            client_id, request_id = request.client_id or None, request.request_id or None
+            request = request.plain()
         context = RequestContext(request.service, client_id, request_id, request.ticket)
         key: RecentKey | None = None
         recent = self._recent

@@ -47,7 +47,7 @@ class Ready(Message):
     time: float
     config_version: int
     capacity: int = 1
-    #: Ask for the client id and request id of each REQUEST (§4.3): two frames after service.
+    #: Ask for the client id and request id of each request: IDREQUEST, not REQUEST (§4.3).
     request_ids: bool = False
 
     def to_frames(self) -> list[bytes]:
@@ -86,11 +86,7 @@ class Ready(Message):
 
 @dataclass(frozen=True, slots=True)
 class WorkerRequest(Message):
-    """REQUEST broker → worker: ``ticket, service, body...``; the ticket names this dispatch.
-
-    To a worker whose READY asked for ``request_ids``, the body starts with two frames: the
-    client id and the request id (both empty when the broker cannot say); see
-    :func:`split_request_ids`."""
+    """REQUEST broker → worker: ``ticket, service, body...``; the ticket names this dispatch."""
 
     COMMAND: ClassVar[bytes] = b"REQUEST"
     PROTOCOL: ClassVar[bytes] = SIG_WORKER
@@ -118,6 +114,57 @@ class WorkerRequest(Message):
             name_frame(frames[4], 4, "service"),
             tuple(frames[5:]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerIdRequest(Message):
+    """IDREQUEST broker → worker: ``ticket, service, client_id, request_id, body...`` (§4.3).
+
+    REQUEST with the client's own ids, to a worker whose READY asked for ``request_ids``. A
+    command of its own, so a worker can never mistake the body of a REQUEST from a broker that
+    does not know the option for ids. Both ids are empty when the broker cannot say (a request
+    forwarded by a peer)."""
+
+    COMMAND: ClassVar[bytes] = b"IDREQUEST"
+    PROTOCOL: ClassVar[bytes] = SIG_WORKER
+
+    ticket: bytes
+    service: str
+    client_id: str
+    request_id: bytes
+    body: tuple[bytes, ...] = ()
+
+    def to_frames(self) -> list[bytes]:
+        return [
+            EMPTY,
+            SIG_WORKER,
+            b"IDREQUEST",
+            self.ticket,
+            self.service.encode("utf-8"),
+            self.client_id.encode("utf-8"),
+            self.request_id,
+            *self.body,
+        ]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        if len(frames) < 7:
+            need_frames(frames, ("ticket", "service", "client_id", "request_id"))
+        try:
+            client_id = frames[5].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError.malformed(5, "client_id is not UTF-8") from None
+        return cls(
+            opaque_id(frames[3], 3, "ticket"),
+            name_frame(frames[4], 4, "service"),
+            client_id,
+            bytes(frames[6]),
+            tuple(frames[7:]),
+        )
+
+    def plain(self) -> WorkerRequest:
+        """The same request without its ids."""
+        return WorkerRequest(self.ticket, self.service, self.body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,18 +202,3 @@ class WorkerReply(Message):
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
         return cls(*ticket_status_body(frames))
-
-
-def split_request_ids(request: WorkerRequest) -> tuple[str | None, bytes | None, WorkerRequest]:
-    """A REQUEST to a worker that asked for ``request_ids`` (§4.3): (client id, request id,
-    the request with its own body). Empty id frames are None; a REQUEST with fewer than two
-    body frames is malformed (ProtocolError 400)."""
-    if len(request.body) < 2:
-        raise ProtocolError.malformed(5, "a REQUEST to a request_ids worker has no id frames")
-    client_id, request_id, *body = request.body
-    try:
-        client = client_id.decode("utf-8") if client_id else None
-    except UnicodeDecodeError:
-        raise ProtocolError.malformed(5, "the client id frame is not UTF-8") from None
-    rest = WorkerRequest(request.ticket, request.service, tuple(body))
-    return client, (request_id or None), rest

@@ -227,8 +227,8 @@ def _request() -> Any:
 # ---- W7: the ids a REQUEST carries to a worker that asks for them -----------------------------
 
 
-def test_a_request_ids_worker_gets_the_client_id_and_request_id_before_the_body() -> None:
-    from scale0.wire.worker import Ready, WorkerRequest, split_request_ids
+def test_a_request_ids_worker_gets_idrequest_with_the_client_s_ids() -> None:
+    from scale0.wire.worker import Ready, WorkerIdRequest, WorkerRequest
 
     h = Harness()
     h.send(BACK, W1, _checkconfig_worker())
@@ -237,16 +237,15 @@ def test_a_request_ids_worker_gets_the_client_id_and_request_id_before_the_body(
     h.send(BACK, W1, ready)
     h.client(C1, client_id="alice")
     (rid, request) = only(sends(h.request(C1, b"r-7", body=b"payload"), BACK))
-    assert rid == W1 and isinstance(request, WorkerRequest)
-    assert request.body == (b"alice", b"r-7", b"payload")
-    client_id, request_id, plain = split_request_ids(request)
-    assert (client_id, request_id, plain.body) == ("alice", b"r-7", (b"payload",))
-    # A worker that did not ask gets the body alone (existing workers are unchanged).
+    assert rid == W1 and isinstance(request, WorkerIdRequest)
+    assert (request.client_id, request.request_id, request.body) == ("alice", b"r-7", (b"payload",))
+    assert WorkerIdRequest.from_frames(request.to_frames()) == request
+    # A worker that did not ask gets REQUEST, the body alone (existing workers are unchanged).
     h2 = Harness()
     h2.worker(W1)
     h2.client(C1, client_id="alice")
-    (_rid, request) = only(sends(h2.request(C1, b"r-7", body=b"payload"), BACK))
-    assert request.body == (b"payload",)
+    (_rid, plain) = only(sends(h2.request(C1, b"r-7", body=b"payload"), BACK))
+    assert isinstance(plain, WorkerRequest) and plain.body == (b"payload",)
 
 
 def _checkconfig_worker() -> Any:

@@ -50,3 +50,11 @@ def test_an_abandoned_run_is_forgotten() -> None:
     recent.begin(KEY, b"t1", 0.0)
     recent.abandoned(KEY)
     assert recent.begin(KEY, b"t2", 0.0) is Decision.RUN
+
+
+def test_the_worker_rules_header_lists_w1_to_w7() -> None:
+    import re
+
+    from scale0.net import worker
+
+    assert re.findall(r"^W(\d+) ", worker.__doc__ or "", re.M) == [str(i) for i in range(1, 8)]
