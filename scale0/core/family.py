@@ -187,9 +187,18 @@ class Family:
     def round(self, now: float, wall: float, out: list[Effect]) -> None:
         """Every interval: expire silent peers (F3), then HELLO or HEARTBEAT on every link."""
         limit = self.core.interval_s * self.core.network.liveness
-        for peer in list(self.peers.values()):
-            if peer.link is not PeerLink.DOWN and now - peer.last_seen > limit:
-                self._peer_down(peer, now, out, PeerInput.SILENT, "silent")
+        silent = [
+            peer
+            for peer in self.peers.values()
+            if peer.link is not PeerLink.DOWN and now - peer.last_seen > limit
+        ]
+        # Every silent peer is down before what any of them held moves (F3): a request must
+        # not be re-forwarded to a peer found silent in the same round, where it would wait in
+        # a dead link and run when the network heals, after its client was answered.
+        for peer in silent:
+            self._peer_down(peer, now, out, PeerInput.SILENT, "silent", reroute=False)
+        for peer in silent:
+            self._route_forwarded_again(peer, now, out)
         self.say_hello(now, wall, out)
         self.core.timers.push(now + self.core.interval_s, Periodic.PEERS)
 
@@ -199,7 +208,14 @@ class Family:
             out.append(Log("info", "peer_up", {"peer": peer.broker_id}))
 
     def _peer_down(
-        self, peer: Peer, now: float, out: list[Effect], event: PeerInput, reason: str
+        self,
+        peer: Peer,
+        now: float,
+        out: list[Effect],
+        event: PeerInput,
+        reason: str,
+        *,
+        reroute: bool = True,
     ) -> None:
         was = peer.step(event)
         peer.push_to = False
@@ -217,6 +233,11 @@ class Family:
             silent_ms = round((now - peer.last_seen) * 1000)
             details = {"peer": peer.broker_id, "reason": reason, "silent_ms": silent_ms}
             out.append(Log("warning", "peer_lost", details))
+        if reroute:
+            self._route_forwarded_again(peer, now, out)
+
+    def _route_forwarded_again(self, peer: Peer, now: float, out: list[Effect]) -> None:
+        """F3: what ``peer`` (now down) held is routed again, or answered 504."""
         for ticket in sorted(peer.forwarded):
             pending = self.dispatch.inflight.pop(ticket, None)
             if pending is not None:

@@ -86,8 +86,15 @@ from scale0.trend.eventlog import EventLogWriter
 from scale0.wire.admin import ManagementReply
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
-from scale0.wire.frames import SIG_BROKER, Message
-from scale0.wire.hot import client_request_fields, worker_reply_fields
+from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, SIG_WORKER, Message
+from scale0.wire.hot import (
+    client_request_fields,
+    heartbeat_fields,
+    mdp_client_request_fields,
+    mdp_worker_reply_fields,
+    worker_reply_fields,
+)
+from scale0.wire.mdp import MDPC01, MDPC02, MDPW01, MDPW02
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -136,8 +143,9 @@ PortKind = Literal["router", "dealer", "sub", "monitor"]
 _MONITOR_EVENTS: Final = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
 _MONITOR_HEAD = struct.Struct("<HI")  # ZMTP monitor frame 1: event, value (the fd here)
 
-#: A port's fast path: effects for a message it recognises, None to take the typed path.
-FastPath = Callable[[list[bytes], float], "list[Effect] | None"]
+#: A port's fast path: effects for a message it recognises (given the frames, the monotonic and
+#: the wall clock), None to take the typed path.
+FastPath = Callable[[list[bytes], float, float], "list[Effect] | None"]
 
 
 @dataclass(slots=True)
@@ -260,6 +268,8 @@ class BrokerNode:
         }
         # Open frontend and backend connections by fd (their monitors' word), for Hangup.
         self._conn_channels: dict[int, Channel] = {}
+        # Of them, those the fast path has not yet seen negotiated (one set lookup a message).
+        self._fresh: set[int] = set()
         # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
         # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
         self.broker.io_counters = self._counters
@@ -681,22 +691,30 @@ class BrokerNode:
         port.dirty = len(batch) >= limit  # fewer: it ended on an empty socket (a send queued
         # for it, before or after this batch, makes it dirty again when it goes out: _flush)
         channel = port.channel
-        now = time.monotonic()  # one reading per batch: a batch takes microseconds to handle
+        # One reading of each clock per batch: a batch takes microseconds to handle.
+        now = time.monotonic()
+        wall = time.time()
         if port.kind == "router" and channel is not Channel.PEER:
             # The connection of each message (R20, §8): read right after its batch.
             for frames, conn in zip(batch, batch_fds(), strict=False):
                 if _is_closed(port):
                     break
-                self._dispatch(port, channel, frames, now, conn)
+                self._dispatch(port, channel, frames, now, wall, conn)
             return len(batch)
         for frames in batch:
             if _is_closed(port):  # an earlier message of the batch closed it: drop the rest
                 break
-            self._dispatch(port, channel, frames, now)
+            self._dispatch(port, channel, frames, now, wall)
         return len(batch)
 
     def _dispatch(
-        self, port: _Port, channel: Channel, frames: list[bytes], now: float, conn: int = -1
+        self,
+        port: _Port,
+        channel: Channel,
+        frames: list[bytes],
+        now: float,
+        wall: float,
+        conn: int = -1,
     ) -> None:
         """One message: ban check, fast path or decode + core, effects. Never raises."""
         if port.kind != "router":
@@ -710,8 +728,10 @@ class BrokerNode:
                 return
             fast = port.fast
             if fast is not None:
-                effects = fast(frames, now)
+                effects = fast(frames, now, wall)
                 if effects is not None:
+                    if conn in self._fresh:  # R20: a Majordomo client's first REQUEST opens
+                        self._negotiated(channel, routing_id, conn)  # its session here
                     self._perform(effects)
                     return
             event: Event
@@ -728,7 +748,7 @@ class BrokerNode:
             else:
                 self._counters["received"] += 1
                 event = Received(channel, routing_id, message, conn)
-            self._perform(broker.handle(event, now, time.time()))
+            self._perform(broker.handle(event, now, wall))
         except Exception:
             self._counters["internal_errors"] += 1
             self._log(
@@ -790,12 +810,20 @@ class BrokerNode:
         now = time.monotonic()
         if event == zmq.EVENT_ACCEPTED:
             self._conn_channels[fd] = channel
+            self._fresh.add(fd)
             connected = Connected(channel, fd, _peer_address(fd))
             self._perform(self.broker.handle(connected, now, time.time()))
         elif event == zmq.EVENT_DISCONNECTED:
             if self._conn_channels.get(fd) is channel:
                 del self._conn_channels[fd]
+                self._fresh.discard(fd)
             self._perform(self.broker.handle(Disconnected(channel, fd), now, time.time()))
+
+    def _negotiated(self, channel: Channel, routing_id: bytes, conn: int) -> None:
+        """A fast-path message from a connection not known to have negotiated: if its sender
+        has a session now, the core marks the connection negotiated (R20), and so do we."""
+        if self.broker.mark_negotiated(channel, routing_id, conn):
+            self._fresh.discard(conn)
 
     def _hangup(self, effect: Hangup) -> None:
         """Close a connection libzmq holds: shut its TCP socket down (the fd stays libzmq's;
@@ -803,6 +831,7 @@ class BrokerNode:
         if self._conn_channels.get(effect.conn) is not effect.channel:
             return  # already gone: its number is not ours to touch
         del self._conn_channels[effect.conn]
+        self._fresh.discard(effect.conn)
         self._counters["hung_up"] += 1
         with contextlib.suppress(OSError):
             sock = socket.socket(fileno=effect.conn)
@@ -813,23 +842,55 @@ class BrokerNode:
 
     # ---- the fast paths of the frontend and backend ports ----------------------------------
 
-    def _fast_request(self, frames: list[bytes], now: float) -> list[Effect] | None:
-        """A plain client REQUEST, read by scale0.wire.hot, to the core's lean entry point."""
-        fields = client_request_fields(frames, self.broker.max_frame_bytes)
-        if fields is None:
+    def _fast_request(self, frames: list[bytes], now: float, wall: float) -> list[Effect] | None:
+        """A plain client REQUEST or HEARTBEAT, or a Majordomo client REQUEST, read by
+        scale0.wire.hot, to the core's lean entry points."""
+        if len(frames) < 4:
             return None
-        self._counters["received"] += 1
-        service, request_id, body = fields
-        return self.broker.handle_request(frames[0], service, request_id, body, now)
+        broker = self.broker
+        signature = frames[2]
+        if signature == SIG_CLIENT:
+            fields = client_request_fields(frames, broker.max_frame_bytes)
+            if fields is not None:
+                self._counters["received"] += 1
+                service, request_id, body = fields
+                return broker.handle_request(frames[0], service, request_id, body, now)
+            beat = heartbeat_fields(frames, SIG_CLIENT, broker.max_frame_bytes)
+            if beat is not None:
+                self._counters["received"] += 1
+                return broker.handle_heartbeat(Channel.FRONTEND, frames[0], *beat, now, wall)
+        elif signature in (MDPC02, MDPC01):
+            mdp = mdp_client_request_fields(frames, broker.max_frame_bytes)
+            if mdp is not None:
+                self._counters["received"] += 1
+                reading, service, body = mdp
+                return broker.handle_mdp_request(frames[0], reading, service, body, now)
+        return None
 
-    def _fast_reply(self, frames: list[bytes], now: float) -> list[Effect] | None:
-        """A plain worker REPLY, read by scale0.wire.hot, to the core's lean entry point."""
-        fields = worker_reply_fields(frames, self.broker.max_frame_bytes)
-        if fields is None:
+    def _fast_reply(self, frames: list[bytes], now: float, wall: float) -> list[Effect] | None:
+        """A plain worker REPLY or HEARTBEAT, or a Majordomo worker's final reply, read by
+        scale0.wire.hot, to the core's lean entry points."""
+        if len(frames) < 4:
             return None
-        self._counters["received"] += 1
-        ticket, status, body = fields
-        return self.broker.handle_reply(frames[0], ticket, status, body, now)
+        broker = self.broker
+        signature = frames[2]
+        if signature == SIG_WORKER:
+            fields = worker_reply_fields(frames, broker.max_frame_bytes)
+            if fields is not None:
+                self._counters["received"] += 1
+                ticket, status, body = fields
+                return broker.handle_reply(frames[0], ticket, status, body, now)
+            beat = heartbeat_fields(frames, SIG_WORKER, broker.max_frame_bytes)
+            if beat is not None:
+                self._counters["received"] += 1
+                return broker.handle_heartbeat(Channel.BACKEND, frames[0], *beat, now, wall)
+        elif signature in (MDPW02, MDPW01):
+            mdp = mdp_worker_reply_fields(frames, broker.max_frame_bytes)
+            if mdp is not None:
+                self._counters["received"] += 1
+                ticket, body = mdp
+                return broker.handle_mdp_reply(frames[0], ticket, body, now)
+        return None
 
     # ---- the loop: the one timer ----------------------------------------------------------
 
@@ -882,6 +943,10 @@ class BrokerNode:
         events = self.event_log
         # Management requests waiting for their answer (event log): empty nearly always.
         asked = events.asked if events is not None else None
+        # The core sends one message object to many (the HEARTBEATs of a timer round, the
+        # answers to a batch of client HEARTBEATs): encoded once, its frames sent to each.
+        last: Message | None = None
+        last_frames: list[bytes] = []
         for effect in effects:
             try:
                 if isinstance(effect, Send):
@@ -902,7 +967,11 @@ class BrokerNode:
                         self._log(logging.DEBUG, "send_dropped", {"channel": channel.value})
                         continue
                     # Encode now (a bug shows up as this effect's failure); sent by _flush().
-                    frames = encode(effect.message)
+                    message = effect.message
+                    if message is not last:
+                        last_frames = encode(message)
+                        last = message
+                    frames = last_frames
                     port.sending = True  # the send may swallow its FD's edge (see _flush)
                     if port.kind == "dealer":  # a peer link: no routing id to prepend
                         outbox.append((port.io, frames[0], frames[1:]))

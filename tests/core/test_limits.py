@@ -253,3 +253,15 @@ def _checkconfig_worker() -> Any:
     from scale0.wire.frames import SIG_WORKER, ConfigType
 
     return CheckConfig(config_type=ConfigType.JSON, config_version=3, protocol=SIG_WORKER)
+
+
+def test_r20_the_fast_path_marks_a_majordomo_client_s_connection_negotiated() -> None:
+    h = Harness(negotiate_timeout_ms=1000)
+    h.worker(W1)
+    connect(h, 7)
+    assert not h.broker.mark_negotiated(FRONT, C2, 7)  # no session yet: still waiting
+    request = MdpClientRequest(service="echo", body=(b"x",), protocol=MDPC01)
+    h.send(FRONT, C2, request)  # its session opens (as on the fast path, no conn given)
+    assert h.broker.mark_negotiated(FRONT, C2, 7)
+    assert (FRONT, 7) not in h.broker.guard.unnegotiated
+    assert hangups(h.advance(2.0)) == []
