@@ -434,10 +434,12 @@ def write_family_configs(
             config_sub_ports=tuple(extra_config_subs),
             trusted_keys=("../keys/signing.pub",),
             management=ManagementSettings(
-                enabled=management,
-                http_address="127.0.0.1",
-                http_port=0,
-                **dict(management_overrides[index] if management_overrides is not None else {}),
+                **{
+                    "enabled": management,
+                    "http_address": "127.0.0.1",
+                    "http_port": 0,
+                    **(management_overrides[index] if management_overrides is not None else {}),
+                }
             ),
             data_dir="data",
             event_log_dir="events",

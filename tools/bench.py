@@ -429,6 +429,7 @@ def case_scale0(
             Path(tmp),
             broker_overrides=overrides,
             max_queued_requests=100_000,
+            max_requests_per_client=100_000,
             command=command,
         ) as broker,
     ):
@@ -490,6 +491,7 @@ def case_family(
             broker_overrides=[{"log_level": "info", "event_log_dir": None}] * 2,
             max_queued_requests=100_000,
             curve=curve,
+            max_requests_per_client=100_000,
         ) as (b1, b2),
     ):
         keys = _keys(b2, "worker")

@@ -25,12 +25,14 @@ broker logs ``own_endpoint_mismatch`` (a warning) when the config it starts from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import gc
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 from dataclasses import dataclass
@@ -49,7 +51,7 @@ from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.core.replica import Offer
 from scale0.crypto.curve import CurveKeyPair, load_curve_secret_key
 from scale0.crypto.keys import CryptoError, load_private_key, load_public_key, sign_config
-from scale0.mgmt.server import ManagementServer
+from scale0.mgmt.server import ManagementServer, TlsError, tls_context
 from scale0.net.logs import LOGGER_NAME, configure, log_event
 from scale0.net.node import BindError, BrokerNode
 from scale0.wire.frames import ConfigType
@@ -410,6 +412,17 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
     settings = prepared.broker.management
     if settings.enabled:  # off by default; loopback unless configured (docs/management.md)
         base = config_path.resolve().parent
+        ssl_context = None
+        if settings.tls_cert:  # HTTPS (docs/management.md "TLS"); validation required it
+            try:
+                ssl_context = tls_context(
+                    _resolve(base, settings.tls_cert),
+                    _resolve(base, settings.tls_key) if settings.tls_key else None,
+                )
+            except TlsError as exc:
+                click.echo(f"{_PROG}: cannot serve management over TLS: {exc}", err=True)
+                node.stop()
+                return 1
         # normpath: these paths appear in the page and in the advice it gives, without "..".
         server = ManagementServer(
             node,
@@ -424,6 +437,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
                 if prepared.broker.event_log_dir
                 else None
             ),
+            ssl_context=ssl_context,
         )
         try:
             document["management"] = server.start()
@@ -494,7 +508,18 @@ def main(config_path: Path, endpoints_file: Path | None) -> None:
         sys.exit(1)
     configure(prepared.broker.log_level)
     tune_gc()
+    raise_open_files()
     sys.exit(asyncio.run(_serve(prepared, config_path, endpoints_file)))
+
+
+def raise_open_files() -> None:
+    """Let the broker hold as many connections as the system allows it (docs/operations.md
+    "Limits"): the soft limit on open files goes up to the hard one. Each client, worker and
+    peer connection is one file; max_unnegotiated bounds those that never negotiate."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 GC_YOUNG_THRESHOLD = 20_000

@@ -25,6 +25,7 @@ from scale0.crypto.curve import curve_key_problem, load_curve_secret_key
 from scale0.crypto.keys import CryptoError
 from scale0.net.logs import LOGGER_NAME, configure, log_event
 from scale0.net.worker import Handler, Worker
+from scale0.session.recent import RECENT_ENTRIES
 
 __all__ = ["load_handler", "main"]
 
@@ -91,6 +92,14 @@ def load_handler(reference: str) -> Handler:
     help="The CURVE public key (Z85) of the broker at ENDPOINT, if it serves CURVE; the "
     "others' come with the config. Needs --curve-key.",
 )
+@click.option(
+    "--recent-requests",
+    type=click.IntRange(min=0),
+    default=RECENT_ENTRIES,
+    show_default=True,
+    help="Answered requests remembered by their client's ids, so a resent one is not run "
+    "again after a failover (0: none; scale0.net.worker W7).",
+)
 @log_level_option()
 def main(
     endpoint: str,
@@ -101,6 +110,7 @@ def main(
     worker_id: str | None,
     curve_key: str | None,
     server_key: str | None,
+    recent_requests: int,
     log_level: str,
 ) -> None:
     """Serve MODULE:FUNCTION behind the broker backend at ENDPOINT until SIGINT or SIGTERM.
@@ -131,6 +141,7 @@ def main(
         worker_id=worker_id,
         curve=curve,
         server_key=server_key,
+        recent_requests=recent_requests,
     )
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

@@ -40,6 +40,26 @@ class ManagementSettings:
         metadata=doc("Address the management server binds; loopback unless you mean otherwise."),
     )
     http_port: int = field(default=8480, metadata=doc("TCP port of the management server."))
+    tls_cert: str | None = field(
+        default=None,
+        metadata=doc(
+            "PEM certificate (chain) file: set, the server speaks HTTPS only (relative to this "
+            "file); required when http_address is not loopback, unless insecure."
+        ),
+    )
+    tls_key: str | None = field(
+        default=None,
+        metadata=doc(
+            "PEM private key of tls_cert (relative to this file); none: it is in tls_cert."
+        ),
+    )
+    insecure: bool = field(
+        default=False,
+        metadata=doc(
+            "Serve plain HTTP on an address that is not loopback (passwords and session cookies "
+            "in clear text): only behind a TLS proxy of your own."
+        ),
+    )
     trend_summary: str | None = field(
         default=None,
         metadata=doc(
@@ -307,6 +327,33 @@ class NetworkConfig:
     )
     max_queued_requests: int = field(
         default=10000, metadata=doc("Requests a broker holds waiting for a worker, per service.")
+    )
+    max_sessions: int = field(
+        default=100_000,
+        metadata=doc(
+            "Client sessions, and worker sessions, a broker holds at most (each channel); "
+            "CHECKCONFIG from a new sender past it gets DISCONNECTERROR 503."
+        ),
+    )
+    max_requests_per_client: int = field(
+        default=10_000,
+        metadata=doc(
+            "Requests one client may have unanswered at a broker; more get REPLY 429 at once."
+        ),
+    )
+    max_unnegotiated: int = field(
+        default=1024,
+        metadata=doc(
+            "Frontend plus backend connections a broker keeps that have not negotiated yet; "
+            "past it the oldest is dropped."
+        ),
+    )
+    negotiate_timeout_ms: int = field(
+        default=10_000,
+        metadata=doc(
+            "How long a new frontend or backend connection may take to negotiate (CHECKCONFIG, "
+            "or a Majordomo message) before the broker drops it."
+        ),
     )
     admins: tuple[Admin, ...] = field(
         default=(), metadata=doc("Operators allowed to manage the family.", item="admin")

@@ -7,6 +7,7 @@ reported together, and a config with any problem is never returned.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Iterator
 
@@ -187,6 +188,10 @@ def _network(c: NetworkConfig) -> Iterator[Finding]:
         yield "max_retries", f"must be 0 or more, got {c.max_retries}"
     if c.max_queued_requests < 0:
         yield "max_queued_requests", f"must be 0 or more, got {c.max_queued_requests}"
+    yield from _positive("max_sessions", c.max_sessions)
+    yield from _positive("max_requests_per_client", c.max_requests_per_client)
+    yield from _positive("max_unnegotiated", c.max_unnegotiated)
+    yield from _positive("negotiate_timeout_ms", c.negotiate_timeout_ms)
     admins: set[str] = set()
     for i, a in enumerate(c.admins):
         at = f"admins[{i}]"
@@ -269,6 +274,7 @@ def _broker(c: BrokerConfig) -> Iterator[Finding]:
         yield "management.http_address", "must not be empty"
     if c.management.trend_summary == "":
         yield "management.trend_summary", "must not be empty (leave it out instead)"
+    yield from _management_tls(c)
     yield from check_service("management.tasks_service", c.management.tasks_service)
     if not 100 <= c.management.tasks_timeout_ms <= 30_000:
         yield (
@@ -279,4 +285,38 @@ def _broker(c: BrokerConfig) -> Iterator[Finding]:
         yield (
             "shutdown_grace_ms",
             f"must be between 0 and {MAX_SHUTDOWN_GRACE_MS}, got {c.shutdown_grace_ms}",
+        )
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a bind address is loopback only (127.0.0.0/8, ::1, localhost)."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def _management_tls(c: BrokerConfig) -> Iterator[Finding]:
+    """docs/management.md "TLS": a management server reachable from other hosts speaks HTTPS."""
+    m = c.management
+    if m.tls_cert == "":
+        yield "management.tls_cert", "must not be empty (leave it out instead)"
+    if m.tls_key is not None and not m.tls_key:
+        yield "management.tls_key", "must not be empty (leave it out instead)"
+    if m.tls_key and not m.tls_cert:
+        yield (
+            "management.tls_key",
+            "is set but management.tls_cert is not (a key needs its certificate)",
+        )
+    if m.tls_cert and m.insecure:
+        yield "management.insecure", "contradicts management.tls_cert (TLS is on): leave one out"
+    if m.enabled and not m.tls_cert and not m.insecure and not is_loopback(m.http_address):
+        yield (
+            "management.tls_cert",
+            f"required: management.http_address {m.http_address!r} is not loopback, so "
+            "passwords and session cookies would cross the network in clear text; give "
+            "tls_cert (and tls_key) for HTTPS, or set management.insecure: true if a TLS proxy "
+            "of your own fronts it",
         )

@@ -8,8 +8,11 @@ HTTP server's ``ManagementSubmit``) meet in :meth:`Management.run`, so they shar
 one set of checks, in this order (§7.1):
 
  M1  Credentials: constant-time, the same scrypt cost for an unknown auth_id. A failure is
-     MANAGEMENTREP 401 and one error towards the sender's score; the error that crosses
-     error_threshold bans the sender (DISCONNECTERROR 429 once, then silence, §8).
+     MANAGEMENTREP 401 and one error towards the sender's score (its address when known, §8);
+     the error that crosses error_threshold bans the sender (DISCONNECTERROR 429 once, then
+     silence). After AUTH_FREE_FAILURES failures as one configured auth_id, a try as it before
+     its wait is over (scale0/core/guard.py AuthThrottle) is MANAGEMENTREP 429 unchecked; an
+     address that logged in as that auth_id lately is not slowed down.
  M2  Command lookup in COMMANDS, never by attribute name: unknown is 501.
  M3  Role: a ``read`` admin may run only ``read`` commands, else 403 (§13.3).
  M4  State: a disabled broker runs only the commands marked ``when_disabled`` (``enable``,
@@ -115,6 +118,11 @@ class Management:
         if session_ok:
             self.run(channel, routing_id, sender, request, now, wall, out)
             return
+        wait_s = self._broker.auth_wait_s(request.auth_id, sender, now)
+        if wait_s > 0:
+            why = f"too many failed logins as {request.auth_id!r}: try again in {wait_s:.0f} s"
+            out.append(_reply(channel, routing_id, request, Outcome(429, None, why)))
+            return
         mine = self._authenticating.get(sender, 0)
         if mine >= MAX_AUTHENTICATING_PER_SENDER or self.authenticating >= MAX_AUTHENTICATING:
             out.append(
@@ -152,6 +160,7 @@ class Management:
         else:
             self._authenticating.pop(event.sender, None)
         broker = self._broker
+        broker.auth_done(event.request.auth_id, event.sender, event.authenticated, now)
         if broker.is_banned(event.sender, now):
             return  # banned while this one waited: silence (§8)
         if not event.authenticated:

@@ -49,6 +49,13 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      in flight here, and says Drained once no request is in flight at all. A draining broker
      is not enabled again (503), and a joining one that drains becomes disabled, not active,
      if its config comes.
+ R20 Limits (docs/protocol.md §8.1): CHECKCONFIG (or a Majordomo sender's first message) that
+     would open more than max_sessions sessions on its channel gets DISCONNECTERROR 503 (MDP:
+     dropped, or DISCONNECT to a worker); a REQUEST from a client that already has
+     max_requests_per_client unanswered here gets REPLY 429 at once and is not held; a
+     frontend or backend connection that has no session negotiate_timeout_ms after it opened
+     is hung up, and so is the oldest such connection whenever more than max_unnegotiated wait.
+     A connection is negotiated once a message over it leaves its sender with a session.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)
@@ -133,6 +140,8 @@ from scale0.core.effects import (
     Channel,
     ConfigOffered,
     ConfigRead,
+    Connected,
+    Disconnected,
     Drain,
     Effect,
     Event,
@@ -148,7 +157,7 @@ from scale0.core.effects import (
 )
 from scale0.core.family import Family
 from scale0.core.forwarding import Forwarding
-from scale0.core.guard import Guard
+from scale0.core.guard import Guard, address_key
 from scale0.core.lifecycle import Lifecycle
 from scale0.core.majordomo import Majordomo, Reading
 from scale0.core.metrics import Metrics
@@ -156,7 +165,7 @@ from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
 from scale0.core.sessions import Sessions
 from scale0.core.states import BrokerInput, Change
-from scale0.core.timers import BeatDue, Periodic, SessionDue
+from scale0.core.timers import BeatDue, ConnDue, Periodic, SessionDue
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
@@ -219,6 +228,7 @@ class Broker:
         self.sessions = Sessions(core)
         self.dispatch = Dispatch(core)
         self.guard = Guard(core, self.sessions.forget)
+        self._conn = -1  # the connection of the message being handled (R20, §8)
         self.family = Family(core, seeds)
         self.forwarding = Forwarding(core)
         self.replication = Replication(
@@ -257,6 +267,8 @@ class Broker:
         self._event(Authenticated, self._authenticated)
         self._event(Tick, self._tick)
         self._event(Malformed, lambda e, now, wall, out: self.guard.malformed(e, now, out))
+        self._event(Connected, lambda e, now, wall, out: self.guard.connected(e, now, out))
+        self._event(Disconnected, lambda e, now, wall, out: self.guard.disconnected(e))
         self._event(ConfigOffered, self._config_offered)
         self._event(Start, lambda e, now, wall, out: self._start(now, wall, out))
         self._event(Shutdown, lambda e, now, wall, out: self._shutdown(out))
@@ -294,6 +306,7 @@ class Broker:
             int: lambda key, now, wall, out: dispatch.deadline(key, now, out),
             SessionDue: lambda key, now, wall, out: sessions.expire(key, now, out),
             BeatDue: dispatch.beat,
+            ConnDue: lambda key, now, wall, out: self.guard.conn_due(key, out),
             Periodic.SWEEP: lambda key, now, wall, out: self._sweep(now, wall, out),
             Periodic.PEERS: lambda key, now, wall, out: self.family.round(now, wall, out),
             Periodic.TABLE: lambda key, now, wall, out: self.family.commit_table(now, wall, out),
@@ -453,7 +466,10 @@ class Broker:
             details = {"command": message.COMMAND.decode(), "channel": channel.value}
             out.append(Log("info", "unsupported_message", details))
             return
+        self._conn = event.conn
         handler(channel, routing_id, message, now, wall, out)
+        if event.conn >= 0 and routing_id in self.sessions.by_channel.get(channel, {}):
+            self.guard.negotiated(channel, event.conn)  # R20: it stays
 
     def _client_request(
         self,
@@ -497,9 +513,20 @@ class Broker:
         wall: float,
         out: list[Effect],
     ) -> None:
-        # Credentials first (scale0/core/admin.py, M1): the sender is its own routing id.
+        # Credentials first (scale0/core/admin.py, M1). The sender whose score a failure
+        # raises is the connection's address when the I/O layer told it (§8: a guesser who
+        # reconnects for every try is one sender), else the routing id.
+        sender = routing_id
+        address = self.guard.address(channel, self._conn)
+        if address is not None:
+            sender = address_key(address)
+            if self.guard.is_banned(sender, now):
+                self.core.counters["banned_dropped"] = (
+                    self.core.counters.get("banned_dropped", 0) + 1
+                )
+                return  # §8: silence while the ban lasts
         self.management.submit(
-            channel, routing_id, routing_id, msg, session_ok=False, now=now, wall=wall, out=out
+            channel, routing_id, sender, msg, session_ok=False, now=now, wall=wall, out=out
         )
 
     def _config_offered(
@@ -566,6 +593,26 @@ class Broker:
 
     def is_banned(self, routing_id: bytes, now: float) -> bool:
         return self.guard.is_banned(routing_id, now)
+
+    def mark_negotiated(self, channel: Channel, routing_id: bytes, conn: int) -> bool:
+        """R20 for the fast path (a Majordomo client's first REQUEST opens its session there):
+        if ``routing_id`` has a session, its connection ``conn`` is negotiated; True if so."""
+        if routing_id in self.sessions.by_channel.get(channel, {}):
+            self.guard.negotiated(channel, conn)
+            return True
+        return False
+
+    def auth_wait_s(self, auth_id: str, sender: bytes, now: float) -> float:
+        """M1: how long ``sender`` must wait before trying ``auth_id`` again (0: now)."""
+        return self.guard.auth.wait_s(auth_id, sender, now)
+
+    def auth_done(self, auth_id: str, sender: bytes, ok: bool, now: float) -> None:
+        """M1: a credential check for ``auth_id`` from ``sender`` ended ``ok`` or not."""
+        if ok:
+            self.guard.auth.succeeded(auth_id, sender, now)
+        else:
+            admins = {a.auth_id for a in self.core.network.admins}
+            self.guard.auth.failed(auth_id, admins, now)
 
     def count_error(
         self, channel: Channel, sender: bytes, reply_to: bytes, now: float, out: list[Effect]

@@ -131,6 +131,10 @@ class Managed(Protocol):
         self, channel: Channel, sender: bytes, reply_to: bytes, now: float, out: list[Effect]
     ) -> bool: ...
 
+    def auth_wait_s(self, auth_id: str, sender: bytes, now: float) -> float: ...
+
+    def auth_done(self, auth_id: str, sender: bytes, ok: bool, now: float) -> None: ...
+
 
 # ---- the command table -------------------------------------------------------------------------
 

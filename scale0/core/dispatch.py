@@ -1,4 +1,5 @@
-"""Dispatch: requests and the workers that run them (R4-R11, R14, R15 of scale0/core/broker.py).
+"""Dispatch: requests and the workers that run them (R4-R11, R14, R15 of scale0/core/broker.py,
+and R20's per-client cap: ``max_requests_per_client`` unanswered, more get 429).
 
 What waits for a worker is a :class:`WaitQueue`; what runs is in flight by ticket; a request's
 identity across retries (client_id, request_id) finds it while it lives (R10) and the reply
@@ -25,7 +26,7 @@ from scale0.core.workers import Worker, WorkerPool
 from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, is_reserved_service
 from scale0.wire.peer import BrokerState, ForwardPartial, ForwardReply
-from scale0.wire.worker import Ready, WorkerPartial, WorkerRequest
+from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerRequest
 
 __all__ = ["Dispatch"]
 
@@ -49,6 +50,7 @@ class Dispatch:
         self.requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered yet
         self.inflight: dict[bytes, Pending] = {}  # by ticket: at a worker or a peer
         self.live: dict[RequestKey, Pending] = {}  # by key: our own clients' (R10)
+        self.per_client: dict[bytes, int] = {}  # client_id -> its requests not answered (R20)
         self.service_left: dict[str, float] = {}  # service -> when its last worker went (R7)
         self.cache = ReplyCache(
             max_entries=REPLY_CACHE_ENTRIES,
@@ -101,6 +103,7 @@ class Dispatch:
         interval_s = max(msg.hbeatinterval_ms, network.default_heartbeat_interval_ms) / 1000
         services = tuple(dict.fromkeys(msg.services))
         worker = Worker(routing_id, services, msg.capacity, msg.heartbeat, interval_s)
+        worker.ids = msg.request_ids
         old = self.pool.workers.get(routing_id)
         if self.family.peers:
             self.family.table_changed(old.services if old is not None else (), now)
@@ -228,6 +231,19 @@ class Dispatch:
             failure = ClientReply.failure(service, request_id, 404, f"no service {service!r}")
             out.append(Send(Channel.FRONTEND, routing_id, failure))
             return
+        client = key[0]
+        held = self.per_client.get(client, 0)
+        if held >= core.network.max_requests_per_client:
+            core.counters["errors_429"] = core.counters.get("errors_429", 0) + 1
+            core.metrics.reply(429)
+            why = f"{held} requests of this client are not answered yet (max_requests_per_client)"
+            out.append(
+                Send(
+                    Channel.FRONTEND, routing_id, ClientReply.failure(service, request_id, 429, why)
+                )
+            )
+            return
+        self.per_client[client] = held + 1
         deadline = now + core.timeout_s
         pending = Pending(core.next_seq(), routing_id, key, service, request_id, body, deadline)
         pending.started = now
@@ -307,7 +323,21 @@ class Dispatch:
         self.inflight[ticket] = pending
         if self.family.peers:
             self.family.table_changed(worker.services, now)
-        request = WorkerRequest(ticket=ticket, service=pending.service, body=pending.body)
+        request: WorkerRequest | WorkerIdRequest
+        if worker.ids:
+            # §4.3: the client's ids, so an idempotent handler (and the worker library's
+            # recent-requests memory) can tell a request it already ran. A forwarded request
+            # (F7) names no client here: empty ids.
+            own = pending.origin is None
+            request = WorkerIdRequest(
+                ticket,
+                pending.service,
+                pending.key[0].decode("utf-8", "replace") if own else "",
+                pending.request_id if own else b"",
+                pending.body,
+            )
+        else:
+            request = WorkerRequest(ticket=ticket, service=pending.service, body=pending.body)
         out.append(Send(Channel.BACKEND, worker.routing_id, request))
 
     def worker_reply(
@@ -372,7 +402,13 @@ class Dispatch:
     def retire(self, pending: Pending) -> None:
         """The request has its final answer: forget it everywhere but the reply cache."""
         pending.done = True
-        self.requests.pop(pending.seq, None)
+        if self.requests.pop(pending.seq, None) is not None and pending.origin is None:
+            client = pending.key[0]
+            held = self.per_client.get(client, 0) - 1
+            if held > 0:
+                self.per_client[client] = held
+            else:
+                self.per_client.pop(client, None)
         self.live.pop(pending.key, None)
 
     def finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:

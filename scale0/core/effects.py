@@ -43,6 +43,27 @@ class Received:
     channel: Channel
     routing_id: bytes
     message: Message
+    #: The connection it came over (the I/O layer's number for it, -1: not known); see
+    #: :class:`Connected` and R20 of scale0/core/broker.py.
+    conn: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """A new connection on a frontend or backend ROUTER: ``conn`` numbers it while it is open,
+    ``address`` is where it comes from (the IP address, ZeroMQ's ``Peer-Address``)."""
+
+    channel: Channel
+    conn: int
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnected:
+    """The connection ``conn`` of :class:`Connected` ended."""
+
+    channel: Channel
+    conn: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +175,8 @@ class ConfigRead:
 Event = (
     Received
     | Authenticated
+    | Connected
+    | Disconnected
     | Malformed
     | Tick
     | Shutdown
@@ -177,6 +200,14 @@ class Send:
     channel: Channel
     routing_id: bytes
     message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Hangup:
+    """Close the connection ``conn`` of :class:`Connected` (it did not negotiate in time, R20)."""
+
+    channel: Channel
+    conn: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +317,7 @@ class RequestDone(NamedTuple):
 Effect = (
     Send
     | Log
+    | Hangup
     | Connect
     | Close
     | Subscribe

@@ -1,26 +1,145 @@
-"""The guard: error scores and bans (R13, docs/protocol.md §8).
+"""The guard: error scores and bans (R13), connections that never negotiate (R20), and the
+slow-down of password guessing per ``auth_id`` (M1 of scale0/core/admin.py); docs/protocol.md §8.
 
 A malformed message costs its sender a point within ``error_window_s``; over ``error_threshold``
 points ban the sender for ``error_ban_s``: it is told DISCONNECTERROR 429 once, its session ends,
 and the I/O layer drops what it sends unread until the ban ends (:meth:`Guard.is_banned`).
-Management (scale0/core/admin.py) scores failed credentials the same way.
+Management (scale0/core/admin.py) scores failed credentials the same way, by source address
+(the sender key is the address, so a guesser who reconnects for every try is still one sender).
+
+Connections (R20): the I/O layer reports each frontend and backend connection as it opens
+(``Connected``, with its address) and ends; one that has not negotiated within
+``negotiate_timeout_ms`` is hung up (``Hangup``), and so is the oldest one not negotiated yet
+whenever more than ``max_unnegotiated`` wait. What the guard keeps per connection is one small
+record, and connections that are gone or hung up are forgotten at once.
+
+Guessing (:class:`AuthThrottle`): after ``AUTH_FREE_FAILURES`` failed logins as one configured
+``auth_id`` (from anywhere), each further try as that ``auth_id`` waits 1, 2, 4... s after the
+last failure, at most ``AUTH_DELAY_MAX_S``; earlier tries get 429 without a check. An address
+that logged in as that ``auth_id`` within ``AUTH_KNOWN_S`` is not slowed down, so an attacker
+cannot lock a real admin out from the admin's usual address, and delays a new address by at
+most ``AUTH_DELAY_MAX_S``. A success, or ``AUTH_FAILURE_MEMORY_S`` without a failure, resets it.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Final
 
 from scale0.core.context import PROTOCOL, Core
-from scale0.core.effects import Channel, Effect, Log, Malformed, Send
+from scale0.core.effects import (
+    Channel,
+    Connected,
+    Disconnected,
+    Effect,
+    Hangup,
+    Log,
+    Malformed,
+    Send,
+)
+from scale0.core.timers import ConnDue
 from scale0.wire.client import DisconnectError
 from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, Message
 from scale0.wire.mdp import MDP_SIGNATURES, MDPW01, MDPW02, MdpWorkerDisconnect
 
-__all__ = ["Forget", "Guard"]
+__all__ = [
+    "AUTH_DELAY_MAX_S",
+    "AUTH_FAILURE_MEMORY_S",
+    "AUTH_FREE_FAILURES",
+    "AUTH_KNOWN_ADDRESSES",
+    "AUTH_KNOWN_S",
+    "AuthThrottle",
+    "Conn",
+    "Forget",
+    "Guard",
+    "address_key",
+]
 
 #: Ends a sender's session: (channel, routing_id, now, out, reason).
 Forget = Callable[[Channel, bytes, float, list[Effect], str], None]
+
+#: Failed logins as one auth_id before its tries are slowed down.
+AUTH_FREE_FAILURES: Final = 5
+#: The longest wait between two tries as one auth_id (the most an attacker can delay an admin).
+AUTH_DELAY_MAX_S: Final = 30.0
+#: An auth_id's failures are forgotten after this long without one.
+AUTH_FAILURE_MEMORY_S: Final = 900.0
+#: An address that logged in as an auth_id is not slowed down for it this long...
+AUTH_KNOWN_S: Final = 86_400.0
+#: ...and each auth_id remembers this many such addresses (the most recent).
+AUTH_KNOWN_ADDRESSES: Final = 16
+
+
+def address_key(address: str) -> bytes:
+    """The sender key of an address (a NUL first byte, which no ZeroMQ routing id may have,
+    keeps it apart from routing ids); the HTTP server and MANAGEMENTREQ share it (§8)."""
+    return b"\x00addr:" + address.encode()
+
+
+@dataclass(slots=True)
+class Conn:
+    """One open frontend or backend connection (R20)."""
+
+    address: str
+    gen: int
+    negotiated: bool = False
+
+
+class AuthThrottle:
+    """Failed logins per configured auth_id and the addresses each logged in from (M1)."""
+
+    __slots__ = ("failures", "known")
+
+    def __init__(self) -> None:
+        self.failures: dict[str, tuple[int, float]] = {}  # auth_id -> (count, last failure)
+        self.known: dict[str, OrderedDict[bytes, float]] = {}  # auth_id -> sender -> until
+
+    def wait_s(self, auth_id: str, sender: bytes, now: float) -> float:
+        """How long ``sender`` must still wait before trying ``auth_id`` (0: it may now)."""
+        entry = self.failures.get(auth_id)
+        if entry is None:
+            return 0.0
+        count, last = entry
+        if now - last >= AUTH_FAILURE_MEMORY_S or count < AUTH_FREE_FAILURES:
+            return 0.0
+        known = self.known.get(auth_id)
+        if known is not None and known.get(sender, 0.0) > now:
+            return 0.0
+        delay = min(2.0 ** (count - AUTH_FREE_FAILURES), AUTH_DELAY_MAX_S)
+        return max(0.0, last + delay - now)
+
+    def failed(self, auth_id: str, admins: Collection[str], now: float) -> None:
+        """A failed login as ``auth_id``; only configured auth_ids are kept (bounded)."""
+        if auth_id not in admins:
+            return
+        count, last = self.failures.get(auth_id, (0, now))
+        if now - last >= AUTH_FAILURE_MEMORY_S:
+            count = 0
+        self.failures[auth_id] = (count + 1, now)
+
+    def succeeded(self, auth_id: str, sender: bytes, now: float) -> None:
+        self.failures.pop(auth_id, None)
+        known = self.known.setdefault(auth_id, OrderedDict())
+        known.pop(sender, None)
+        known[sender] = now + AUTH_KNOWN_S
+        while len(known) > AUTH_KNOWN_ADDRESSES:
+            known.popitem(last=False)
+
+    def sweep(self, now: float, admins: Collection[str]) -> None:
+        for auth_id in [
+            a for a, (_, t) in self.failures.items() if now - t >= AUTH_FAILURE_MEMORY_S
+        ]:
+            del self.failures[auth_id]
+        for auth_id in list(self.known):
+            known = self.known[auth_id]
+            for sender in [s for s, until in known.items() if until <= now]:
+                del known[sender]
+            if not known or auth_id not in admins:
+                del self.known[auth_id]
+        for auth_id in [a for a in self.failures if a not in admins]:
+            del self.failures[auth_id]
 
 
 class Guard:
@@ -31,6 +150,11 @@ class Guard:
         self._forget = forget
         self.errors: dict[bytes, deque[float]] = {}
         self.banned: dict[bytes, float] = {}
+        self.conns: dict[tuple[Channel, int], Conn] = {}
+        # Connections not negotiated yet, oldest first (R20).
+        self.unnegotiated: OrderedDict[tuple[Channel, int], None] = OrderedDict()
+        self._gen = 0
+        self.auth = AuthThrottle()
 
     def is_banned(self, routing_id: bytes, now: float) -> bool:
         until = self.banned.get(routing_id)
@@ -111,3 +235,51 @@ class Guard:
             del self.errors[routing_id]
         for routing_id in [r for r, until in self.banned.items() if until <= now]:
             del self.banned[routing_id]
+        self.auth.sweep(now, {a.auth_id for a in self.core.network.admins})
+
+    # ---- connections (R20) -----------------------------------------------------------------
+
+    def connected(self, event: Connected, now: float, out: list[Effect]) -> None:
+        """A new connection: it has ``negotiate_timeout_ms`` to negotiate; past
+        ``max_unnegotiated`` waiting, the oldest waiting one is hung up."""
+        network = self.core.network
+        key = (event.channel, event.conn)
+        self.unnegotiated.pop(key, None)  # a reused number: the old connection is gone
+        self._gen += 1
+        self.conns[key] = Conn(event.address, self._gen)
+        self.unnegotiated[key] = None
+        self.core.timers.push(
+            now + network.negotiate_timeout_ms / 1000, ConnDue(event.channel, event.conn, self._gen)
+        )
+        while len(self.unnegotiated) > network.max_unnegotiated:
+            oldest = next(iter(self.unnegotiated))
+            self.hangup(oldest, out, "unnegotiated_over_limit")
+
+    def disconnected(self, event: Disconnected) -> None:
+        key = (event.channel, event.conn)
+        self.conns.pop(key, None)
+        self.unnegotiated.pop(key, None)
+
+    def negotiated(self, channel: Channel, conn: int) -> None:
+        """The connection ``conn`` has a session now: it stays as long as it likes."""
+        record = self.conns.get((channel, conn))
+        if record is not None and not record.negotiated:
+            record.negotiated = True
+            self.unnegotiated.pop((channel, conn), None)
+
+    def conn_due(self, key: ConnDue, out: list[Effect]) -> None:
+        """R20: a connection's time to negotiate is up."""
+        record = self.conns.get((key.channel, key.conn))
+        if record is not None and record.gen == key.gen and not record.negotiated:
+            self.hangup((key.channel, key.conn), out, "unnegotiated_timeout")
+
+    def hangup(self, key: tuple[Channel, int], out: list[Effect], reason: str) -> None:
+        self.unnegotiated.pop(key, None)
+        self.conns.pop(key, None)
+        self.core.counters[reason] = self.core.counters.get(reason, 0) + 1
+        out.append(Hangup(key[0], key[1]))
+
+    def address(self, channel: Channel, conn: int) -> str | None:
+        """Where the connection ``conn`` comes from, if the I/O layer said (Connected)."""
+        record = self.conns.get((channel, conn))
+        return record.address or None if record is not None else None

@@ -83,8 +83,8 @@ class Majordomo:
         """D1: the sender's session, opened by its first valid message; False if refused."""
         core = self.core
         self.speaks[channel, routing_id] = reading
-        if core.state is not BrokerState.ACTIVE:
-            if channel is Channel.BACKEND:
+        if core.state is not BrokerState.ACTIVE or self.sessions.full(channel, routing_id):
+            if channel is Channel.BACKEND:  # not active, or past max_sessions (R20)
                 bye = MdpWorkerDisconnect(protocol=reading.protocol, delimited=reading.delimited)
                 out.append(Send(channel, routing_id, bye))
                 self.sessions.forget(channel, routing_id, now, out, "not_active")

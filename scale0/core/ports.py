@@ -9,7 +9,7 @@ room's dependence on another is written down here, member by member.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from scale0.config.model import NetworkConfig
@@ -49,6 +49,8 @@ class SessionsPort(Protocol):
     def seen(self, channel: Channel, routing_id: bytes, now: float) -> None: ...
 
     def adopt(self, channel: Channel, routing_id: bytes, now: float) -> Session: ...
+
+    def full(self, channel: Channel, routing_id: bytes) -> bool: ...
 
     def skewed(
         self,
@@ -146,9 +148,15 @@ class DispatchPort(Protocol):
 
 
 class GuardPort(Protocol):
-    """scale0/core/guard.py: error scores and bans."""
+    """scale0/core/guard.py: error scores and bans, and the connections (R20)."""
 
     banned: dict[bytes, float]
+
+    @property
+    def conns(self) -> Mapping[tuple[Channel, int], object]: ...
+
+    @property
+    def unnegotiated(self) -> Mapping[tuple[Channel, int], None]: ...
 
 
 class FamilyPort(Protocol):

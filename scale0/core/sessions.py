@@ -1,6 +1,7 @@
 """Sessions and negotiation: who has said CHECKCONFIG, with which config, and when it last spoke.
 
-Rules R1, R2, R3 (its first half), R12 and R16 of scale0/core/broker.py. A session is per
+Rules R1, R2, R3 (its first half), R12, R16 and R20 (the session cap) of
+scale0/core/broker.py. A session is per
 channel (frontend: clients, backend: workers) and routing id; its ``client_id`` is unique per
 channel among live connections (409 otherwise); a silent session expires (R8) through its
 :class:`~scale0.core.timers.SessionDue` timer, which carries the session's generation so that a
@@ -72,6 +73,11 @@ class Sessions:
             heartbeat_gap(out, routing_id, now - session.last_seen, interval_s)
         session.last_seen = now
         return session
+
+    def full(self, channel: Channel, routing_id: bytes) -> bool:
+        """R20: whether a new session for ``routing_id`` would pass ``max_sessions``."""
+        sessions = self.by_channel[channel]
+        return routing_id not in sessions and len(sessions) >= self.core.network.max_sessions
 
     def adopt(self, channel: Channel, routing_id: bytes, now: float) -> Session:
         """A Majordomo sender's session (§10, D1 of scale0/core/majordomo.py): it has no
@@ -199,6 +205,12 @@ class Sessions:
                 return
             self.forget(channel, holder, now, out, "replaced")
         old = sessions.get(routing_id)
+        if old is None and self.full(channel, routing_id):
+            # R20: a new sender past max_sessions; it may try another broker of the family.
+            core.counters["sessions_refused"] = core.counters.get("sessions_refused", 0) + 1
+            why = f"this broker holds max_sessions ({core.network.max_sessions}) sessions"
+            out.append(Send(channel, routing_id, DisconnectError(503, why, protocol=protocol)))
+            return
         if old is not None and old.client_id != client_id:
             self._client_ids.pop((channel, old.client_id), None)
         # A renegotiating session keeps the timeout its READY set (R11).

@@ -74,6 +74,14 @@ class BeatDue(NamedTuple):
     gen: int
 
 
+class ConnDue(NamedTuple):
+    """A connection's time to negotiate ends (R20); ``gen`` tells it from a reused number's."""
+
+    channel: Channel
+    conn: int
+    gen: int
+
+
 class Periodic(Enum):
     """The broker's own rounds: one entry each in the heap, re-armed when it fires."""
 
@@ -83,4 +91,4 @@ class Periodic(Enum):
     REPUBLISH = "republish"  # a config source publishes its config again (F11)
 
 
-TimerKey = RequestDue | SessionDue | BeatDue | Periodic
+TimerKey = RequestDue | SessionDue | BeatDue | ConnDue | Periodic

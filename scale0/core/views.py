@@ -61,6 +61,8 @@ def stats(broker: Viewed) -> dict[str, int]:
         "queued": dispatch.waiting.total(),
         "reply_cache": len(dispatch.cache),
         "banned_senders": len(broker.guard.banned),
+        "connections": len(broker.guard.conns),  # frontend and backend, as the monitors say
+        "unnegotiated": len(broker.guard.unnegotiated),  # of them, not negotiated yet (R20)
         "timers": len(broker.core.timers),
     }
 
@@ -176,6 +178,8 @@ def status(broker: Viewed, now: float, wall: float) -> dict[str, JsonValue]:
         "in_flight": counts["in_flight"],
         "queued": counts["queued"],
         "banned_senders": counts["banned_senders"],
+        "connections": counts["connections"],
+        "unnegotiated": counts["unnegotiated"],
         "requests": core.counters["requests"],
         "replies": int(totals["replies"]),
         "replies_by_status": {str(k): v for k, v in sorted(core.metrics.replies.items())},

@@ -21,6 +21,7 @@ class Worker:
     heartbeat: bool
     interval_s: float
     in_flight: set[bytes] = field(default_factory=set)
+    ids: bool = False  # its READY asked for request_ids: REQUEST carries the client's ids
 
     @property
     def spare(self) -> int:

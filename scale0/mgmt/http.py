@@ -50,7 +50,7 @@ def bind(address: str, port: int) -> tuple[list[socket.socket], int]:
     return sockets, int(sockets[0].getsockname()[1])
 
 
-def base_url(address: str, port: int) -> str:
-    """``http://address:port`` (an IPv6 address in brackets)."""
+def base_url(address: str, port: int, scheme: str = "http") -> str:
+    """``http://address:port`` (``https`` for a TLS server; an IPv6 address in brackets)."""
     host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{port}"
+    return f"{scheme}://{host}:{port}"

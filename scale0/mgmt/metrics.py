@@ -139,6 +139,12 @@ def render_metrics(status: Mapping[str, Any]) -> str:
         ("scale0_workers", "workers", "Connected workers."),
         ("scale0_in_flight", "in_flight", "Requests at a worker now."),
         ("scale0_banned_senders", "banned_senders", "Senders on error_clients now."),
+        ("scale0_connections", "connections", "Frontend and backend connections open now."),
+        (
+            "scale0_unnegotiated_connections",
+            "unnegotiated",
+            "Of them, not negotiated yet (hung up past negotiate_timeout_ms or max_unnegotiated).",
+        ),
         ("scale0_peers", "peers", "Other brokers of the family (from the network config)."),
         ("scale0_peers_up", "peers_up", "Other brokers heard from within liveness intervals."),
     ):

@@ -37,6 +37,7 @@ import itertools
 import json
 import secrets
 import shlex
+import ssl
 import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,7 @@ import tornado.web
 from scale0.config.model import ManagementSettings
 from scale0.core.commands import COMMANDS, Command
 from scale0.core.effects import Channel, ManagementSubmit
+from scale0.core.guard import address_key
 from scale0.mgmt.http import SECURITY_HEADERS, allowed_hosts, base_url, bind
 from scale0.mgmt.metrics import render_metrics
 from scale0.mgmt.tasks import TaskPanel
@@ -212,6 +214,26 @@ class _LimitedApp(tornado.httputil.HTTPServerConnectionDelegate):
         self.app.on_close(server_conn)
 
 
+class TlsError(Exception):
+    """The management certificate or key cannot be used; the message names the file."""
+
+
+def tls_context(cert: Path, key: Path | None) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2 at least) from PEM files; TlsError naming the file
+    and the reason when one is missing, unreadable or does not match."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    for path in (cert, key):
+        if path is not None and not path.is_file():
+            raise TlsError(f"{path}: no such file")
+    try:
+        context.load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        files = f"{cert}" if key is None else f"{cert} with {key}"
+        raise TlsError(f"{files}: not a usable PEM certificate and key ({exc})") from None
+    return context
+
+
 class ManagementServer:
     """The HTTP server of one broker node; ``start()`` binds, ``stop()`` closes."""
 
@@ -222,12 +244,15 @@ class ManagementServer:
         *,
         trend_summary: Path | None = None,
         event_log_dir: Path | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``trend_summary`` is ``settings.trend_summary`` resolved against the broker file's
         directory (None: no Trends panel); ``event_log_dir`` only goes into the advice of how
-        to make a missing summary."""
+        to make a missing summary. ``ssl_context`` (from :func:`tls_context`): HTTPS only."""
         self.node = node
         self.settings = settings
+        self.ssl_context = ssl_context
+        self.scheme = "https" if ssl_context is not None else "http"
         self.trend_summary = trend_summary
         self.event_log_dir = event_log_dir
         # One thread reads, checks and encodes the summary: requests for it queue there, so
@@ -279,7 +304,7 @@ class ManagementServer:
 
     @property
     def url(self) -> str:
-        return base_url(self.settings.http_address, self.port)
+        return base_url(self.settings.http_address, self.port, self.scheme)
 
     def start(self) -> str:
         """Bind ``http_address:http_port`` (0 picks a port) and serve; returns the base URL.
@@ -289,7 +314,10 @@ class ManagementServer:
         sockets, self.port = bind(self.settings.http_address, self.settings.http_port)
         self.allowed_hosts = allowed_hosts(self.settings.http_address, self.port)
         self._server = tornado.httpserver.HTTPServer(
-            _LimitedApp(self.app), max_body_size=MAX_BODY_BYTES, xheaders=False
+            _LimitedApp(self.app),
+            max_body_size=MAX_BODY_BYTES,
+            xheaders=False,
+            ssl_options=self.ssl_context,
         )
         self._server.add_sockets(sockets)
         return self.url
@@ -471,7 +499,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def sender(self) -> bytes:
         """What the error score and ban count against: the client's address (a zero first
         byte, which no ZeroMQ routing id may have, keeps it apart from socket senders)."""
-        return b"\x00http:" + (self.request.remote_ip or "?").encode()
+        return address_key(self.request.remote_ip or "?")
 
     def prepare(self) -> Awaitable[None] | None:
         try:
@@ -490,7 +518,7 @@ class BaseHandler(tornado.web.RequestHandler):
             raise Refusal(403, "cross-site requests are refused")
         if self.request.method not in ("GET", "HEAD"):
             origin = self.request.headers.get("Origin")
-            if origin != f"http://{host}":
+            if origin != f"{self.server.scheme}://{host}":
                 raise Refusal(403, f"cross-site request refused: Origin {origin!r} is not ours")
             ctype = self.request.headers.get("Content-Type", "").split(";")[0].strip()
             if ctype != "application/json":
@@ -619,6 +647,7 @@ class LoginHandler(BaseHandler):
                 httponly=True,
                 samesite="Strict",
                 path="/",
+                secure=self.server.ssl_context is not None,  # HTTPS: never sent in clear text
             )
             self.send_json(200, {**reply.result, "csrf_token": session.csrf})
         except Refusal as refusal:

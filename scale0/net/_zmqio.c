@@ -9,6 +9,10 @@
  *       up to `limit` whole messages waiting on the socket, [] when none is; stops at EAGAIN,
  *       which also lets libzmq process the socket's pending commands (so an edge-triggered
  *       ZMQ_FD is safe to sleep on afterwards).
+ *   batch_fds() -> list[int]
+ *       for each message of the last recv_batch call, the file descriptor of the connection it
+ *       came over (libzmq's ZMQ_SRCFD of its first frame; -1 if libzmq did not say). The broker
+ *       tells connections apart by it (R20, docs/protocol.md §8); it costs one int per message.
  *   send_batch(items) -> (sent, [errno, ...])
  *       items: a list of (handle, first_frame, [more frames...]); each is one message, sent
  *       without blocking; the errnos of the messages that could not be sent, in order. The
@@ -39,6 +43,12 @@
 
 #define S0_ZMQ_DONTWAIT 1
 #define S0_ZMQ_SNDMORE 2
+#define S0_ZMQ_SRCFD 2
+
+/* The fds of the last recv_batch's messages (batch_fds), in order. */
+static int *fds_buf = NULL;
+static Py_ssize_t fds_cap = 0;
+static Py_ssize_t fds_len = 0;
 
 typedef struct {
     unsigned char _[64];
@@ -50,6 +60,7 @@ static void *(*p_msg_data)(s0_zmq_msg_t *);
 static size_t (*p_msg_size)(const s0_zmq_msg_t *);
 static int (*p_msg_more)(const s0_zmq_msg_t *);
 static int (*p_msg_close)(s0_zmq_msg_t *);
+static int (*p_msg_get)(const s0_zmq_msg_t *, int);
 static int (*p_send)(void *, const void *, size_t, int);
 static int (*p_errno)(void);
 static void (*p_version)(int *, int *, int *);
@@ -111,6 +122,7 @@ static int load_libzmq(void) {
         resolve(lib, "zmq_msg_size", (void **)&p_msg_size) < 0 ||
         resolve(lib, "zmq_msg_more", (void **)&p_msg_more) < 0 ||
         resolve(lib, "zmq_msg_close", (void **)&p_msg_close) < 0 ||
+        resolve(lib, "zmq_msg_get", (void **)&p_msg_get) < 0 ||
         resolve(lib, "zmq_send", (void **)&p_send) < 0 ||
         resolve(lib, "zmq_errno", (void **)&p_errno) < 0 ||
         resolve(lib, "zmq_version", (void **)&p_version) < 0) {
@@ -212,8 +224,10 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
     if (messages == NULL) {
         return NULL;
     }
+    fds_len = 0;
     while (PyList_GET_SIZE(messages) < limit) {
         PyObject *frames = NULL;
+        int fd = -1;
         int more = 1;
         while (more) {
             s0_zmq_msg_t msg;
@@ -234,6 +248,9 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
             PyObject *frame =
                 PyBytes_FromStringAndSize((const char *)p_msg_data(&msg), (Py_ssize_t)p_msg_size(&msg));
             more = p_msg_more(&msg);
+            if (frames == NULL) {
+                fd = p_msg_get(&msg, S0_ZMQ_SRCFD);
+            }
             p_msg_close(&msg);
             if (frames == NULL && frame != NULL) {
                 frames = PyList_New(0);
@@ -249,6 +266,18 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
             }
             Py_DECREF(frame);
         }
+        if (fds_len == fds_cap) {
+            Py_ssize_t cap = fds_cap ? 2 * fds_cap : 512;
+            int *grown = PyMem_Realloc(fds_buf, (size_t)cap * sizeof(int));
+            if (grown == NULL) {
+                Py_DECREF(frames);
+                Py_DECREF(messages);
+                return PyErr_NoMemory(); /* this message is lost, as on any MemoryError */
+            }
+            fds_buf = grown;
+            fds_cap = cap;
+        }
+        fds_buf[fds_len++] = fd < 0 ? -1 : fd;
         int rc = PyList_Append(messages, frames);
         Py_DECREF(frames);
         if (rc < 0) {
@@ -257,6 +286,24 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
         }
     }
     return messages;
+}
+
+static PyObject *batch_fds(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    PyObject *fds = PyList_New(fds_len);
+    if (fds == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < fds_len; i++) {
+        PyObject *fd = PyLong_FromLong(fds_buf[i]);
+        if (fd == NULL) {
+            Py_DECREF(fds);
+            return NULL;
+        }
+        PyList_SET_ITEM(fds, i, fd);
+    }
+    return fds;
 }
 
 /* ---- send_batch ---------------------------------------------------------------------------- */
@@ -556,6 +603,8 @@ static PyObject *setup(PyObject *self, PyObject *cls) {
 static PyMethodDef methods[] = {
     {"recv_batch", recv_batch, METH_VARARGS,
      "recv_batch(handle, limit) -> list of messages (lists of bytes), up to limit, [] if none"},
+    {"batch_fds", batch_fds, METH_NOARGS,
+     "batch_fds() -> the connection fd of each message of the last recv_batch (-1: unknown)"},
     {"send_batch", send_batch, METH_O,
      "send_batch([(handle, first, rest), ...]) -> (sent, [errno of each failed message])"},
     {"setup", setup, METH_O, "setup(error_class): the exception raised, called with an errno"},

@@ -23,8 +23,10 @@ path, the pyzmq socket for the fallback). Never pass the key of a closed socket.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
@@ -34,12 +36,14 @@ import zmq.backend
 __all__ = [
     "IMPLEMENTATION",
     "IoKey",
+    "batch_fds",
     "events",
     "io_key",
     "recv_batch",
     "recv_frames",
     "send_batch",
     "send_frames",
+    "track_connections",
 ]
 
 _Socket: Any = zmq.backend.Socket
@@ -50,6 +54,7 @@ NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | NOBLOCK
 _EVENTS = int(zmq.EVENTS)
 _RCVMORE = int(zmq.RCVMORE)
+_SRCFD = int(zmq.SRCFD)
 POLLIN = int(zmq.POLLIN)
 
 IoKey: TypeAlias = "int | zmq.Socket[Any]"
@@ -66,9 +71,19 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
     returns (read in C by pyzmq), not with ``getsockopt(RCVMORE)``, whose wrapper maps the
     option to an enum on every call.
     """
+    return _recv_message(sock)[0]
+
+
+def _recv_message(sock: zmq.Socket[Any], with_fd: bool = False) -> tuple[list[bytes], int]:
+    """:func:`recv_frames`, and (``with_fd``) the fd of the connection it came over (-1: not
+    known, or not asked)."""
     try:
         frame = _recv(sock, NOBLOCK, False)
         frames: list[bytes] = [frame.bytes]
+        fd = -1
+        if with_fd:
+            with contextlib.suppress(zmq.ZMQError):
+                fd = int(frame.get(_SRCFD))
         while frame.more:
             frame = _recv(sock, NOBLOCK, False)
             frames.append(frame.bytes)
@@ -78,7 +93,7 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
         # would return its tail as a message of its own.
         _discard_rest(sock)
         raise
-    return frames
+    return frames, fd
 
 
 def _discard_rest(sock: zmq.Socket[Any]) -> None:
@@ -152,17 +167,33 @@ def _py_io_key(sock: zmq.Socket[Any]) -> IoKey:
     return sock
 
 
+_py_fds: list[int] = []  # batch_fds() of the fallback
+# Sockets whose messages the fallback asks for their fd (track_connections): asking costs a
+# call per message, and raises (a ZMQError, and pending signal handlers run) on inproc.
+_py_tracked: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def _py_recv_batch(key: Any, limit: int) -> list[list[bytes]]:
     messages: list[list[bytes]] = []
+    fds: list[int] = []
+    _py_fds.clear()
+    with_fd = key in _py_tracked
     try:
         while len(messages) < limit and events(key) & POLLIN:
-            messages.append(recv_frames(key))
+            frames, fd = _recv_message(key, with_fd)
+            messages.append(frames)
+            fds.append(fd)
     except zmq.Again:
         pass
     except zmq.ZMQError:
         if not messages:
             raise  # else it comes back on the next call, as in the C implementation
+    _py_fds.extend(fds)
     return messages
+
+
+def _py_batch_fds() -> list[int]:
+    return list(_py_fds)
 
 
 def _py_send_batch(items: Sequence[SendItem]) -> tuple[int, list[int]]:
@@ -204,21 +235,22 @@ def _c_io_key(sock: zmq.Socket[Any]) -> IoKey:
     return int(sock.underlying)
 
 
-def _load() -> tuple[str, Any, Any, Any]:
+def _load() -> tuple[str, Any, Any, Any, Any]:
     if os.environ.get("SCALE0_PURE") != "1":
         try:
             from scale0.net import _zmqio  # noqa: PLC0415 - optional, built by pip install
         except ImportError:
             pass
         else:
-            _zmqio.setup(zmq.ZMQError)
-            return "c", _c_io_key, _zmqio.recv_batch, _zmqio.send_batch
-    return "pyzmq", _py_io_key, _py_recv_batch, _py_send_batch
+            if hasattr(_zmqio, "batch_fds"):  # (an extension built before it: the fallback)
+                _zmqio.setup(zmq.ZMQError)
+                return "c", _c_io_key, _zmqio.recv_batch, _zmqio.send_batch, _zmqio.batch_fds
+    return "pyzmq", _py_io_key, _py_recv_batch, _py_send_batch, _py_batch_fds
 
 
 IMPLEMENTATION: str
 """Which implementation the batch calls use: ``"c"`` or ``"pyzmq"``."""
-IMPLEMENTATION, _io_key, _recv_batch, _send_batch = _load()
+IMPLEMENTATION, _io_key, _recv_batch, _send_batch, _batch_fds = _load()
 
 
 def io_key(sock: zmq.Socket[Any]) -> IoKey:
@@ -240,6 +272,22 @@ def recv_batch(key: IoKey, limit: int) -> list[list[bytes]]:
     """
     messages: list[list[bytes]] = _recv_batch(key, limit)
     return messages
+
+
+def track_connections(sock: zmq.Socket[Any]) -> None:
+    """Make :func:`batch_fds` name the connection of each message read from ``sock`` (a TCP
+    ROUTER). The C path always does, at no cost worth saying; the fallback only for these."""
+    if IMPLEMENTATION == "pyzmq":
+        _py_tracked.add(sock)
+
+
+def batch_fds() -> list[int]:
+    """For each message the last :func:`recv_batch` returned, in order, the file descriptor of
+    the connection it came over (libzmq's ZMQ_SRCFD; -1 when libzmq did not say, or, on the
+    fallback, for a socket not given to :func:`track_connections`). Valid until the next
+    :func:`recv_batch` call, on any socket."""
+    fds: list[int] = _batch_fds()
+    return fds
 
 
 def send_batch(items: Sequence[SendItem]) -> tuple[int, list[int]]:

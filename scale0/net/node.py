@@ -25,6 +25,8 @@ import errno
 import logging
 import math
 import os
+import socket
+import struct
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,11 +48,14 @@ from scale0.core.effects import (
     ConfigOffered,
     ConfigRead,
     Connect,
+    Connected,
+    Disconnected,
     Drain,
     Drained,
     Effect,
     Event,
     FanOut,
+    Hangup,
     Log,
     Malformed,
     ManagementSubmit,
@@ -72,13 +77,16 @@ from scale0.net.eventlog import BrokerEventLog
 from scale0.net.frames_io import (
     IMPLEMENTATION,
     IoKey,
+    batch_fds,
     io_key,
     recv_batch,
     send_batch,
     send_frames,
+    track_connections,
 )
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.net.security import (
+    HANDSHAKE_FAILED,
     Gatekeeper,
     HandshakeWatch,
     make_client,
@@ -142,7 +150,11 @@ class BindError(Exception):
         super().__init__(f"cannot bind the {channel.value} socket to {endpoint}: {reason}")
 
 
-PortKind = Literal["router", "dealer", "sub"]
+PortKind = Literal["router", "dealer", "sub", "monitor"]
+
+#: What a ROUTER's monitor reports (R20): a connection accepted, a connection ended.
+_MONITOR_EVENTS: Final = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+_MONITOR_HEAD = struct.Struct("<HI")  # ZMTP monitor frame 1: event, value (the fd here)
 
 #: A port's fast path: effects for a message it recognises (given the frames, the monotonic and
 #: the wall clock), None to take the typed path.
@@ -275,7 +287,12 @@ class BrokerNode:
             "persist_failed": 0,
             "curve_refused": 0,  # ZAP said no (net/security.py)
             "curve_handshake_failed": 0,  # a CURVE/NULL handshake failed (HandshakeWatch)
+            "hung_up": 0,
         }
+        # Open frontend and backend connections by fd (their monitors' word), for Hangup.
+        self._conn_channels: dict[int, Channel] = {}
+        # Of them, those the fast path has not yet seen negotiated (one set lookup a message).
+        self._fresh: set[int] = set()
         # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
         # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
         self.broker.io_counters = self._counters
@@ -354,6 +371,9 @@ class BrokerNode:
             ):
                 port = self._bind(channel, f"tcp://{config.bind_address}:{port_number}", signatures)
                 port.fast = fast
+                if channel is not Channel.PEER:
+                    # Read before its ROUTER in each round: a connection is known before it speaks.
+                    self._ports["monitor:" + channel.value] = self._monitor(port)
                 self._ports[channel.value] = port
             self._pub = self._bind_pub(f"tcp://{config.bind_address}:{config.config_pub_port}")
             self._ports["config"] = self._sub_port()
@@ -489,9 +509,27 @@ class BrokerNode:
             (zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes)),
         )
         bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        if self._serve_curve and self._watch is not None:
-            self._watch.watch(channel.value, sock)  # a failed handshake is logged (no sender)
+        if self._serve_curve and self._watch is not None and channel is Channel.PEER:
+            # A failed handshake is logged (no sender). The frontend's and backend's are told
+            # by their connection monitor (_monitor): a socket has only one libzmq monitor.
+            self._watch.watch(channel.value, sock)
         return _Port(channel, sock, _fd_of(sock), signatures, bound, keyed=self._serve_curve)
+
+    def _monitor(self, port: _Port) -> _Port:
+        """A PAIR that hears ``port``'s connections open and end (R20, docs/protocol.md §8.1).
+
+        Its receive high-water mark is 0 (none): a flood of connections must not drop the
+        events that keep the connection table true."""
+        assert self._context is not None
+        track_connections(port.socket)  # batch_fds names each message's connection
+        address = f"inproc://scale0-monitor-{id(self)}-{port.channel.value}"
+        events = _MONITOR_EVENTS | (HANDSHAKE_FAILED if port.keyed else 0)
+        port.socket.monitor(address, events)
+        sock: zmq.Socket[bytes] = self._context.socket(zmq.PAIR)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.connect(address)
+        return _Port(port.channel, sock, _fd_of(sock), (), address, kind="monitor")
 
     def _bind_pub(self, endpoint: str) -> zmq.Socket[bytes]:
         return self._bound_socket(zmq.PUB, Channel.CONFIG, endpoint)
@@ -829,8 +867,9 @@ class BrokerNode:
         if limit <= 0 or _is_closed(port):  # (closed by an effect: nothing more to read)
             return 0
         try:
+            fds: list[int] | None = None  # the keyed read names each message's connection
             if port.keyed:
-                batch, keys = recv_batch_keyed(port.socket, limit)
+                batch, keys, fds = recv_batch_keyed(port.socket, limit)
                 self._note_keys(port, batch, keys)
             else:
                 batch = recv_batch(port.io, limit)
@@ -847,6 +886,13 @@ class BrokerNode:
         # One reading of each clock per batch: a batch takes microseconds to handle.
         now = time.monotonic()
         wall = time.time()
+        if port.kind == "router" and channel is not Channel.PEER:
+            # The connection of each message (R20, §8): read right after its batch.
+            for frames, conn in zip(batch, batch_fds() if fds is None else fds, strict=False):
+                if _is_closed(port):
+                    break
+                self._dispatch(port, channel, frames, now, wall, conn)
+            return len(batch)
         for frames in batch:
             if _is_closed(port):  # an earlier message of the batch closed it: drop the rest
                 break
@@ -854,7 +900,13 @@ class BrokerNode:
         return len(batch)
 
     def _dispatch(
-        self, port: _Port, channel: Channel, frames: list[bytes], now: float, wall: float
+        self,
+        port: _Port,
+        channel: Channel,
+        frames: list[bytes],
+        now: float,
+        wall: float,
+        conn: int = -1,
     ) -> None:
         """One message: ban check, fast path or decode + core, effects. Never raises."""
         if port.kind != "router":
@@ -870,6 +922,8 @@ class BrokerNode:
             if fast is not None:
                 effects = fast(frames, now, wall)
                 if effects is not None:
+                    if conn in self._fresh:  # R20: a Majordomo client's first REQUEST opens
+                        self._negotiated(channel, routing_id, conn)  # its session here
                     self._perform(effects)
                     return
             event: Event
@@ -885,7 +939,7 @@ class BrokerNode:
                 event = Malformed(channel, routing_id, error, signature)
             else:
                 self._counters["received"] += 1
-                event = Received(channel, routing_id, message)
+                event = Received(channel, routing_id, message, conn)
             self._perform(broker.handle(event, now, wall))
         except Exception:
             self._counters["internal_errors"] += 1
@@ -901,6 +955,9 @@ class BrokerNode:
         try:
             broker = self.broker
             event: Event
+            if port.kind == "monitor":
+                self._connection_event(port.channel, frames)
+                return
             try:
                 if port.kind == "sub":
                     published = decode_config_publication(
@@ -935,6 +992,49 @@ class BrokerNode:
                 {"channel": port.channel.value, "frames": len(frames)},
                 exc_info=True,
             )
+
+    # ---- connections (R20): what the monitors say, and hanging up ---------------------------
+
+    def _connection_event(self, channel: Channel, frames: list[bytes]) -> None:
+        if len(frames) < 1 or len(frames[0]) != _MONITOR_HEAD.size:
+            return
+        event, fd = _MONITOR_HEAD.unpack(frames[0])
+        if event & HANDSHAKE_FAILED:  # CURVE served here: the value is an error, not an fd
+            endpoint = frames[1].decode("utf-8", "replace") if len(frames) > 1 else ""
+            self._handshake_failed(channel.value, endpoint, str(zmq.Event(event).name), str(fd))
+            return
+        now = time.monotonic()
+        if event == zmq.EVENT_ACCEPTED:
+            self._conn_channels[fd] = channel
+            self._fresh.add(fd)
+            connected = Connected(channel, fd, _peer_address(fd))
+            self._perform(self.broker.handle(connected, now, time.time()))
+        elif event == zmq.EVENT_DISCONNECTED:
+            if self._conn_channels.get(fd) is channel:
+                del self._conn_channels[fd]
+                self._fresh.discard(fd)
+            self._perform(self.broker.handle(Disconnected(channel, fd), now, time.time()))
+
+    def _negotiated(self, channel: Channel, routing_id: bytes, conn: int) -> None:
+        """A fast-path message from a connection not known to have negotiated: if its sender
+        has a session now, the core marks the connection negotiated (R20), and so do we."""
+        if self.broker.mark_negotiated(channel, routing_id, conn):
+            self._fresh.discard(conn)
+
+    def _hangup(self, effect: Hangup) -> None:
+        """Close a connection libzmq holds: shut its TCP socket down (the fd stays libzmq's;
+        libzmq sees the end, closes it and reports it to the monitor)."""
+        if self._conn_channels.get(effect.conn) is not effect.channel:
+            return  # already gone: its number is not ours to touch
+        del self._conn_channels[effect.conn]
+        self._fresh.discard(effect.conn)
+        self._counters["hung_up"] += 1
+        with contextlib.suppress(OSError):
+            sock = socket.socket(fileno=effect.conn)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.detach()
 
     # ---- the fast paths of the frontend and backend ports ----------------------------------
 
@@ -1076,6 +1176,8 @@ class BrokerNode:
                 elif isinstance(effect, RequestDone):
                     if events is not None:
                         events.request(effect)
+                elif isinstance(effect, Hangup):
+                    self._hangup(effect)
                 elif isinstance(effect, Log):
                     self._log(level_number(effect.level), effect.event, effect.fields)
                     if events is not None:
@@ -1160,6 +1262,22 @@ _PORT_NAMES: Final[dict[Channel, str]] = {channel: channel.value for channel in 
 def _is_closed(port: _Port) -> bool:
     """Read the flag afresh (a call, so type narrowing from an earlier check does not stick)."""
     return port.closed
+
+
+def _peer_address(fd: int) -> str:
+    """The IP address at the other end of a connection (ZeroMQ's ``Peer-Address``); "" if the
+    connection is already gone."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return ""
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return ""
+    finally:
+        sock.detach()
+    return str(peer[0]) if isinstance(peer, tuple) else ""
 
 
 def _fd_of(sock: zmq.Socket[bytes]) -> int:

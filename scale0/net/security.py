@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 _NOBLOCK: Final = int(zmq.NOBLOCK)
+_SRCFD: Final = int(zmq.SRCFD)
 _POLLIN: Final = int(zmq.POLLIN)
 
 #: Called with (event, fields) for every refusal: the node's JSON logger.
@@ -84,8 +85,12 @@ def server_key_for(
     return seeds.get(endpoint)
 
 
-def recv_batch_keyed(sock: zmq.Socket[Any], limit: int) -> tuple[list[list[bytes]], list[str]]:
-    """Up to ``limit`` waiting messages and, for each, its sender's CURVE key (``User-Id``).
+def recv_batch_keyed(
+    sock: zmq.Socket[Any], limit: int
+) -> tuple[list[list[bytes]], list[str], list[int]]:
+    """Up to ``limit`` waiting messages and, for each, its sender's CURVE key (``User-Id``) and
+    the file descriptor of the connection it came over (ZMQ_SRCFD, -1 when libzmq does not
+    say: what :func:`scale0.net.frames_io.batch_fds` gives for the other paths, R20).
 
     As :func:`scale0.net.frames_io.recv_batch` (ZMQ_EVENTS before each receive, so a batch
     that ends short ended on an empty socket with its commands processed), through pyzmq's
@@ -93,22 +98,27 @@ def recv_batch_keyed(sock: zmq.Socket[Any], limit: int) -> tuple[list[list[bytes
     """
     messages: list[list[bytes]] = []
     keys: list[str] = []
+    fds: list[int] = []
     try:
         while len(messages) < limit and int(sock.getsockopt(zmq.EVENTS)) & _POLLIN:
             frame = sock.recv(_NOBLOCK, copy=False)
             key = frame.get("User-Id")
+            fd = -1
+            with contextlib.suppress(zmq.ZMQError):
+                fd = int(frame.get(_SRCFD))
             frames = [frame.bytes]
             while frame.more:
                 frame = sock.recv(_NOBLOCK, copy=False)
                 frames.append(frame.bytes)
             messages.append(frames)
             keys.append(key if isinstance(key, str) else "")
+            fds.append(fd)
     except zmq.Again:
         pass
     except zmq.ZMQError:
         if not messages:
             raise
-    return messages, keys
+    return messages, keys, fds
 
 
 class Gatekeeper:

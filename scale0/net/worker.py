@@ -7,7 +7,9 @@ asyncio loop anyway. What the worker decides (negotiation, READY, heartbeats, li
 go next) is :class:`scale0.session.worker.WorkerSession`, pure; this module owns the socket, the
 clocks and the handlers.
 
-Handlers take the request body (``list[bytes]``) and are called according to what they are:
+Handlers take the request body (``list[bytes]``), and a ``context`` (:class:`RequestContext`:
+service, client id, request id) if they have a parameter of that name, and are called
+according to what they are:
 
 - ``def f(body)``: runs in a thread pool of ``capacity`` threads, so a slow handler never
   blocks heartbeats;
@@ -46,12 +48,22 @@ W6  Failover (protocol.md §3.9; :mod:`scale0.session.failover` V1-V6 decides): 
     301's endpoint, else the next known backend after the one it left; the first move after a
     lasting session is immediate, further ones back off (0.1 s doubling to 5 s, jittered).
     ``endpoint`` names the broker in use and ``failovers`` counts the moves.
+W7  Duplicates (protocol.md §4.3): READY asks for ``request_ids``, so the broker sends
+    IDREQUEST, a REQUEST naming the client id and request id it answers (a broker that does not
+    know the option sends plain REQUEST: no ids). A handler with a ``context`` parameter gets them
+    (:class:`RequestContext`); ``handler(body)`` handlers are called as before. The worker
+    remembers the requests it ran lately (:class:`scale0.session.recent.RecentRequests`,
+    ``recent_requests`` entries, 10 minutes): the same ids again, as when a client whose
+    broker died resends to the broker this worker moved to, get the stored reply (or join
+    the run still going on) and the handler does not run twice. Requests forwarded from
+    another broker of the family carry no ids (``context.client_id`` None) and always run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -60,6 +72,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -77,13 +90,27 @@ from scale0.net.dealer import (
 )
 from scale0.session.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover, FailoverView
 from scale0.session.link import BrokerLink
+from scale0.session.recent import RECENT_ENTRIES, Decision, RecentKey, RecentRequests
 from scale0.session.view import ClientConfig
 from scale0.session.worker import WorkerSession
 from scale0.wire.client import Disconnect
 from scale0.wire.frames import SIG_WORKER, ConfigType, encode_json
-from scale0.wire.worker import MAX_CAPACITY, WorkerPartial, WorkerReply, WorkerRequest
+from scale0.wire.worker import (
+    MAX_CAPACITY,
+    WorkerIdRequest,
+    WorkerPartial,
+    WorkerReply,
+    WorkerRequest,
+)
 
-__all__ = ["Handler", "Worker", "WorkerThread", "echo_handler", "reply_frames"]
+__all__ = [
+    "Handler",
+    "RequestContext",
+    "Worker",
+    "WorkerThread",
+    "echo_handler",
+    "reply_frames",
+]
 
 log = logging.getLogger("scale0.worker")
 
@@ -94,6 +121,20 @@ Handler = Callable[[list[bytes]], Any]
 POLL_CAP_S: Final = 0.1
 
 _END: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a handler with a ``context`` parameter learns of its request (W7).
+
+    ``client_id`` and ``request_id`` are the client's own: the same when the client resends the
+    request (to this broker or another after a failover), so an idempotent handler can key its
+    effects on them. None when the broker did not say (a request forwarded from a peer)."""
+
+    service: str
+    client_id: str | None
+    request_id: bytes | None
+    ticket: bytes
 
 
 def echo_handler(body: list[bytes]) -> list[bytes]:
@@ -121,6 +162,15 @@ def reply_frames(value: object) -> tuple[bytes, ...]:
     raise TypeError(f"handler returned {type(value).__name__}, expected bytes or list[bytes]")
 
 
+def _takes_context(handler: Handler) -> bool:
+    """Whether ``handler`` has a parameter named ``context`` (W7)."""
+    target = handler.func if isinstance(handler, functools.partial) else handler
+    try:
+        return "context" in inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
+
+
 def _error_body(status: int, message: str) -> tuple[bytes, ...]:
     return (encode_json({"code": status, "message": message}),)
 
@@ -142,9 +192,11 @@ class Worker(FailoverView):
         context: zmq.asyncio.Context | None = None,
         curve: CurveKeyPair | None = None,
         server_key: str | None = None,
+        recent_requests: int = RECENT_ENTRIES,
     ) -> None:
         """``curve``/``server_key``: our CURVE key pair and the seed broker's public key, for
-        a family that serves CURVE (the other brokers' keys come with the config)."""
+        a family that serves CURVE (the other brokers' keys come with the config).
+        ``recent_requests``: how many answered requests W7 remembers (0: none)."""
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError(f"capacity must be 1..{MAX_CAPACITY}")
         if not handlers:
@@ -153,6 +205,11 @@ class Worker(FailoverView):
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self._handlers = dict(handlers)
+        self._wants_context = {name: _takes_context(h) for name, h in self._handlers.items()}
+        self._recent = RecentRequests(max_entries=recent_requests) if recent_requests else None
+        self._ticket_generation: dict[bytes, int] = {}  # W7: tickets joined to a running one
+        #: Requests answered from the W7 memory instead of running the handler again.
+        self.replayed = 0
         self._context = context
         self._link = BrokerLink(
             SIG_WORKER,
@@ -299,23 +356,80 @@ class Worker(FailoverView):
     # -- serving requests --
 
     def _dispatch(
-        self, request: WorkerRequest, generation: int, executor: ThreadPoolExecutor
+        self,
+        request: WorkerRequest | WorkerIdRequest,
+        generation: int,
+        executor: ThreadPoolExecutor,
     ) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve(request, generation, executor))
+        client_id: str | None = None
+        request_id: bytes | None = None
+        if isinstance(request, WorkerIdRequest):  # W7 (a broker that knows request_ids)
+            client_id, request_id = request.client_id or None, request.request_id or None
+            request = request.plain()
+        context = RequestContext(request.service, client_id, request_id, request.ticket)
+        key: RecentKey | None = None
+        recent = self._recent
+        if recent is not None and client_id is not None and request_id is not None:
+            key = (request.service, client_id, request_id)
+            decision = recent.begin(key, request.ticket, time.monotonic())
+            if decision is Decision.JOIN:
+                self._ticket_generation[request.ticket] = generation
+                return
+            if decision is Decision.REPLAY:
+                self.replayed += 1
+                status, body = recent.reply_of(key)
+                self._sync_send(generation, WorkerReply(request.ticket, status, body).to_frames())
+                return
+        coroutine = self._serve(request, context, key, generation, executor)
+        task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _sync_send(self, generation: int, frames: list[bytes]) -> None:
+        io = self._io
+        if io is not None and generation == self._generation:
+            send_outbox(io, [frames])
+
     async def _serve(
-        self, request: WorkerRequest, generation: int, executor: ThreadPoolExecutor
+        self,
+        request: WorkerRequest,
+        context: RequestContext,
+        key: RecentKey | None,
+        generation: int,
+        executor: ThreadPoolExecutor,
     ) -> None:
+        try:
+            reply = await self._run(request, context, generation, executor)
+        except BaseException:
+            if key is not None and self._recent is not None:
+                self._recent.abandoned(key)
+            raise
+        if key is None or self._recent is None:
+            await self._send(generation, reply.to_frames())
+            return
+        # W7: remember it; answer every ticket it was asked under (the newest is the one the
+        # broker in use knows; a ticket of a connection since replaced is dropped, W4).
+        tickets = self._recent.finished(key, reply.status, reply.body, time.monotonic())
+        for ticket in tickets or [request.ticket]:
+            ticket_generation = self._ticket_generation.pop(ticket, generation)
+            answer = WorkerReply(ticket, reply.status, reply.body)
+            await self._send(ticket_generation, answer.to_frames())
+
+    async def _run(
+        self,
+        request: WorkerRequest,
+        context: RequestContext,
+        generation: int,
+        executor: ThreadPoolExecutor,
+    ) -> WorkerReply:
         ticket = request.ticket
         handler = self._handlers.get(request.service)
         if handler is None:
             message = f"this worker does not serve {request.service!r}"
-            await self._send(
-                generation, WorkerReply(ticket, 404, _error_body(404, message)).to_frames()
-            )
-            return
+            return WorkerReply(ticket, 404, _error_body(404, message))
+        if self._wants_context.get(request.service):
+            with_context: Callable[..., Any] = handler
+            handler = functools.partial(with_context, context=context)
         try:
             held: object = _END
             async for value in self._values(handler, list(request.body), executor):
@@ -330,14 +444,15 @@ class Worker(FailoverView):
         except Exception as exc:
             log.warning("handler for %r failed: %r", request.service, exc, exc_info=True)
             reply = WorkerReply(ticket, 500, _error_body(500, str(exc) or type(exc).__name__))
-        await self._send(generation, reply.to_frames())
+        return reply
 
     async def _values(
         self, handler: Handler, body: list[bytes], executor: ThreadPoolExecutor
     ) -> AsyncIterator[object]:
         """The values a handler produces: one for a function, each yield for a generator."""
         loop = asyncio.get_running_loop()
-        if inspect.iscoroutinefunction(handler) or inspect.isasyncgenfunction(handler):
+        target = handler.func if isinstance(handler, functools.partial) else handler
+        if inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target):
             result: Any = handler(body)
         else:
             result = await loop.run_in_executor(executor, handler, body)

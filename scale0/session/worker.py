@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from scale0.session.failover import Failover, Move
 from scale0.session.link import BrokerLink, LinkEvent
-from scale0.wire.worker import MAX_CAPACITY, Ready, WorkerRequest
+from scale0.wire.worker import MAX_CAPACITY, Ready, WorkerIdRequest, WorkerRequest
 
 __all__ = ["WorkerSession"]
 
@@ -59,7 +59,9 @@ class WorkerSession:
         self.registered = False
         self.link.reset(now)
 
-    def receive(self, frames: Sequence[bytes], now: float, wall: float) -> WorkerRequest | None:
+    def receive(
+        self, frames: Sequence[bytes], now: float, wall: float
+    ) -> WorkerRequest | WorkerIdRequest | None:
         """One message from the broker; a REQUEST is returned for the owner to run."""
         link = self.link
         link.heard(now)
@@ -70,7 +72,7 @@ class WorkerSession:
             # Still queued from the broker we are leaving: one move per departure, and no new
             # work from it (it retries what it sent us elsewhere; W3, W4).
             return None
-        if isinstance(message, WorkerRequest):
+        if isinstance(message, WorkerRequest | WorkerIdRequest):
             return message
         event = link.handle(message, now)
         if event is LinkEvent.NEGOTIATED:
@@ -112,6 +114,7 @@ class WorkerSession:
             time=wall,
             config_version=link.config_version,
             capacity=self.capacity,
+            request_ids=True,  # W7: each REQUEST names its client and request (§4.3)
         ).to_frames()
 
     def _leave(self, reason: str, now: float, redirect: str | None) -> None:

@@ -44,7 +44,7 @@ from scale0.wire.peer import (
     Table,
     TableReq,
 )
-from scale0.wire.worker import Ready, WorkerPartial, WorkerReply, WorkerRequest
+from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerReply, WorkerRequest
 
 
 class Direction(Enum):
@@ -108,6 +108,7 @@ _TABLE: Final[dict[_Key, type[Message]]] = {
     (SIG_WORKER, b"CONFIGACK", FROM): ConfigAck,
     (SIG_WORKER, b"CONFIG", FROM): Config,
     (SIG_WORKER, b"REQUEST", FROM): WorkerRequest,
+    (SIG_WORKER, b"IDREQUEST", FROM): WorkerIdRequest,  # to a request_ids worker (§4.3)
     (SIG_WORKER, b"HEARTBEAT", FROM): Heartbeat,
     (SIG_WORKER, b"FORCENEGOTIATE", FROM): ForceNegotiate,
     (SIG_WORKER, b"DISCONNECTERROR", FROM): DisconnectError,

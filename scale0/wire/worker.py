@@ -11,6 +11,7 @@ from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import (
     EMPTY,
     SIG_WORKER,
+    JsonValue,
     Message,
     control_frames,
     control_options,
@@ -46,20 +47,21 @@ class Ready(Message):
     time: float
     config_version: int
     capacity: int = 1
+    #: Ask for the client id and request id of each request: IDREQUEST, not REQUEST (§4.3).
+    request_ids: bool = False
 
     def to_frames(self) -> list[bytes]:
-        return control_frames(
-            SIG_WORKER,
-            self.COMMAND,
-            {
-                "services": list(self.services),
-                "heartbeat": self.heartbeat,
-                "hbeatinterval_ms": self.hbeatinterval_ms,
-                "time": self.time,
-                "config_version": self.config_version,
-                "capacity": self.capacity,
-            },
-        )
+        options: dict[str, JsonValue] = {
+            "services": list(self.services),
+            "heartbeat": self.heartbeat,
+            "hbeatinterval_ms": self.hbeatinterval_ms,
+            "time": self.time,
+            "config_version": self.config_version,
+            "capacity": self.capacity,
+        }
+        if self.request_ids:
+            options["request_ids"] = True
+        return control_frames(SIG_WORKER, self.COMMAND, options)
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -78,6 +80,7 @@ class Ready(Message):
             opt_float(opts, "time", minimum=0.0),
             opt_int(opts, "config_version", minimum=0),
             opt_int(opts, "capacity", 1, minimum=1, maximum=MAX_CAPACITY),
+            opt_bool(opts, "request_ids", False),
         )
 
 
@@ -111,6 +114,57 @@ class WorkerRequest(Message):
             name_frame(frames[4], 4, "service"),
             tuple(frames[5:]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerIdRequest(Message):
+    """IDREQUEST broker → worker: ``ticket, service, client_id, request_id, body...`` (§4.3).
+
+    REQUEST with the client's own ids, to a worker whose READY asked for ``request_ids``. A
+    command of its own, so a worker can never mistake the body of a REQUEST from a broker that
+    does not know the option for ids. Both ids are empty when the broker cannot say (a request
+    forwarded by a peer)."""
+
+    COMMAND: ClassVar[bytes] = b"IDREQUEST"
+    PROTOCOL: ClassVar[bytes] = SIG_WORKER
+
+    ticket: bytes
+    service: str
+    client_id: str
+    request_id: bytes
+    body: tuple[bytes, ...] = ()
+
+    def to_frames(self) -> list[bytes]:
+        return [
+            EMPTY,
+            SIG_WORKER,
+            b"IDREQUEST",
+            self.ticket,
+            self.service.encode("utf-8"),
+            self.client_id.encode("utf-8"),
+            self.request_id,
+            *self.body,
+        ]
+
+    @classmethod
+    def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        if len(frames) < 7:
+            need_frames(frames, ("ticket", "service", "client_id", "request_id"))
+        try:
+            client_id = frames[5].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError.malformed(5, "client_id is not UTF-8") from None
+        return cls(
+            opaque_id(frames[3], 3, "ticket"),
+            name_frame(frames[4], 4, "service"),
+            client_id,
+            bytes(frames[6]),
+            tuple(frames[7:]),
+        )
+
+    def plain(self) -> WorkerRequest:
+        """The same request without its ids."""
+        return WorkerRequest(self.ticket, self.service, self.body)
 
 
 @dataclass(frozen=True, slots=True)

@@ -263,6 +263,45 @@ def test_trend_summary_is_optional_and_never_empty(tmp_path: Path) -> None:
     assert "must not be empty" in only(found, "management.trend_summary").message
 
 
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "10.1.2.3", "mgmt.example.org"])
+def test_management_beyond_loopback_needs_a_certificate_or_insecure(
+    tmp_path: Path, address: str
+) -> None:
+    base = "identity: x\ntrusted_keys: [k.pub]\nfamily: f\nseeds: ['tcp://127.0.0.1:5557']\n"
+    text = base + f"management: {{enabled: true, http_address: '{address}'}}\n"
+    problem = only(problems(write(tmp_path, "b.yaml", text)), "management.tls_cert")
+    assert "is not loopback" in problem.message and "insecure: true" in problem.message
+    with_cert = text.replace("}", ", tls_cert: mgmt.pem, tls_key: mgmt.key}")
+    assert load(write(tmp_path, "c.yaml", with_cert)).management.tls_cert == "mgmt.pem"
+    insecure = text.replace("}", ", insecure: true}")
+    assert load(write(tmp_path, "d.yaml", insecure)).management.insecure is True
+    # Off, it binds nothing: no certificate needed.
+    assert (
+        load(write(tmp_path, "e.yaml", text.replace("true", "false"))).management.tls_cert is None
+    )
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_management_on_loopback_needs_no_certificate(tmp_path: Path, address: str) -> None:
+    base = "identity: x\ntrusted_keys: [k.pub]\nfamily: f\nseeds: ['tcp://127.0.0.1:5557']\n"
+    text = base + f"management: {{enabled: true, http_address: '{address}'}}\n"
+    assert load(write(tmp_path, "b.yaml", text)).management.http_address == address
+
+
+def test_management_tls_settings_that_contradict_are_named(tmp_path: Path) -> None:
+    base = "identity: x\ntrusted_keys: [k.pub]\nfamily: f\nseeds: ['tcp://127.0.0.1:5557']\n"
+    key_only = base + "management: {enabled: true, tls_key: mgmt.key}\n"
+    assert (
+        "tls_cert is not"
+        in only(problems(write(tmp_path, "b.yaml", key_only)), "management.tls_key").message
+    )
+    both = base + "management: {enabled: true, tls_cert: m.pem, insecure: true}\n"
+    assert (
+        "contradicts"
+        in only(problems(write(tmp_path, "c.yaml", both)), "management.insecure").message
+    )
+
+
 def test_tasks_service_and_timeout_are_checked(tmp_path: Path) -> None:
     head = "identity: x\ntrusted_keys: [k.pub]\nfamily: f\nseeds: ['tcp://127.0.0.1:5557']\n"
     loaded = load(write(tmp_path, "a.yaml", head + "management: {enabled: true}\n"))

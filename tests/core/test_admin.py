@@ -475,7 +475,7 @@ def test_family_of_one_answers_at_once() -> None:
 # ---- the HTTP route: ManagementSubmit ----------------------------------------------------------
 
 HTTP = Channel.HTTP
-ADDRESS = b"\x00http:127.0.0.1"
+ADDRESS = b"\x00addr:127.0.0.1"
 
 
 def test_http_login_goes_through_the_same_check_and_ban_keyed_by_address() -> None:

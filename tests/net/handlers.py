@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 
 def slow(body: list[bytes]) -> bytes:
@@ -40,3 +41,16 @@ def flaky(body: list[bytes]) -> bytes:
     if body[0].startswith(b"fail"):
         raise RuntimeError(f"asked to fail: {body[0].decode(errors='replace')}")
     return body[0]
+
+
+def once(body: list[bytes], context: Any) -> list[bytes]:
+    """Record ``client_id request_id`` (one line per execution) in $S0_RECORD, sleep $S0_SLEEP
+    seconds, answer ``[client_id, request_id, *body]`` (W7: a handler told its request's ids)."""
+    line = f"{context.client_id} {context.request_id!r}\n".encode()
+    fd = os.open(os.environ["S0_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    time.sleep(float(os.environ.get("S0_SLEEP", "0")))
+    return [str(context.client_id).encode(), context.request_id or b"", *body]

@@ -410,3 +410,53 @@ def test_a_batch_holds_its_frames_while_python_code_frees_the_callers(impl: Impl
     answer = _child("freed", impl.name, how)
     assert answer["result"] == [2, []]
     assert answer["received"] == [["", "zero", "0" * 1000], ["", "one", "1" * 1000]]
+
+
+def _batch_fds(impl: Impl) -> Callable[[], list[int]]:
+    if impl.name == "c":
+        from scale0.net import _zmqio
+
+        return _zmqio.batch_fds
+    return frames_io._py_batch_fds
+
+
+def test_batch_fds_names_each_message_s_connection(impl: Impl) -> None:
+    """R20, §8: each message of a batch, the fd of the connection it came over (its
+    getpeername is the sender's address), in order; reset by the next batch."""
+    import socket
+
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    router.bind("tcp://127.0.0.1:*")
+    frontend = router.getsockopt(zmq.LAST_ENDPOINT).decode()  # type: ignore[union-attr]
+    frames_io._py_tracked.add(router)  # what track_connections does on the fallback
+    dealers = []
+    try:
+        for source in ("127.0.0.2", "127.0.0.3"):
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.linger = 0
+            dealer.connect(f"tcp://{source}:0;" + frontend.removeprefix("tcp://"))
+            dealers.append(dealer)
+        for n, dealer in enumerate(dealers * 2):
+            dealer.send(b"%d" % n)
+            time.sleep(0.05)  # arrival order = send order, across connections
+        batch = _collect(impl, router, 4)
+        fds = _batch_fds(impl)()
+        assert [m[1] for m in batch] == [b"0", b"1", b"2", b"3"]
+        assert len(fds) == len(batch) and fds[0] == fds[2] and fds[1] == fds[3] != fds[0]
+        addresses = []
+        for fd in fds[:2]:
+            sock = socket.socket(fileno=fd)
+            try:
+                addresses.append(sock.getpeername()[0])
+            finally:
+                sock.detach()
+        assert addresses == ["127.0.0.2", "127.0.0.3"]
+        assert impl.recv_batch(impl.io_key(router), 10) == []
+        assert _batch_fds(impl)() == []
+    finally:
+        for dealer in dealers:
+            dealer.close(0)
+        router.close(0)
+        ctx.term()

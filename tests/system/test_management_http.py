@@ -350,6 +350,8 @@ def test_metrics_with_basic_auth_parse_as_prometheus_text(family: Family) -> Non
         "scale0_service_workers",
         "scale0_queue_depth",
         "scale0_banned_senders",
+        "scale0_connections",
+        "scale0_unnegotiated_connections",
         "scale0_dropped_messages",
     }
     assert expected <= set(families), sorted(families)

@@ -43,7 +43,7 @@ from scale0.wire.peer import (
     TableService,
     TableWorker,
 )
-from scale0.wire.worker import Ready, WorkerPartial, WorkerReply, WorkerRequest
+from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerReply, WorkerRequest
 
 # Printable characters (letters, marks, numbers, punctuation, symbols) plus the ASCII space.
 _name_chars = st.characters(categories=["L", "M", "N", "P", "S"]) | st.just(" ")
@@ -147,8 +147,12 @@ MESSAGES: dict[type[Message], st.SearchStrategy[Message]] = {
         times,
         versions0,
         st.integers(1, 65535),
+        st.booleans(),
     ),
     WorkerRequest: st.builds(WorkerRequest, ids, services, bodies),
+    WorkerIdRequest: st.builds(
+        WorkerIdRequest, ids, services, st.text(max_size=40), st.binary(max_size=64), bodies
+    ),
     WorkerPartial: st.builds(WorkerPartial, ids, bodies),
     WorkerReply: st.builds(WorkerReply, ids, statuses, bodies),
     # peer

@@ -1,0 +1,166 @@
+"""Limits that hold under abuse (R20, docs/protocol.md §8.1), on a real scale0-broker process:
+10 000 connections that never negotiate, and honest clients still served.
+
+Half the flood completes the ZMTP handshake as a DEALER would (greeting and READY) and then says
+nothing; the other half connects and sends nothing at all. The broker must hang every one up
+(past max_unnegotiated at once, the rest after negotiate_timeout_ms), keep its memory bounded
+(VmRSS from /proc, sampled throughout) and answer an honest client the whole time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import resource
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scale0.net.client import Client
+from scale0.testing import BrokerProcess, running_broker
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).resolve().parents[2]
+FLOOD = 10_000
+WAVE = 500  # connections opened between two honest requests
+MAX_UNNEGOTIATED = 256
+NEGOTIATE_TIMEOUT_MS = 3_000
+#: Bounds of the test's own waits (not timings asserted).
+CLOSE_WAIT_S = 60.0
+#: The broker's RSS may grow this much over its start while the flood lasts. Measured: about
+#: +13 MB with the limits, +128 MB with them off (max_unnegotiated 100 000, a 600 s timeout:
+#: 10 000 libzmq connections' engine buffers and pipes), so the bound tells the two apart.
+RSS_GROWTH_LIMIT_KB = 48 * 1024
+
+# ZMTP 3.0 (rfc.zeromq.org spec 23): a greeting, then a READY command naming a DEALER.
+GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" * 32
+_READY_BODY = b"\x05READY" + b"\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
+READY = b"\x04" + bytes([len(_READY_BODY)]) + _READY_BODY
+
+
+def raise_open_files(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        with contextlib.suppress(ValueError, OSError):  # root may raise the hard limit
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            return
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    with running_broker(
+        tmp_path,
+        max_unnegotiated=MAX_UNNEGOTIATED,
+        negotiate_timeout_ms=NEGOTIATE_TIMEOUT_MS,
+    ) as started:
+        yield started
+
+
+@pytest.fixture
+def echo_worker(broker: BrokerProcess) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "echo_worker.py"), broker.endpoints["backend"]],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def open_connection(host: str, port: int, greet: bool) -> socket.socket:
+    sock = socket.create_connection((host, port), timeout=10)
+    if greet:
+        sock.sendall(GREETING + READY)
+    sock.setblocking(False)
+    return sock
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the broker ended this connection (EOF or reset); anything it sent is read."""
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        return exc.errno in (errno.ECONNRESET, errno.EPIPE)
+
+
+def test_ten_thousand_connections_that_never_negotiate(
+    broker: BrokerProcess, echo_worker: subprocess.Popen[bytes]
+) -> None:
+    raise_open_files(FLOOD + 1024)
+    host, port = broker.endpoints["frontend"].removeprefix("tcp://").rsplit(":", 1)
+    with Client(broker.endpoints["frontend"], timeout=10) as client:
+        assert client.request("echo", [b"warm"]) == [b"warm"]
+        for i in range(50):  # what serving honest clients costs, before the flood
+            assert client.request("echo", [b"%d" % i]) == [b"%d" % i]
+        baseline_kb = broker.rss_kb()
+        peak_kb = baseline_kb
+        flood: list[socket.socket] = []
+        served = 0
+        try:
+            for wave in range(FLOOD // WAVE):
+                for i in range(WAVE):
+                    flood.append(open_connection(host, int(port), greet=i % 2 == 0))
+                body = b"honest %d" % wave
+                assert client.request("echo", [body]) == [body]  # served during the flood
+                served += 1
+                peak_kb = max(peak_kb, broker.rss_kb())
+            # Every flooding connection is hung up: at once past max_unnegotiated, the rest
+            # after negotiate_timeout_ms. (Bounded wait; the count is what is asserted.)
+            open_ones = list(flood)
+            deadline = time.monotonic() + CLOSE_WAIT_S
+            while open_ones and time.monotonic() < deadline:
+                time.sleep(0.2)
+                open_ones = [s for s in open_ones if not closed_by_peer(s)]
+                peak_kb = max(peak_kb, broker.rss_kb())
+                assert client.request("echo", [b"still"]) == [b"still"]
+                served += 1
+            growth_kb = peak_kb - baseline_kb
+            print(
+                f"\nflood {FLOOD}: broker RSS {baseline_kb} kB before, peak {peak_kb} kB "
+                f"(+{growth_kb} kB), {served} honest requests served during it, "
+                f"{len(open_ones)} flooding connections left open"
+            )
+            assert open_ones == [], f"{len(open_ones)} of {FLOOD} connections still open"
+        finally:
+            for sock in flood:
+                sock.close()
+        assert growth_kb < RSS_GROWTH_LIMIT_KB
+        # The broker still negotiates and serves a new client.
+        with Client(broker.endpoints["frontend"], timeout=10) as late:
+            assert late.request("echo", [b"after"]) == [b"after"]
+    stats = broker_stats(broker)
+    hung_up = stats.get("unnegotiated_over_limit", 0) + stats.get("unnegotiated_timeout", 0)
+    assert hung_up >= FLOOD, stats
+    assert stats["net_hung_up"] >= FLOOD
+
+
+def broker_stats(broker: BrokerProcess) -> dict[str, int]:
+    broker.stop()
+    for line in broker.logs():
+        if line.get("event") == "broker_stopped":
+            stats: dict[str, int] = line["stats"]
+            return stats
+    raise AssertionError("no broker_stopped line:\n" + broker.stderr())
