@@ -292,6 +292,9 @@ class Broker:
             Periodic.PEERS: lambda key, now, wall, out: self.family.round(now, wall, out),
             Periodic.TABLE: lambda key, now, wall, out: self.family.commit_table(now, wall, out),
             Periodic.REPUBLISH: lambda key, now, wall, out: self.replication.republish(now, out),
+            Periodic.GOSSIP: lambda key, now, wall, out: self.family.gossip.indirect(
+                now, wall, out
+            ),
         }
 
     @property
