@@ -31,8 +31,9 @@ Rules (tests/core/test_gossip.py names a test after each):
      incarnation is the wall clock at start in ms, so a restarted broker outranks its past.
  G8  A message carries at most PIGGYBACK rows besides our own: first what we hold of the
      receiver if it is not alive (so it can refute), then the rows sent the fewest times; each
-     row we learn is sent RETRANSMIT x ceil(log10(N + 1)) times. Nothing goes to every peer at
-     once: a config change is one row each, spread by the probes.
+     row we learn is sent RETRANSMIT x ceil(log10(N + 1)) times. While rows wait to be sent,
+     each half interval also PINGs up to FANOUT random linked members (their ACKs carry their
+     rows back). Nothing goes to every peer at once: a config change is one row each.
  G9  A row naming a config version above ours makes us CHECKCONFIG the member it is about (else
      the sender), once per version per interval (F4).
  G10 A member's alive row replaces our copy of its table: one entry per service, its capacity
@@ -57,7 +58,7 @@ from scale0.core.states import MEMBER_TRANSITIONS, MemberInput
 from scale0.core.timers import Periodic
 from scale0.wire.gossip import Ack, MemberRow, MemberStatus, Ping, PingReq
 
-__all__ = ["INDIRECT", "PIGGYBACK", "RETRANSMIT", "Gossip", "GossipHost", "news"]
+__all__ = ["FANOUT", "INDIRECT", "PIGGYBACK", "RETRANSMIT", "Gossip", "GossipHost", "news"]
 
 #: Members asked to probe a target that did not answer (G4); SWIM's k.
 INDIRECT: Final = 3
@@ -65,6 +66,8 @@ INDIRECT: Final = 3
 PIGGYBACK: Final = 6
 #: Each row learnt is sent this many times x ceil(log10(N + 1)) (G8; memberlist's default).
 RETRANSMIT: Final = 4
+#: Members PINGed each half interval while rows wait to be spread (G8; memberlist's gossip).
+FANOUT: Final = 3
 
 AL, SU, DE = MemberStatus.ALIVE, MemberStatus.SUSPECT, MemberStatus.DEAD
 
@@ -320,6 +323,22 @@ class Gossip:
         if target is not None:
             self.probe = _Probe(target.broker_id, self._ping(target, wall, out))
             self.core.timers.push(now + self.core.interval_s / 2, Periodic.GOSSIP)
+        self._fan_out(wall, out)
+
+    def _fan_out(self, wall: float, out: list[Effect]) -> None:
+        """G8: rows wait to be spread: PING up to FANOUT random members (not the target)."""
+        if not self.rows:
+            return
+        probe = self.probe.target if self.probe is not None else None
+        others = [
+            b for b, p in self.host.peers.items() if b != probe and p.linked and p.member is AL
+        ]
+        if len(others) > FANOUT:
+            others = self.rng.sample(sorted(others), FANOUT)
+        for broker_id in others:
+            if not self.rows:
+                return
+            self._ping(self.host.peers[broker_id], wall, out)
 
     def suspicion_s(self) -> float:
         """G5: liveness x interval, longer in a larger family (as memberlist scales it)."""
@@ -329,6 +348,7 @@ class Gossip:
 
     def indirect(self, now: float, wall: float, out: list[Effect]) -> None:
         """G4: half an interval and no ACK: ask up to INDIRECT others to probe the target."""
+        self._fan_out(wall, out)
         probe = self.probe
         if probe is None or probe.acked:
             return
