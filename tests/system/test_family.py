@@ -47,6 +47,13 @@ WAIT_S = 20.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
 
 
+@pytest.fixture(params=["mesh", "gossip"])
+def topology(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Every family test runs twice: the full mesh (no family_topology, the default) and
+    gossip (docs/protocol.md §5.6)."""
+    return {} if request.param == "mesh" else {"family_topology": request.param}
+
+
 def wait_until(condition: Callable[[], bool], timeout: float = WAIT_S, what: str = "") -> float:
     """Poll ``condition`` until true; return the seconds it took. Bounded: fails after timeout."""
     started = time.monotonic()
@@ -133,7 +140,7 @@ def publication(
 
 
 def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_none(
-    tmp_path: Path,
+    tmp_path: Path, topology: dict[str, Any]
 ) -> None:
     rogue_port = pick_free_ports(1)[0]
     rogue_endpoint = f"tcp://127.0.0.1:{rogue_port}"
@@ -142,7 +149,7 @@ def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_
     rogue.bind(rogue_endpoint)  # a config publisher every broker listens to, not trusted
     try:
         with running_brokers(
-            tmp_path, 3, sources=(0, 1), extra_config_subs=(rogue_endpoint,), **FAST
+            tmp_path, 3, sources=(0, 1), extra_config_subs=(rogue_endpoint,), **FAST, **topology
         ) as brokers:
             b1, b2, b3 = brokers
             family_ready(brokers)
@@ -217,8 +224,10 @@ def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_
 # ---- routing ------------------------------------------------------------------------------------
 
 
-def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(tmp_path: Path) -> None:
-    with running_brokers(tmp_path, 3, sources=(0, 1), **FAST) as brokers:
+def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(
+    tmp_path: Path, topology: dict[str, Any]
+) -> None:
+    with running_brokers(tmp_path, 3, sources=(0, 1), **FAST, **topology) as brokers:
         b1, _b2, b3 = brokers
         family_ready(brokers)
         with (
@@ -241,10 +250,12 @@ def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(tmp_path: Path) -> No
 # Its own waits allow up to 120 s per phase and 240 s for the last answers, on a loaded machine:
 # more than the suite's default timeout (setup.cfg), which would cut it short.
 @pytest.mark.timeout(600)
-def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(tmp_path: Path) -> None:
+def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(
+    tmp_path: Path, topology: dict[str, Any]
+) -> None:
     total = 20_000
     with running_brokers(
-        tmp_path, 3, sources=(0, 1), max_retries=6, request_timeout_ms=20_000, **FAST
+        tmp_path, 3, sources=(0, 1), max_retries=6, request_timeout_ms=20_000, **FAST, **topology
     ) as brokers:
         b1, b2, b3 = brokers
         family_ready(brokers)
@@ -308,8 +319,10 @@ def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(tmp_path: Path)
                 failed = sum(t["failed"] for t in results.values())
                 wrong = sum(t["wrong"] for t in results.values())
                 twice = sum(n - 1 for n in executions.values() if n > 1)
+                shape = topology.get("family_topology", "mesh")
                 print(
-                    f"\nchaos: {total} sent, {ok} answered ok, {failed} failed, {wrong} wrong, "
+                    f"\nchaos ({shape}): {total} sent, {ok} answered ok, {failed} failed, "
+                    f"{wrong} wrong, "
                     f"{len(executions)} executed, {twice} executed twice "
                     f"(in flight at the killed broker or worker)"
                 )
@@ -347,8 +360,10 @@ def _answers(client: Client, service: str) -> bool:
 # ---- partition ----------------------------------------------------------------------------------
 
 
-def test_a_broker_cut_off_is_detected_dropped_and_readmitted(tmp_path: Path) -> None:
-    with running_brokers(tmp_path, 3, sources=(0, 1), **FAST) as brokers:
+def test_a_broker_cut_off_is_detected_dropped_and_readmitted(
+    tmp_path: Path, topology: dict[str, Any]
+) -> None:
+    with running_brokers(tmp_path, 3, sources=(0, 1), **FAST, **topology) as brokers:
         b1, b2, b3 = brokers
         family_ready(brokers)
         os.kill(b3.pid, signal.SIGSTOP)  # cut off: alive, but says nothing
