@@ -230,7 +230,9 @@ class Simulation:
         self.rng = random.Random(options.seed)  # noqa: S311 (traffic, not secrets)
         n = options.brokers
         self.names = tuple(name_of(i) for i in range(n))
-        topology = {"family_topology": "gossip"} if options.topology == "gossip" else {}
+        topology: dict[str, Any] = {}
+        if options.topology == "gossip":
+            topology["family_topology"] = "gossip"
         self.network = family_config(self.names, sources=self.names[:2], version=1, **topology)
         self.fabric = ScaleFabric(self.network)
         self.clients: dict[str, list[bytes]] = {}
