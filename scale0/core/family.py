@@ -143,6 +143,8 @@ class Family:
         for broker_id, peer in self.peers.items():
             peer.pull, peer.wants = wants.get(broker_id, (not network.peers, TableMode.PULL))
             peer.gossip = gossiping
+            if not gossiping:
+                peer.member = MemberStatus.ALIVE  # back to a mesh: the link's state says all
 
     def joined(self, out: list[Effect]) -> None:
         """A joining broker's first config applied: its seed links are done with."""

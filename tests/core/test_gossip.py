@@ -3,6 +3,7 @@ state machine (scale0/core/states.py) held to a real broker's membership for eve
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 
@@ -10,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scale0.core import gossip as gossip_module
-from scale0.core.effects import Log, Send
+from scale0.core.effects import ConfigOffered, Log, Send
 from scale0.core.gossip import PIGGYBACK, news
 from scale0.core.states import MEMBER_TRANSITIONS, MemberInput
-from scale0.sim.fabric import Fabric, family_config
+from scale0.sim.fabric import Fabric, family_config, offer_of
 from scale0.wire.gossip import Ack, MemberRow, MemberStatus, Ping, PingReq
 from scale0.wire.peer import BrokerState, PeerHeartbeat, Table, TableReq
 
@@ -230,3 +231,24 @@ def test_g8_no_message_carries_more_than_piggyback_rows_besides_two() -> None:
             if isinstance(effect, Send) and isinstance(effect.message, (Ping, PingReq, Ack)):
                 # our own row, what we hold of the receiver if not alive, then PIGGYBACK
                 assert len(effect.message.members) <= PIGGYBACK + 2, name
+
+
+def test_a_family_switches_topology_with_a_config_version_and_back() -> None:
+    fabric = Fabric(family_config(NAMES))
+    fabric.start()
+    fabric.advance(2.0)
+    for version, topology in ((2, "gossip"), (3, None)):
+        network = dataclasses.replace(fabric.network, config_version=version)
+        network = dataclasses.replace(network, family_topology=topology)
+        fabric.feed("a", ConfigOffered(offer_of(network), "admin"))
+        fabric.settle()
+        fabric.advance(3.0)
+        for name in NAMES:
+            fabric.effects[name].clear()
+        fabric.advance(3.0)
+        for name in NAMES:
+            assert fabric.brokers[name].network.config_version == version
+            pings, beats = sends(fabric, name, Ping), sends(fabric, name, PeerHeartbeat)
+            assert (bool(pings), bool(beats)) == (topology == "gossip", topology is None), name
+            peers = fabric.brokers[name].family.peers.values()
+            assert all(p.usable() for p in peers), name
