@@ -385,3 +385,44 @@ def test_a_broker_cut_off_is_detected_dropped_and_readmitted(
             Client(b1.endpoints["frontend"], timeout=10.0) as client,
         ):
             wait_until(lambda: _answers(client, "at-b3"), what="b1 routes to b3 again")
+
+
+# ---- a larger family ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_six_brokers_all_declare_a_killed_one_dead_and_still_route_across(
+    tmp_path: Path, topology: dict[str, Any]
+) -> None:
+    # Six processes on a shared 2-core machine: more than the default start budget.
+    with running_brokers(
+        tmp_path, 6, sources=(0, 1), start_timeout_s=60.0, **FAST, **topology
+    ) as brokers:
+        family_ready(brokers)
+        victim = brokers[3]
+        killed = time.time()  # log lines carry wall time (ts)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.process.wait(WAIT_S)
+        live = [b for b in brokers if b is not victim]
+        started = time.monotonic()
+        for broker in live:
+            wait_until(
+                lambda b=broker: bool(events(b, "peer_lost", peer="b4")),
+                what="every live broker declared b4 dead",
+            )
+        took = time.monotonic() - started
+        shape = topology.get("family_topology", "mesh")
+        print(f"\n{shape}: b4 declared dead by all 5 live brokers in {took:.2f} s")
+        with (
+            worker_thread(brokers[5].endpoints["backend"], {"at-b6": echo_handler}),
+            Client(brokers[0].endpoints["frontend"], timeout=10.0) as client,
+        ):
+            wait_until(lambda: _answers(client, "at-b6"), what="b1 routes to b6")
+        for broker in live:
+            # Since the kill (joiners' seed links say DISCONNECT at start, F2): b4 only.
+            lost = [
+                (e.get("peer"), e.get("reason"))
+                for e in events(broker, "peer_lost")
+                if e["ts"] >= killed
+            ]
+            assert {peer for peer, _ in lost} == {"b4"}, lost
