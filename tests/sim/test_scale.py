@@ -236,3 +236,24 @@ def test_gossip_requests_cross_the_family_and_each_broker_sends_a_flat_number_of
     # Steady state: one PING and one ACK per broker per interval (G1), whatever N is.
     per_broker_s = (fabric.msgs["gossip"] - gossip0) / GOSSIP.brokers / 4.0
     assert per_broker_s <= 2.0 + 1e-9
+
+
+def test_both_topologies_run_side_by_side_in_one_table_and_one_set_of_plots(
+    tmp_path: Path,
+) -> None:
+    mesh = run(SMALL)
+    gossip = run(dataclasses.replace(SMALL, topology="gossip"))
+    rows = [mesh.row(), gossip.row()]
+    assert [r["topology"] for r in rows] == ["mesh", "gossip"]
+    # Gossip: no HEARTBEAT, no TABLE between peers; its probes and rows instead (G11).
+    assert gossip.row()["hb msg/s/broker"] == 0 and gossip.row()["table msg/s/broker"] == 0
+    assert gossip.row()["gossip msg/s/broker"] > 0 and mesh.row()["gossip msg/s/broker"] == 0
+    assert gossip.row()["false susp."] == 0 and gossip.row()["failed"] == 0
+    # A cut link: the mesh's ends see each other down; gossip's reach each other through others.
+    assert mesh.cut_down_s is not None and gossip.cut_down_s is None
+    for field in ("dead_s", "pause_down_s", "pause_up_s", "config_lost_pub_s", "table_s"):
+        assert getattr(gossip, field) is not None, field
+    lines = scale_sim.table([mesh, gossip]).splitlines()
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["mesh", "gossip"]
+    written = scale_sim.plot([mesh, gossip], tmp_path)
+    assert written and all(p.stat().st_size > 1000 for p in written)
