@@ -77,6 +77,10 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+#: Figures whose values span orders of magnitude between the topologies: a log y axis.
+LOG_Y = ("per_broker_traffic.png", "per_broker_messages.png", "family_traffic.png")
+
+
 def plot(results: list[Result] | list[dict[str, Any]], directory: Path) -> list[Path]:
     """Small PNGs of what grows with N: per-broker peer traffic, CPU, table memory, times,
     and the whole family's peer traffic and cost of one config change. ``results`` are runs
@@ -153,10 +157,11 @@ def plot(results: list[Result] | list[dict[str, Any]], directory: Path) -> list[
                 ys = [
                     row[key] * scale if row.get(key) is not None else float("nan") for row in mine
                 ]
-                if not any(
-                    y for y in ys if not math.isnan(y)
-                ):  # all zero or missing: not this topology's
+                # All zero or missing: a series of the other topology.
+                if not any(y for y in ys if not math.isnan(y)):
                     continue
+                if filename in LOG_Y:
+                    ys = [y if y > 0 else float("nan") for y in ys]
                 ax.plot(
                     ns,
                     ys,
@@ -167,6 +172,8 @@ def plot(results: list[Result] | list[dict[str, Any]], directory: Path) -> list[
                 )
                 lines += 1
         ax.set_xscale("log")
+        if filename in LOG_Y:
+            ax.set_yscale("log")
         ax.set_xticks(sorted({row["N"] for row in rows}))
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.set_title(title, fontsize=10)
