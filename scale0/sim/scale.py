@@ -86,7 +86,8 @@ class Result:
     clients: int
     topology: str = "mesh"
     sim_s: float = 0.0
-    converged_s: float | None = None  # from start until every broker knows every service
+    converged_s: float | None = None  # start: until every broker knows every service and
+    # (gossip) has no row left to spread, so the window measures the steady state
     run_s: float = 0.0  # wall time of the whole run
     msgs: dict[str, float] = field(default_factory=dict)  # kind -> family msgs/s (window)
     bytes: dict[str, float] = field(default_factory=dict)  # kind -> family bytes/s (window)
@@ -446,8 +447,11 @@ class Simulation:
         return down, up
 
     def converged(self) -> bool:
-        """Every broker's peer tables show every other broker's service (s<i>)."""
+        """Every broker's peer tables show every other broker's service (s<i>), and no broker
+        has a gossip row left to send (G8: the start-up spread is over)."""
         brokers = self.fabric.brokers
+        if any(b.family.gossip.rows for b in brokers.values()):
+            return False
         return all(
             f"s{i}" in brokers[other].family.peers[name].table
             for i, name in enumerate(self.names)
