@@ -321,6 +321,7 @@ def write_family_configs(
     management: bool = False,
     management_overrides: Sequence[Mapping[str, Any]] | None = None,
     admins: Mapping[str, tuple[str, str]] = FAMILY_ADMINS,
+    hosts: Sequence[str] | None = None,
     **network_overrides: Any,
 ) -> tuple[list[Path], Path, NetworkConfig]:
     """Write one network config naming ``count`` brokers on free ports, and each broker's file.
@@ -335,8 +336,10 @@ def write_family_configs(
     its file. ``admins`` (auth_id -> (password, role)) are hashed into the network config;
     ``management`` turns each broker's HTTP management server on (127.0.0.1, port 0: its URL
     is in the endpoints file); ``management_overrides[i]`` changes broker i's ``management``
-    section (``{"trend_summary": "../trend/summary.json"}``). Returns ``(broker_files,
-    network_file, network)``.
+    section (``{"trend_summary": "../trend/summary.json"}``). ``hosts[i]`` is the address
+    broker i binds and is known by (default 127.0.0.1 for all; the partition harness gives each
+    broker the address of its own network namespace). Returns ``(broker_files, network_file,
+    network)``.
     """
     if count < 1:
         raise ValueError("a family needs at least one broker")
@@ -348,6 +351,9 @@ def write_family_configs(
         raise ValueError(
             f"management_overrides names {len(management_overrides)} brokers, not {count}"
         )
+    if hosts is not None and len(hosts) != count:
+        raise ValueError(f"hosts names {len(hosts)} brokers, not {count}")
+    host_of = list(hosts) if hosts is not None else ["127.0.0.1"] * count
 
     keys = directory / "keys"
     keys.mkdir(parents=True, exist_ok=True)
@@ -363,10 +369,10 @@ def write_family_configs(
         entries.append(
             BrokerEntry(
                 identity=FAMILY_IDENTITY.format(index + 1),
-                frontend=f"tcp://127.0.0.1:{front}",
-                backend=f"tcp://127.0.0.1:{back}",
-                peer=f"tcp://127.0.0.1:{peer}",
-                config_pub=f"tcp://127.0.0.1:{config_pub}",
+                frontend=f"tcp://{host_of[index]}:{front}",
+                backend=f"tcp://{host_of[index]}:{back}",
+                peer=f"tcp://{host_of[index]}:{peer}",
+                config_pub=f"tcp://{host_of[index]}:{config_pub}",
                 config_source=is_source[index],
             )
         )
@@ -391,7 +397,7 @@ def write_family_configs(
         port = {name: int(getattr(entry, name).rsplit(":", 1)[1]) for name in _CHANNELS}
         broker = BrokerConfig(
             identity=entry.identity,
-            bind_address="127.0.0.1",
+            bind_address=host_of[index],
             frontend_port=port["frontend"],
             backend_port=port["backend"],
             peer_port=port["peer"],

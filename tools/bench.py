@@ -15,12 +15,16 @@ these setups, each with the client, the workers and the middle process in separa
   (same-driver: its ratio to the floor is the one to quote);
 - ``family``: two brokers of one family, the client at the first and every worker at the
   second, so every request is forwarded (FORWARD/FORWARDREPLY); CPU is both brokers';
+- ``family-both``: two brokers with ``--workers`` workers each, the client at the first: it
+  serves what its workers can take and forwards the rest while the second has a free slot;
+  with ``--base-tree``, ``base-family-both`` is the same with both brokers from that tree;
 - ``eventlog``: the ``scale0`` case with the broker writing its event log (``event_log_dir``,
   docs/trend.md) to a temporary directory; ``scale0`` runs with it off, so the row's
   ``x scale0`` is what the log costs in throughput (the issue's target: under 10 %);
 - ``base`` (with ``--base-tree DIR``): the same broker run from another source tree, e.g. the
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
-  against its own "before" in the same invocation.
+  against its own "before" in the same invocation; ``base-mdp`` is that broker on the
+  Majordomo drivers (beside ``scale0-mdp``).
 
 Drivers: ``proxy``, ``c-lru`` and ``majortomo`` are driven by the same Majordomo client
 (tools/mdp.py, ``--mdp`` picks its framing; default majortomo's MDP/0.2, the only one majortomo
@@ -478,14 +482,68 @@ def case_family(workers: int, capacity: int, **client: Any) -> dict[str, float]:
                 p.kill()
 
 
-def base_case(tree: Path) -> Callable[..., dict[str, float]]:
-    """The scale0 case with the broker imported from ``tree`` (a checkout's top directory)."""
+def case_family_both(
+    workers: int, capacity: int, *, tree: Path | None = None, **client: Any
+) -> dict[str, float]:
+    """Two brokers, ``workers`` workers at each, the client at b1: b1 serves what its own
+    workers can take, forwards to b2 while b2's table (or b2's answers, F9) show a free slot,
+    and holds the rest until one of the two frees. CPU is both brokers'. ``tree``: the brokers
+    import scale0 from that source tree (``base-family-both``: a change's before)."""
+    saved = os.environ.get("PYTHONPATH")
+    if tree is not None:  # the brokers are the installed script: PYTHONPATH picks their tree
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), saved]))
+    try:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            running_brokers(
+                Path(tmp),
+                2,
+                broker_overrides=[{"log_level": "info", "event_log_dir": None}] * 2,
+                max_queued_requests=100_000,
+            ) as (b1, b2),
+        ):
+            procs = [
+                start(s0p_worker, broker.endpoints["backend"], capacity)
+                for broker in (b1, b2)
+                for _ in range(workers)
+            ]
+            try:
+                time.sleep(1.5)  # b1 learns b2's table from b2's next HEARTBEAT (pull)
+                result = run_client(
+                    [b1.endpoints["frontend"]],
+                    negotiate=True,
+                    middle_pid=b1.pid,
+                    also=(b2.pid,),
+                    drivers=tuple(p.pid or 0 for p in procs),
+                    **client,
+                )
+            finally:
+                for p in procs:
+                    p.kill()
+            b1.stop()
+            for line in b1.logs():
+                stats = line.get("stats") if line.get("event") == "broker_stopped" else None
+                if isinstance(stats, dict) and stats.get("requests"):
+                    # How much of the work b2's workers took (warm-up included).
+                    result["forwarded_share"] = stats["forwarded"] / stats["requests"]
+            return result
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+def base_case(tree: Path, dialect_key: str | None = None) -> Callable[..., dict[str, float]]:
+    """The scale0 case (with ``dialect_key``: scale0-mdp) with the broker imported from
+    ``tree`` (a checkout's top directory)."""
     code = (
         f"import sys; sys.path.insert(0, {str(tree)!r})\nfrom scale0.cli.broker import main\nmain()"
     )
 
     def case_base(workers: int, capacity: int, **client: Any) -> dict[str, float]:
-        return case_scale0(workers, capacity, command=[sys.executable, "-c", code], **client)
+        command = [sys.executable, "-c", code]
+        return case_scale0(workers, capacity, command=command, dialect_key=dialect_key, **client)
 
     return case_base
 
@@ -505,6 +563,7 @@ CASES = {
     "eventlog": case_eventlog,
     "scale0-mdp": case_scale0_mdp,
     "family": case_family,
+    "family-both": case_family_both,
 }
 #: The cases driven by the Majordomo client (and, but for proxy, the Majordomo workers).
 MDP_CASES = ("proxy", "c-lru", "majortomo", "scale0-mdp")
@@ -620,7 +679,10 @@ DRIVERS = {
     "eventlog": "S0P",
     "scale0-mdp": "MDP",
     "family": "S0P",
+    "family-both": "S0P",
+    "base-family-both": "S0P",
     "base": "S0P",
+    "base-mdp": "MDP",
 }
 
 
@@ -699,7 +761,8 @@ def main() -> int:
     parser.add_argument(
         "--base-tree",
         type=Path,
-        help="also run case 'base': the broker from this source tree (it holds scale0/)",
+        help="also run case 'base': the broker from this source tree (it holds scale0/); "
+        "'base-mdp' too when scale0-mdp runs (the same on the Majordomo drivers)",
     )
     parser.add_argument(
         "--repeat",
@@ -730,7 +793,13 @@ def main() -> int:
         if args.base_tree is not None:
             if not (args.base_tree / "scale0" / "net" / "node.py").is_file():
                 parser.error(f"--base-tree {args.base_tree}: no scale0/net/node.py there")
-            cases["base"] = base_case(args.base_tree.resolve())
+            if "scale0-mdp" not in cases or any(DRIVERS[n] == "S0P" for n in cases):
+                cases["base"] = base_case(args.base_tree.resolve())
+            if "family-both" in cases:
+                tree = args.base_tree.resolve()
+                cases["base-family-both"] = functools.partial(case_family_both, tree=tree)
+            if "scale0-mdp" in cases:  # the same broker's before, on the same MDP drivers
+                cases["base-mdp"] = base_case(args.base_tree.resolve(), args.mdp)
         header = notes(args, list(cases), skipped)
         if not args.json:
             print("\n".join(header), flush=True)
@@ -806,6 +875,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{ratio(row, 'throughput_vs_c_lru'):>8} {ratio(row, 'cpu_vs_c_lru'):>11} "
             f"{wakeups:>11} {row['drivers_us_per_request']:>14.1f}"
         )
+    shares = [row for row in rows if "forwarded_share" in row]
+    if shares:
+        lines.append("requests the first broker forwarded to the second (family-both):")
+        for row in shares:
+            lines.append(f"  {row['case']}, workers {row['workers']}: {row['forwarded_share']:.1%}")
     costs = [row for row in rows if "throughput_vs_scale0" in row]
     if costs:
         lines.append("event log on / off (eventlog / scale0, same run):")

@@ -394,7 +394,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         if server is not None:
-            server.stop()
+            await server.close()
         node.stop()
     return 0
 

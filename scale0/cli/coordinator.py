@@ -13,7 +13,6 @@ recovers from the store. SIGINT/SIGTERM stop it cleanly (exit 0); a bad config e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -68,12 +67,19 @@ def record_transitions(events: EventLogWriter, changes: Changes, ts_ms: int) -> 
 class Coordinator:
     """The Book, its store and the node wake-ups, behind two async request handlers."""
 
+    #: The Book it decides with (SharedCoordinator: scale0.tasks.shared.SharedBook).
+    book_type: type[Book] = Book
+
     def __init__(self, config: CoordinatorConfig, store: Store) -> None:
         self.config = config
         self.store = store
         snapshot = self.store.load()
-        self.book = Book(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
+        self.book = self.book_type(lambda: uuid.uuid4().hex, config.settings, snapshot, time.time())
+        #: Parked waits (zerotask Z5) by what wakes them, ``node:NAME`` or ``task:NAME``; an
+        #: event is dropped once set, so one found here has not fired yet.
         self._wake: dict[str, asyncio.Event] = {}
+        #: How many requests wait on each key of ``_wake`` (a key nobody waits on is dropped).
+        self._waiting: dict[str, int] = {}
         self._flush: asyncio.Future[None] | None = None
         self.stats = {"batches": 0}
         if config.admins is not None:
@@ -113,8 +119,9 @@ class Coordinator:
             os._exit(EXIT_STORE_FAILED)
         if self.events is not None and changes.transitions:
             record_transitions(self.events, changes, time.time_ns() // 1_000_000)
-        for key in self.book.woken(time.time()):
-            event = self._wake.get(key)
+        parked = {key[5:] for key in self._waiting if key.startswith("node:")}
+        for key in self.book.woken(time.time(), parked):
+            event = self._wake.pop(key, None)  # its waiters hold it; a later wait makes anew
             if event is not None:
                 event.set()
 
@@ -136,16 +143,36 @@ class Coordinator:
     async def serve_zerotask(self, body: list[bytes]) -> bytes:
         outcome = zerotask.handle(self.book, b"".join(body), time.time())
         wait = outcome.poll
-        if wait is not None:  # armed before the commit: news after this point wakes us
-            event = self._wake.setdefault(wait.key, asyncio.Event())
-            event.clear()
-        await self.committed()
         if wait is None:
+            await self.committed()
             return outcome.reply or b""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), wait.wait_s)
+        # Armed before the commit: news committed after this point wakes us (Book.woken).
+        key = wait.key
+        event = self._wake.get(key)
+        if event is None:
+            event = self._wake[key] = asyncio.Event()
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        woken = True
+        try:
+            if wait.kind == "node":  # a node_poll records the node as heard: commit that first
+                await self.committed()
+            async with asyncio.timeout(wait.wait_s):
+                await event.wait()
+        except TimeoutError:
+            woken = False
+        finally:
+            left = self._waiting[key] - 1
+            if left:
+                self._waiting[key] = left
+            else:
+                del self._waiting[key]
+                if self._wake.get(key) is event:
+                    del self._wake[key]  # timed out, and nobody else waits on it
         reply = zerotask.finish_poll(self.book, wait, time.time())
-        await self.committed()
+        # A node's answer may carry changes (announcements, resends); a task's answer after its
+        # wake-up reads what that commit stored, after a timeout what this turn may still hold.
+        if wait.kind == "node" or not woken:
+            await self.committed()
         return reply
 
     async def serve_vespid(self, body: list[bytes]) -> bytes:
@@ -200,10 +227,13 @@ def main(config_path: Path, log_level: str) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         config = load_coordinator(config_path)
-        store = open_store(config, stopping)
-        if store is None:
-            return
-        coordinator = Coordinator(config, store)
+        store = open_store(config)
+        if config.database is None:
+            coordinator = Coordinator(config, store)
+        else:  # several may serve one database at once (docs/tasks.md §7.2)
+            from scale0.cli.coordinator_shared import SharedCoordinator  # noqa: PLC0415
+
+            coordinator = SharedCoordinator(config, store)  # type: ignore[arg-type]
         if coordinator.http is not None:
             try:
                 url = coordinator.http.listen()
@@ -223,11 +253,8 @@ def main(config_path: Path, log_level: str) -> None:
     asyncio.run(coordinator.run_async())
 
 
-def open_store(config: CoordinatorConfig, stopping: threading.Event) -> Store | None:
-    """SQLite under data_dir, or PostgreSQL once this coordinator holds the lease (G2).
-
-    None when a signal came while waiting for the lease.
-    """
+def open_store(config: CoordinatorConfig) -> Store:
+    """SQLite under data_dir, or PostgreSQL (shared with any other coordinator, §7.2)."""
     if config.database is None:
         return SQLiteStore(config.data_dir / "tasks.db")
     try:  # psycopg is only needed here (the "postgresql" extra)
@@ -237,13 +264,4 @@ def open_store(config: CoordinatorConfig, stopping: threading.Event) -> Store | 
             "database: the PostgreSQL store needs psycopg 3 "
             f"(pip install 'scale0[postgresql]'): {exc}"
         ) from None
-
-    store = PostgresStore(config.database)
-    if not store.try_acquire():
-        log_event(log, logging.INFO, "coordinator_standby", {"pid": os.getpid()})
-        while not store.acquire(timeout_s=0.5):
-            if stopping.is_set():
-                store.close()
-                return None
-    log_event(log, logging.INFO, "coordinator_lease", {"pid": os.getpid()})
-    return store
+    return PostgresStore(config.database)

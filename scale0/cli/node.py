@@ -6,9 +6,11 @@ polls ``zerotask.broker.node_poll`` for what the coordinator publishes to it
 (``broker_new_task``, ``broker_node_status``, ``task-run``, ``task-cancel``); each poll is also
 its heartbeat and lists the attempts it holds (rule B4). Reports (``node_task_finished``,
 ``node_task_failed``, ``task-complete``) are sent again until the coordinator answers them; a
-stale-attempt answer drops the report. When the coordinator says the node is unknown (it was
-lost), every local run is killed and the node registers again. SIGINT/SIGTERM: kill the runs,
-``node_disconnect``, exit 0. A bad config exits 2.
+stale-attempt answer drops the report. While it has something to say, a step is one JSON-RPC
+batch: its zerotask reports, its ``node_task_request``s and a ``node_poll`` that is not
+parked, so one round trip moves every stage of the pipeline at once. When the coordinator says
+the node is unknown (it was lost), every local run is killed and the node registers again.
+SIGINT/SIGTERM: kill the runs, ``node_disconnect``, exit 0. A bad config exits 2.
 """
 
 from __future__ import annotations
@@ -137,22 +139,41 @@ class NodeAgent:
         return [[name, attempt] for name, attempt in sorted(held)]
 
     def step(self) -> None:
+        """One exchange with the coordinator. While there is something to say (reports,
+        offered tasks to ask for), one JSON-RPC batch carries the reports, the
+        ``node_task_request``s and a ``node_poll`` that is not parked (Z5): one round trip per
+        step, whatever it moves. With nothing to say, a parked ``node_poll`` waits for news."""
         if not self.connected and not self.register():
             self.stopping.wait(RETRY_PAUSE_S * 2)
             return
-        self.flush_reports()
-        self.request_offered()
-        busy = bool(self.scripts or self.calls or self.reports)
-        wait = BUSY_WAIT_MS if busy else self.config.poll_wait_ms
+        self.send_commands()
+        wanted = self.take_offered()
+        batched = [(key, r) for key, r in self.reports.items() if r.call is not None]
+        # Room: the slots not held by a running call or a kept announcement. The calls asked
+        # for in this batch are not counted: the announcements come back with their grants and
+        # are asked for in the next step, by when short calls have ended; a node whose calls
+        # are long keeps at most ``slots`` announcements (B6 offers them to others meanwhile).
         room = max(0, self.config.slots - len(self.calls) - len(self.offered))
-        messages = self.client.call(
-            "node_poll",
-            {"node_id": self.name, "wait_ms": wait, "active": self.active(), "room": room},
-        )
+        poll = {"node_id": self.name, "active": self.active(), "room": room}
+        if wanted or batched:
+            calls: list[tuple[str, list[Any] | dict[str, Any]]] = [
+                r.call for _, r in batched if r.call is not None
+            ]
+            calls += [("node_task_request", [task_id, self.name]) for task_id in wanted]
+            calls.append(("node_poll", {**poll, "wait_ms": 0}))
+            answers = self.client.call_batch(calls)
+            self.acknowledged(batched, answers[: len(batched)])
+            self.start_calls(wanted, answers[len(batched) : -1])
+            messages = answers[-1]
+            if isinstance(messages, TaskError):
+                raise messages
+        else:
+            busy = bool(self.scripts or self.calls or self.reports)
+            wait = BUSY_WAIT_MS if busy else self.config.poll_wait_ms
+            messages = self.client.call("node_poll", {**poll, "wait_ms": wait})
         for message in messages if isinstance(messages, list) else []:
             if isinstance(message, dict):
                 self.dispatch(message)
-        self.request_offered()
         self.settle()
         self.collect()
 
@@ -191,14 +212,15 @@ class NodeAgent:
                 self.scripts.pop(key).cancel()
             self.calls.pop(key, None)
 
-    def request_offered(self) -> None:
-        """Ask for as many offered tasks as there are free slots, in one batch."""
+    def take_offered(self) -> list[str]:
+        """As many offered tasks as there are free slots, to ask for now."""
         wanted: list[str] = []
         while self.offered and len(self.calls) + len(wanted) < self.config.slots:
             wanted.append(self.offered.popleft())
-        answers = self.client.call_batch(
-            [("node_task_request", [task_id, self.name]) for task_id in wanted]
-        )
+        return wanted
+
+    def start_calls(self, wanted: list[str], answers: list[Any]) -> None:
+        """Start the zerotask calls the coordinator gave us (node_task_request answers)."""
         for task_id, got in zip(wanted, answers, strict=True):
             if isinstance(got, TaskError):
                 if got.code == ErrorCode.UNKNOWN_NODE:
@@ -234,7 +256,6 @@ class NodeAgent:
             self.reports[key] = Report(
                 key[0], key[1], self._finished(key[0], key[1], result, error)
             )
-        self.flush_reports()
 
     def _complete(self, name: str, attempt: int, success: str) -> Callable[[], object]:
         return lambda: self.client.command(
@@ -253,19 +274,25 @@ class NodeAgent:
         params.update(node_id=self.name, attempt=attempt)
         return method, params
 
-    def flush_reports(self) -> None:
-        """Send every unacknowledged report; transport errors keep them for the next round."""
-        batched = [(key, r) for key, r in self.reports.items() if r.call is not None]
-        answers = self.client.call_batch([r.call for _, r in batched if r.call is not None])
-        outcomes: list[tuple[tuple[str, int], Report, object]] = [
-            (key, report, answer) for (key, report), answer in zip(batched, answers, strict=True)
-        ]
+    def send_commands(self) -> None:
+        """Send every unacknowledged vespid report (task-complete); a transport error keeps
+        them for the next step. zerotask reports leave in the step's batch."""
+        outcomes: list[tuple[tuple[str, int], Report, object]] = []
         for key, report in list(self.reports.items()):
             if report.send is not None:
                 try:
                     outcomes.append((key, report, report.send()))
                 except TaskError as exc:
                     outcomes.append((key, report, exc))
+        self.settled(outcomes)
+
+    def acknowledged(
+        self, batched: list[tuple[tuple[str, int], Report]], answers: list[Any]
+    ) -> None:
+        self.settled([(key, r, answer) for (key, r), answer in zip(batched, answers, strict=True)])
+
+    def settled(self, outcomes: list[tuple[tuple[str, int], Report, object]]) -> None:
+        """Reports the coordinator answered are done; a refused one (stale) is logged."""
         for key, report, answer in outcomes:
             if isinstance(answer, TaskError):
                 if answer.code == ErrorCode.UNKNOWN_NODE:

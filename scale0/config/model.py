@@ -48,6 +48,19 @@ class ManagementSettings:
             "GET /api/trends (read per request; relative to this file); none: no panel."
         ),
     )
+    tasks_service: str = field(
+        default="vespid",
+        metadata=doc(
+            "The task coordinator's vespid service (its vespid_service), which the page's Tasks "
+            "panel and GET /api/tasks ask through the family."
+        ),
+    )
+    tasks_timeout_ms: int = field(
+        default=2000,
+        metadata=doc(
+            "How long GET /api/tasks waits for the task coordinator's answer (100-30000 ms)."
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

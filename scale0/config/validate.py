@@ -216,6 +216,12 @@ def _broker(c: BrokerConfig) -> Iterator[Finding]:
         yield "management.http_address", "must not be empty"
     if c.management.trend_summary == "":
         yield "management.trend_summary", "must not be empty (leave it out instead)"
+    yield from check_service("management.tasks_service", c.management.tasks_service)
+    if not 100 <= c.management.tasks_timeout_ms <= 30_000:
+        yield (
+            "management.tasks_timeout_ms",
+            f"{c.management.tasks_timeout_ms} is out of range 100-30000",
+        )
     if not 0 <= c.shutdown_grace_ms <= MAX_SHUTDOWN_GRACE_MS:
         yield (
             "shutdown_grace_ms",

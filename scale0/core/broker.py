@@ -58,7 +58,8 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      last interval from another routing id gets 409 (an older one is taken over: the peer
      restarted). Anything else from a routing id that has not said HELLO is ignored.
  F3  Any message from a peer is a heartbeat; a peer silent for liveness x interval is down: its
-     table is dropped and the requests forwarded to it are routed again or answered 504. Its
+     table is dropped and the requests forwarded to it are routed again or answered 504 (peers
+     found silent in the same round are all down before any of those requests moves). Its
      link's routing id is kept: when it speaks again on the same link it is up again.
  F4  A peer HELLO or HEARTBEAT naming a newer config_version makes us CHECKCONFIG it at once;
      a HEARTBEAT whose time is off by more than max_clock_skew_s gets DISCONNECTERROR 412.
@@ -73,9 +74,11 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      PARTIALs and REPLY go back as FORWARDPARTIAL and FORWARDREPLY.
  F8  A FORWARDREPLY 404 or 503 routes the request again (within max_retries; the peer's slots
      for it count as none until its next table), else the client gets that status.
- F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots,
-     or as soon as the last local worker of the service is lost; then requests forwarded to
-     us that wait for it get FORWARDREPLY 404 at once (their origin routes them again).
+ F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots
+     or its FORWARDREPLY frees one (the answer is its credit: nothing waits for a periodic
+     table), or as soon as the last local worker of the service is lost; then requests
+     forwarded to us that wait for it get FORWARDREPLY 404 at once (their origin routes them
+     again).
  F10 A config offered (config SUB, a peer's CONFIG, the disk, the file, an admin) is judged by
      the replica (scale0/core/replica.py, K1-K5). An applied config is persisted, published by a
      config source, its plan performed (links, subscriptions), every client and worker is told
@@ -149,7 +152,7 @@ from scale0.core.family import Family
 from scale0.core.forwarding import Forwarding
 from scale0.core.guard import Guard
 from scale0.core.lifecycle import Lifecycle
-from scale0.core.majordomo import Majordomo
+from scale0.core.majordomo import Majordomo, Reading
 from scale0.core.metrics import Metrics
 from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
@@ -371,6 +374,58 @@ class Broker:
             speaks.pop((Channel.BACKEND, routing_id), None)  # an S0P REPLY: it speaks S0P
         self.dispatch.worker_reply(routing_id, ticket, status, body, now, out)
         if speaks:
+            self.majordomo.translate(out)
+        return out
+
+    def handle_heartbeat(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        sent: float,
+        config_version: int,
+        now: float,
+        wall: float,
+    ) -> list[Effect]:
+        """Exactly ``handle(Received(channel, routing_id, Heartbeat(sent, config_version,
+        protocol=PROTOCOL[channel])), now, wall)`` for a client's (FRONTEND) or a worker's
+        (BACKEND) HEARTBEAT: the liveness traffic of thousands of idle connections."""
+        self.core.clock = now
+        out: list[Effect] = []
+        speaks = self.majordomo.speaks
+        if speaks:
+            speaks.pop((channel, routing_id), None)  # an S0P HEARTBEAT: it speaks S0P
+        self.sessions.heard(channel, routing_id, sent, config_version, now, wall, out)
+        if speaks:
+            self.majordomo.translate(out)
+        return out
+
+    def handle_mdp_request(
+        self,
+        routing_id: bytes,
+        reading: tuple[bytes, bool, bool],
+        service: str,
+        body: tuple[bytes, ...],
+        now: float,
+    ) -> list[Effect]:
+        """Exactly ``handle(Received(FRONTEND, routing_id, MdpClientRequest(service, body,
+        protocol=, delimited=, majortomo=)))``, the three given as ``reading`` (§10)."""
+        self.core.clock = now
+        out: list[Effect] = []
+        majordomo = self.majordomo
+        majordomo.request(routing_id, Reading._make(reading), service, body, now, out)
+        if majordomo.speaks:
+            majordomo.translate(out)
+        return out
+
+    def handle_mdp_reply(
+        self, routing_id: bytes, ticket: bytes, body: tuple[bytes, ...], now: float
+    ) -> list[Effect]:
+        """Exactly ``handle(Received(BACKEND, routing_id, MdpWorkerReply(ticket, body)))``:
+        a Majordomo worker's final reply, status 200 (D2)."""
+        self.core.clock = now
+        out: list[Effect] = []
+        self.dispatch.worker_reply(routing_id, ticket, 200, body, now, out)
+        if self.majordomo.speaks:
             self.majordomo.translate(out)
         return out
 

@@ -54,6 +54,8 @@ class Dispatch:
             max_bytes=REPLY_CACHE_BYTES,
             max_age_s=REPLY_CACHE_AGE_S,
         )
+        #: The last HEARTBEAT sent to a worker (R11), reused while its fields are the same.
+        self._beat = Heartbeat(time=-1.0, config_version=-1, protocol=SIG_WORKER)
 
     # ---- workers (R4, R8, R11, R15) --------------------------------------------------------
 
@@ -144,12 +146,22 @@ class Dispatch:
         worker = self.pool.workers.get(key.routing_id)
         if session is None or session.gen != key.gen or worker is None:
             return
-        beat = Heartbeat(
-            time=wall,
-            config_version=self.core.network.config_version,
-            hbeatinterval_ms=round(worker.interval_s * 1000),
-            protocol=SIG_WORKER,
-        )
+        # The beats of one timer round share wall, version and (nearly always) the interval:
+        # one message for all of them, which the net layer encodes once.
+        beat = self._beat
+        version = self.core.network.config_version
+        interval_ms = round(worker.interval_s * 1000)
+        if (
+            beat.time != wall
+            or beat.config_version != version
+            or beat.hbeatinterval_ms != interval_ms
+        ):
+            beat = self._beat = Heartbeat(
+                time=wall,
+                config_version=version,
+                hbeatinterval_ms=interval_ms,
+                protocol=SIG_WORKER,
+            )
         out.append(Send(Channel.BACKEND, key.routing_id, beat))
         self.core.timers.push(now + worker.interval_s, key)
 

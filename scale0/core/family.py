@@ -213,9 +213,18 @@ class Family:
             self.core.timers.push(now + self.core.interval_s, Periodic.PEERS)
             return
         limit = self.core.interval_s * self.core.network.liveness
-        for peer in list(self.peers.values()):
-            if peer.link is not PeerLink.DOWN and now - peer.last_seen > limit:
-                self._peer_down(peer, now, out, PeerInput.SILENT, "silent")
+        silent = [
+            peer
+            for peer in self.peers.values()
+            if peer.link is not PeerLink.DOWN and now - peer.last_seen > limit
+        ]
+        # Every silent peer is down before what any of them held moves (F3): a request must
+        # not be re-forwarded to a peer found silent in the same round, where it would wait in
+        # a dead link and run when the network heals, after its client was answered.
+        for peer in silent:
+            self._peer_down(peer, now, out, PeerInput.SILENT, "silent", reroute=False)
+        for peer in silent:
+            self._route_forwarded_again(peer, now, out)
         self.say_hello(now, wall, out)
         self.core.timers.push(now + self.core.interval_s, Periodic.PEERS)
 
@@ -226,7 +235,14 @@ class Family:
             out.append(Log("info", "peer_up", {"peer": peer.broker_id}))
 
     def _peer_down(
-        self, peer: Peer, now: float, out: list[Effect], event: PeerInput, reason: str
+        self,
+        peer: Peer,
+        now: float,
+        out: list[Effect],
+        event: PeerInput,
+        reason: str,
+        *,
+        reroute: bool = True,
     ) -> None:
         was = peer.step(event)
         peer.push_to = False
@@ -249,6 +265,11 @@ class Family:
             silent_ms = round((now - peer.last_seen) * 1000)
             details = {"peer": peer.broker_id, "reason": reason, "silent_ms": silent_ms}
             out.append(Log("warning", "peer_lost", details))
+        if reroute:
+            self._route_forwarded_again(peer, now, out)
+
+    def _route_forwarded_again(self, peer: Peer, now: float, out: list[Effect]) -> None:
+        """F3: what ``peer`` (now down) held is routed again, or answered 504."""
         for ticket in sorted(peer.forwarded):
             pending = self.dispatch.inflight.pop(ticket, None)
             if pending is not None:
@@ -535,9 +556,14 @@ class Family:
             return
         self.gossip.ack_in(peer, msg, now, wall, out)
 
-    def member_down(self, peer: Peer, now: float, out: list[Effect], reason: str) -> None:
+    def member_down(
+        self, peer: Peer, now: float, out: list[Effect], reason: str, *, reroute: bool
+    ) -> None:
         """G5: gossip declared ``peer`` dead: what F3 does for a silent peer."""
-        self._peer_down(peer, now, out, PeerInput.SILENT, reason)
+        self._peer_down(peer, now, out, PeerInput.SILENT, reason, reroute=reroute)
+
+    def member_reroute(self, peer: Peer, now: float, out: list[Effect]) -> None:
+        self._route_forwarded_again(peer, now, out)
 
     def member_back(self, peer: Peer, now: float, out: list[Effect]) -> None:
         out.append(Log("info", "peer_up", {"peer": peer.broker_id}))

@@ -3,8 +3,8 @@
 The origin picks the usable peer with the most free slots for the service in its table (F6),
 sends FORWARD on its own link and keeps the request in flight under a ticket; the peer runs it
 like a local request and answers FORWARDPARTIAL / FORWARDREPLY on that link (F7). A 404 or 503
-routes it again (F8); waiting requests go as soon as a table shows free slots, or the last local
-worker of their service is gone (F9).
+routes it again (F8); waiting requests go as soon as a table shows free slots, a peer's answer
+to a forwarded request frees one, or the last local worker of their service is gone (F9).
 """
 
 from __future__ import annotations
@@ -136,11 +136,16 @@ class Forwarding:
             why = f"peer {peer.broker_id} refused"
             dispatch.route_again(pending, now, out, msg.status, why)
             return
-        peer.free[pending.service] = peer.free.get(pending.service, 0) + 1
+        service = pending.service
+        peer.free[service] = peer.free.get(service, 0) + 1
         reply = ClientReply(
-            service=pending.service, request_id=pending.request_id, status=msg.status, body=msg.body
+            service=service, request_id=pending.request_id, status=msg.status, body=msg.body
         )
         dispatch.finish(pending, reply, out, now)
+        if dispatch.waiting.count(service):
+            # F9: the answer is the peer's credit: its slot is free now, so what waits here
+            # goes at once, not at its next table (no request waits for a periodic message).
+            self.drain_to_peers(now, out)
 
     def partial_in(self, peer: Peer, msg: ForwardPartial, now: float, out: list[Effect]) -> None:
         pending = self.dispatch.inflight.get(msg.ticket)

@@ -23,7 +23,8 @@ Rules (tests/core/test_gossip.py names a test after each):
      hold alive; one that gets the target's ACK relays an ACK to us. No ACK, direct or
      relayed, by the next probe: the target is suspect (PROBE_FAILED).
  G5  A suspect not refuted within liveness x interval x max(1, log10 N) is dead: F3 follows (its
-     table dropped, what we forwarded to it routed again, peer_lost).
+     table dropped, peer_lost, what we forwarded to it routed again, but only once every member
+     found dead in the same pass, a period's verdicts or one message's rows, is down).
  G6  A row saying we are suspect or dead, at our incarnation or above, is refuted: our
      incarnation goes past it, and our alive row goes out with every message.
  G7  Our own row (state, config version, the services we offer with their capacity) is in every
@@ -92,7 +93,11 @@ class GossipHost(Protocol):
 
     peers: dict[str, Peer]
 
-    def member_down(self, peer: Peer, now: float, out: list[Effect], reason: str) -> None: ...
+    def member_down(
+        self, peer: Peer, now: float, out: list[Effect], reason: str, *, reroute: bool
+    ) -> None: ...
+
+    def member_reroute(self, peer: Peer, now: float, out: list[Effect]) -> None: ...
 
     def member_back(self, peer: Peer, now: float, out: list[Effect]) -> None: ...
 
@@ -141,6 +146,17 @@ class Gossip:
         self.rows: dict[str, tuple[MemberRow, int]] = {}  # broker_id -> (row, times sent)
         self.suspects: dict[str, float] = {}  # broker_id -> since
         self._asked: dict[int, float] = {}  # config version -> when we CHECKCONFIGed for it
+        # Members declared dead in one pass (a period's verdicts, one message's rows): what
+        # they held is routed again only once all are down (F3), never to one of them.
+        self._downed: list[Peer] | None = None
+
+    def _begin(self) -> None:
+        self._downed = []
+
+    def _end(self, now: float, out: list[Effect]) -> None:
+        downed, self._downed = self._downed or [], None
+        for peer in downed:
+            self.host.member_reroute(peer, now, out)
 
     # ---- our own row (G6, G7) ----------------------------------------------------------------
 
@@ -203,6 +219,7 @@ class Gossip:
     ) -> None:
         identity = self.core.identity
         peers = self.host.peers
+        self._begin()
         for row in rows:
             if row.broker_id == identity:
                 self._refute(row, wall)
@@ -217,6 +234,7 @@ class Gossip:
             self._spread(peer)
             if row.status is AL:
                 self._config_seen(peer, sender, row.config_version, now, out)
+        self._end(now, out)
 
     def step(
         self,
@@ -235,7 +253,10 @@ class Gossip:
             peer.incarnation = row.incarnation
         if after is DE and before is not DE:
             self.suspects.pop(peer.broker_id, None)
-            self.host.member_down(peer, now, out, reason)  # sets DEAD by LEFT (left below)
+            deferred = self._downed is not None
+            self.host.member_down(peer, now, out, reason, reroute=not deferred)  # DEAD by LEFT
+            if self._downed is not None:
+                self._downed.append(peer)
         peer.member = after
         if after is SU:
             if before is not SU:
@@ -302,6 +323,7 @@ class Gossip:
 
     def period(self, now: float, wall: float, out: list[Effect]) -> None:
         """Every interval: judge the last probe, expire suspicions, probe the next member."""
+        self._begin()
         probe = self.probe
         if probe is not None and not probe.acked:
             peer = self.host.peers.get(probe.target)
@@ -316,6 +338,7 @@ class Gossip:
             elif now - since >= timeout:
                 self.step(peer, MemberInput.SUSPICION_EXPIRED, now, out)
                 self._spread(peer)
+        self._end(now, out)
         for seq in [s for s, r in self.relays.items() if now - r.at >= self.core.interval_s]:
             del self.relays[seq]
         self.probe = None

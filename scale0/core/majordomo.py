@@ -104,11 +104,24 @@ class Majordomo:
         out: list[Effect],
     ) -> None:
         reading = Reading(msg.protocol, msg.delimited, msg.majortomo)
-        if not self._open(channel, routing_id, reading, now, out):
+        self.request(routing_id, reading, msg.service, msg.body, now, out)
+
+    def request(
+        self,
+        routing_id: bytes,
+        reading: Reading,
+        service: str,
+        body: tuple[bytes, ...],
+        now: float,
+        out: list[Effect],
+    ) -> None:
+        """A Majordomo client's REQUEST, given its fields: the one copy for the typed path and
+        the raw-frame one (Broker.handle_mdp_request)."""
+        if not self._open(Channel.FRONTEND, routing_id, reading, now, out):
             return
         self._ids += 1  # Majordomo has no request id: each request is new (no R10 join)
         request_id = b"mdp.%d" % self._ids
-        self.dispatch.client_request(routing_id, msg.service, request_id, msg.body, now, out)
+        self.dispatch.client_request(routing_id, service, request_id, body, now, out)
 
     def worker_ready(
         self,

@@ -46,6 +46,8 @@ class Sessions:
         self.workers = self.by_channel[Channel.BACKEND]
         self._client_ids: dict[tuple[Channel, str], bytes] = {}
         self._gen = 0
+        #: The last answer to a client's HEARTBEAT, reused while wall and version are the same.
+        self._answer = Heartbeat(time=-1.0, config_version=-1, protocol=SIG_CLIENT)
 
     def session(
         self, channel: Channel, routing_id: bytes, now: float, out: list[Effect]
@@ -175,11 +177,25 @@ class Sessions:
         out: list[Effect],
     ) -> None:
         """A client's or worker's HEARTBEAT: liveness, skew (R12), its config version (R16)."""
+        self.heard(channel, routing_id, msg.time, msg.config_version, now, wall, out)
+
+    def heard(
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        sent: float,
+        config_version: int,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        """:meth:`heartbeat` given a HEARTBEAT's ``time`` and ``config_version``: the one copy
+        of its rules, for the typed path and the raw-frame one (Broker.handle_heartbeat)."""
         session = self.session(channel, routing_id, now, out)
-        if session is None or self.skewed(channel, routing_id, msg.time, now, wall, out):
+        if session is None or self.skewed(channel, routing_id, sent, now, wall, out):
             return
         version = self.core.network.config_version
-        if msg.config_version < version:
+        if config_version < version:
             why = f"config_version {version} is current"
             out.append(
                 Send(channel, routing_id, ForceNegotiate(reason=why, protocol=PROTOCOL[channel]))
@@ -187,7 +203,13 @@ class Sessions:
             return
         if channel is Channel.FRONTEND:
             # Workers get the broker's own heartbeats on their schedule; clients get an answer.
-            beat = Heartbeat(time=wall, config_version=version, protocol=SIG_CLIENT)
+            # The answers of one batch share wall and version: one message, encoded once (the
+            # net layer reuses the frames of a message it has just encoded).
+            beat = self._answer
+            if beat.time != wall or beat.config_version != version:
+                beat = self._answer = Heartbeat(
+                    time=wall, config_version=version, protocol=SIG_CLIENT
+                )
             out.append(Send(channel, routing_id, beat))
 
     def disconnect(

@@ -21,6 +21,10 @@ What this module owns is HTTP's own defences:
 ``GET /api/trends`` is the one route that reads a file: the trend summary named by
 ``management.trend_summary`` (scale0-trend's ``summary.json``), per request, bounded and
 checked by scale0.trend.summary, off the I/O thread.
+
+``GET /api/tasks`` is the one route that asks outside the broker: the task coordinator's
+``task-stats``, through the family, as a client of this broker (scale0/mgmt/tasks.py), after
+the core has checked the session's admin (``whoami``: M3, M4).
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ from scale0.core.commands import COMMANDS, Command
 from scale0.core.effects import Channel, ManagementSubmit
 from scale0.mgmt.http import SECURITY_HEADERS, allowed_hosts, base_url, bind
 from scale0.mgmt.metrics import render_metrics
+from scale0.mgmt.tasks import TaskPanel
 from scale0.net.node import BrokerNode
+from scale0.tasks.vespid import DEFAULT_RECENT, MAX_RECENT
 from scale0.trend.summary import SummaryError, SummaryMissing, read_summary
 from scale0.wire.admin import MAX_PASSWORD_CHARS, ManagementReply, ManagementRequest
 from scale0.wire.client import DisconnectError
@@ -106,6 +112,7 @@ def api_routes() -> dict[str, set[str]]:
         "/api/session": {"get"},
         "/api/commands": {"get"},
         "/api/trends": {"get"},
+        "/api/tasks": {"get"},
         "/metrics": {"get"},
     }
     for command in COMMANDS.values():
@@ -226,6 +233,13 @@ class ManagementServer:
         # One thread reads, checks and encodes the summary: requests for it queue there, so
         # however many pages ask at once, one file's worth of memory and one core at most.
         self._trend_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trends")
+        #: The Tasks panel: the task coordinator's numbers, through the family.
+        self.tasks = TaskPanel(
+            self._frontend,
+            node.broker.identity,
+            settings.tasks_service,
+            settings.tasks_timeout_ms / 1000,
+        )
         self.sessions: dict[str, WebSession] = {}
         self._waiting: dict[bytes, asyncio.Future[Message]] = {}
         self._ids = itertools.count(1)
@@ -247,6 +261,7 @@ class ManagementServer:
             (r"/api/session", SessionHandler, context),
             (r"/api/commands", CommandsHandler, context),
             (r"/api/trends", TrendsHandler, context),
+            (r"/api/tasks", TasksHandler, context),
             (r"/metrics", MetricsHandler, context),
         ]
         for command in COMMANDS.values():
@@ -278,6 +293,15 @@ class ManagementServer:
         )
         self._server.add_sockets(sockets)
         return self.url
+
+    def _frontend(self) -> str | None:
+        """The frontend this broker bound (the Tasks panel connects to it), once bound."""
+        return self.node.endpoints.get(Channel.FRONTEND)
+
+    async def close(self) -> None:
+        """``stop()``, then close the Tasks panel's client (it says DISCONNECT)."""
+        self.stop()
+        await self.tasks.close()
 
     def stop(self) -> None:
         if self._server is not None:
@@ -665,6 +689,50 @@ class TrendsHandler(BaseHandler):
         self.set_status(status)
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(body)
+
+
+class TasksHandler(BaseHandler):
+    """GET: the task coordinator's numbers (scale0/mgmt/tasks.py), for any logged-in admin
+    whose session the core still accepts (``whoami`` through M3/M4, no scrypt); the
+    coordinator checks the same credentials itself (V5)."""
+
+    async def get(self) -> None:
+        session = self.web_session
+        if session is None:  # pragma: no cover - prepare() refused already
+            return
+        try:
+            recent = self._recent()
+            reply = await self.run(
+                "whoami",
+                {},
+                auth_id=session.auth_id,
+                password=session.password,
+                session_ok=True,
+            )
+            if reply.code == 401 and self.session_id is not None:
+                self.server.sessions.pop(self.session_id, None)  # gone from the config
+            if reply.code != 200:
+                raise Refusal(_HTTP_STATUS.get(reply.code, 500), reply.message or "refused")
+        except Refusal as refusal:
+            self.refuse(refusal)
+            return
+        status, body = await self.server.tasks.ask(session.auth_id, session.password, recent)
+        self.send_json(status, body)
+
+    def _recent(self) -> int:
+        """The ``recent`` query argument (how many recent tasks), the only one there is."""
+        recent = DEFAULT_RECENT
+        for name, values in self.request.query_arguments.items():
+            text = values[-1].decode("utf-8", "replace")
+            if name != "recent":
+                raise Refusal(400, f"unknown argument {name!r}: only 'recent' is taken")
+            if not text.isascii() or not text.isdigit() or int(text) > MAX_RECENT:
+                raise Refusal(
+                    400,
+                    f"argument 'recent' must be an integer from 0 to {MAX_RECENT}, got {text!r}",
+                )
+            recent = int(text)
+        return recent
 
 
 class CommandHandler(BaseHandler):

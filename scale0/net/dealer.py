@@ -9,12 +9,15 @@ send and receive path instead of two copies.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 from collections.abc import Callable
 from typing import Final
 
 import zmq
 import zmq.asyncio
+
+from scale0.net.frames_io import io_key, recv_batch, send_batch
 
 __all__ = [
     "CLOSE_LINGER_MS",
@@ -58,25 +61,30 @@ def connect(socket: zmq.Socket[bytes] | zmq.asyncio.Socket, endpoint: str, *, se
 
 
 def send_outbox(socket: zmq.Socket[bytes], outbox: list[list[bytes]]) -> None:
-    """Send and empty ``outbox``; a message the high-water mark refuses is dropped.
+    """Send and empty ``outbox`` (one :func:`send_batch` call); a message the high-water mark
+    refuses is dropped.
 
     zmq.Again means the broker is away: resends (C4) and renegotiation (C1) cover what is lost.
+    Another failure is raised once the rest of the outbox has been tried.
     """
-    for frames in outbox:
-        with contextlib.suppress(zmq.Again):
-            socket.send_multipart(frames, zmq.NOBLOCK)
+    if not outbox:
+        return
+    key = io_key(socket)
+    items = [(key, frames[0], frames[1:]) for frames in outbox if frames]
     outbox.clear()
+    _, failed = send_batch(items)
+    for code in failed:
+        if code != errno.EAGAIN:
+            raise zmq.ZMQError(code)
 
 
 def drain(socket: zmq.Socket[bytes], receive: Callable[[list[bytes]], None]) -> int:
-    """Hand each waiting message to ``receive``, at most DRAIN_BATCH; how many there were."""
-    for count in range(DRAIN_BATCH):
-        try:
-            frames = socket.recv_multipart(zmq.NOBLOCK)
-        except zmq.Again:
-            return count
+    """Hand each waiting message to ``receive``, at most DRAIN_BATCH; how many there were
+    (read in one :func:`recv_batch` call)."""
+    messages = recv_batch(io_key(socket), DRAIN_BATCH)
+    for frames in messages:
         receive(frames)
-    return DRAIN_BATCH
+    return len(messages)
 
 
 def send_disconnect(socket: zmq.Socket[bytes], frames: list[bytes]) -> None:

@@ -79,8 +79,15 @@ from scale0.trend.eventlog import EventLogWriter
 from scale0.wire.admin import ManagementReply
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
-from scale0.wire.frames import SIG_BROKER, Message
-from scale0.wire.hot import client_request_fields, worker_reply_fields
+from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, SIG_WORKER, Message
+from scale0.wire.hot import (
+    client_request_fields,
+    heartbeat_fields,
+    mdp_client_request_fields,
+    mdp_worker_reply_fields,
+    worker_reply_fields,
+)
+from scale0.wire.mdp import MDPC01, MDPC02, MDPW01, MDPW02
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -125,8 +132,9 @@ class BindError(Exception):
 
 PortKind = Literal["router", "dealer", "sub"]
 
-#: A port's fast path: effects for a message it recognises, None to take the typed path.
-FastPath = Callable[[list[bytes], float], "list[Effect] | None"]
+#: A port's fast path: effects for a message it recognises (given the frames, the monotonic and
+#: the wall clock), None to take the typed path.
+FastPath = Callable[[list[bytes], float, float], "list[Effect] | None"]
 
 
 @dataclass(slots=True)
@@ -649,14 +657,18 @@ class BrokerNode:
         port.dirty = len(batch) >= limit  # fewer: it ended on an empty socket (a send queued
         # for it, before or after this batch, makes it dirty again when it goes out: _flush)
         channel = port.channel
-        now = time.monotonic()  # one reading per batch: a batch takes microseconds to handle
+        # One reading of each clock per batch: a batch takes microseconds to handle.
+        now = time.monotonic()
+        wall = time.time()
         for frames in batch:
             if _is_closed(port):  # an earlier message of the batch closed it: drop the rest
                 break
-            self._dispatch(port, channel, frames, now)
+            self._dispatch(port, channel, frames, now, wall)
         return len(batch)
 
-    def _dispatch(self, port: _Port, channel: Channel, frames: list[bytes], now: float) -> None:
+    def _dispatch(
+        self, port: _Port, channel: Channel, frames: list[bytes], now: float, wall: float
+    ) -> None:
         """One message: ban check, fast path or decode + core, effects. Never raises."""
         if port.kind != "router":
             self._dispatch_other(port, frames)
@@ -669,7 +681,7 @@ class BrokerNode:
                 return
             fast = port.fast
             if fast is not None:
-                effects = fast(frames, now)
+                effects = fast(frames, now, wall)
                 if effects is not None:
                     self._perform(effects)
                     return
@@ -687,7 +699,7 @@ class BrokerNode:
             else:
                 self._counters["received"] += 1
                 event = Received(channel, routing_id, message)
-            self._perform(broker.handle(event, now, time.time()))
+            self._perform(broker.handle(event, now, wall))
         except Exception:
             self._counters["internal_errors"] += 1
             self._log(
@@ -739,23 +751,55 @@ class BrokerNode:
 
     # ---- the fast paths of the frontend and backend ports ----------------------------------
 
-    def _fast_request(self, frames: list[bytes], now: float) -> list[Effect] | None:
-        """A plain client REQUEST, read by scale0.wire.hot, to the core's lean entry point."""
-        fields = client_request_fields(frames, self.broker.max_frame_bytes)
-        if fields is None:
+    def _fast_request(self, frames: list[bytes], now: float, wall: float) -> list[Effect] | None:
+        """A plain client REQUEST or HEARTBEAT, or a Majordomo client REQUEST, read by
+        scale0.wire.hot, to the core's lean entry points."""
+        if len(frames) < 4:
             return None
-        self._counters["received"] += 1
-        service, request_id, body = fields
-        return self.broker.handle_request(frames[0], service, request_id, body, now)
+        broker = self.broker
+        signature = frames[2]
+        if signature == SIG_CLIENT:
+            fields = client_request_fields(frames, broker.max_frame_bytes)
+            if fields is not None:
+                self._counters["received"] += 1
+                service, request_id, body = fields
+                return broker.handle_request(frames[0], service, request_id, body, now)
+            beat = heartbeat_fields(frames, SIG_CLIENT, broker.max_frame_bytes)
+            if beat is not None:
+                self._counters["received"] += 1
+                return broker.handle_heartbeat(Channel.FRONTEND, frames[0], *beat, now, wall)
+        elif signature in (MDPC02, MDPC01):
+            mdp = mdp_client_request_fields(frames, broker.max_frame_bytes)
+            if mdp is not None:
+                self._counters["received"] += 1
+                reading, service, body = mdp
+                return broker.handle_mdp_request(frames[0], reading, service, body, now)
+        return None
 
-    def _fast_reply(self, frames: list[bytes], now: float) -> list[Effect] | None:
-        """A plain worker REPLY, read by scale0.wire.hot, to the core's lean entry point."""
-        fields = worker_reply_fields(frames, self.broker.max_frame_bytes)
-        if fields is None:
+    def _fast_reply(self, frames: list[bytes], now: float, wall: float) -> list[Effect] | None:
+        """A plain worker REPLY or HEARTBEAT, or a Majordomo worker's final reply, read by
+        scale0.wire.hot, to the core's lean entry points."""
+        if len(frames) < 4:
             return None
-        self._counters["received"] += 1
-        ticket, status, body = fields
-        return self.broker.handle_reply(frames[0], ticket, status, body, now)
+        broker = self.broker
+        signature = frames[2]
+        if signature == SIG_WORKER:
+            fields = worker_reply_fields(frames, broker.max_frame_bytes)
+            if fields is not None:
+                self._counters["received"] += 1
+                ticket, status, body = fields
+                return broker.handle_reply(frames[0], ticket, status, body, now)
+            beat = heartbeat_fields(frames, SIG_WORKER, broker.max_frame_bytes)
+            if beat is not None:
+                self._counters["received"] += 1
+                return broker.handle_heartbeat(Channel.BACKEND, frames[0], *beat, now, wall)
+        elif signature in (MDPW02, MDPW01):
+            mdp = mdp_worker_reply_fields(frames, broker.max_frame_bytes)
+            if mdp is not None:
+                self._counters["received"] += 1
+                ticket, body = mdp
+                return broker.handle_mdp_reply(frames[0], ticket, body, now)
+        return None
 
     # ---- the loop: the one timer ----------------------------------------------------------
 
@@ -808,6 +852,10 @@ class BrokerNode:
         events = self.event_log
         # Management requests waiting for their answer (event log): empty nearly always.
         asked = events.asked if events is not None else None
+        # The core sends one message object to many (the HEARTBEATs of a timer round, the
+        # answers to a batch of client HEARTBEATs): encoded once, its frames sent to each.
+        last: Message | None = None
+        last_frames: list[bytes] = []
         for effect in effects:
             try:
                 if isinstance(effect, Send):
@@ -828,7 +876,11 @@ class BrokerNode:
                         self._log(logging.DEBUG, "send_dropped", {"channel": channel.value})
                         continue
                     # Encode now (a bug shows up as this effect's failure); sent by _flush().
-                    frames = encode(effect.message)
+                    message = effect.message
+                    if message is not last:
+                        last_frames = encode(message)
+                        last = message
+                    frames = last_frames
                     port.sending = True  # the send may swallow its FD's edge (see _flush)
                     if port.kind == "dealer":  # a peer link: no routing id to prepend
                         outbox.append((port.io, frames[0], frames[1:]))

@@ -4,8 +4,8 @@ Rules (docs/tasks.md §10; tests/tasks/test_auth.py):
 
 A1  With an :class:`Authorizer`, ``task-create``, ``client_new_task`` and ``task-cancel`` need
     ``auth_id`` and ``auth_password`` of an admin of the network config whose ``role`` is in
-    ``roles`` (default: ``admin``); ``task-list`` and ``task-explain`` need any admin's
-    (READ_ROLES). Anything else is FORBIDDEN (-32008), and nothing is changed.
+    ``roles`` (default: ``admin``); ``task-list``, ``task-explain`` and ``task-stats`` need
+    any admin's (READ_ROLES). Anything else is FORBIDDEN (-32008), and nothing is changed.
 A2  Every refusal is logged with who asked (the ``auth_id`` given, or none) and what.
 A3  A password is checked with scrypt once; a success is remembered (by a SHA-256 of id and
     password, never the password) so a busy client does not pay scrypt per task. A refusal is
@@ -28,7 +28,7 @@ from scale0.tasks.errors import ErrorCode, Refused
 __all__ = ["DEFAULT_ROLES", "READ_ROLES", "Authorizer"]
 
 DEFAULT_ROLES: Final = frozenset({"admin"})
-#: Roles that may look (task-list, task-explain): every role of the network config.
+#: Roles that may look (task-list, task-explain, task-stats): every role of the network config.
 READ_ROLES: Final = frozenset({"read", "admin"})
 
 log = logging.getLogger("scale0.tasks")

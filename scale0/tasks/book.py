@@ -176,12 +176,15 @@ class Book:
         changes, self._changes = self._changes, Changes()
         return changes
 
-    def woken(self, now: float) -> set[str]:
+    def woken(self, now: float, parked: Iterable[str] | None = None) -> set[str]:
         """What parked waits to wake: ``node:NAME`` for nodes with something waiting for them,
-        ``task:NAME`` for tasks completed since the last call."""
+        ``task:NAME`` for tasks completed since the last call. ``parked``: the only nodes
+        that wait now (None: every node), so announcements are looked for only for those."""
         ready = {f"node:{name}" for name, box in self._outbox.items() if box}
         if self._pending_zerotask:
-            for name, node in self.nodes.items():
+            candidates = self.nodes if parked is None else [n for n in parked if n in self.nodes]
+            for name in candidates:
+                node = self.nodes[name]
                 if (
                     node.zerotask
                     and self._room.get(name) != 0

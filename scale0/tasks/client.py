@@ -12,6 +12,10 @@ K2  ``command`` sends one vespid command and returns the reply object; ``"error"
 K3  A request the family could not deliver (no coordinator: 503, lost: 504, timeout) is sent
     again until ``retry_s`` is spent. Creates with an id are safe to resend (B2); a resent
     ``client_connect`` that finds its own id taken counts as connected.
+K4  ``submit_each`` and ``results`` send one JSON-RPC request per task (``client_new_task``,
+    ``client_task_wait``) with up to ``window`` of them in flight at once: the rate of one
+    request per task without a round trip per task. A transport failure sends the whole list
+    again (K3: creates carry their ids, waits only read).
 """
 
 from __future__ import annotations
@@ -89,6 +93,46 @@ class TaskClient:
         if not frames or not frames[0]:
             return None
         return json.loads(frames[0])
+
+    def _request_many(self, service: str, payloads: list[dict[str, Any]], window: int) -> list[Any]:
+        """K4: one request per payload, ``window`` in flight; the decoded replies in order."""
+        bodies = [json.dumps(p, separators=(",", ":")).encode() for p in payloads]
+        limit = time.monotonic() + self.retry_s
+        while True:
+            try:
+                replies = self._client.request_many(service, bodies, window=window)
+                break
+            except _TRANSIENT:
+                if time.monotonic() >= limit:
+                    raise
+                time.sleep(0.2)
+        return [json.loads(frames[0]) if frames and frames[0] else None for frames in replies]
+
+    def _calls_each(
+        self, calls: list[tuple[str, list[Any] | dict[str, Any]]], window: int
+    ) -> list[Any | TaskError]:
+        """K4: each call in its own request; each item is its result or its TaskError."""
+        first = next(self._ids)
+        payloads = [
+            {"jsonrpc": "2.0", "method": _BROKER + method, "params": params, "id": first + index}
+            for index, (method, params) in enumerate(calls)
+        ]
+        for _ in calls[1:]:
+            next(self._ids)
+        results: list[Any | TaskError] = []
+        for response in self._request_many(self.zerotask_service, payloads, window):
+            if not isinstance(response, dict):
+                results.append(
+                    TaskError(int(ErrorCode.INTERNAL_ERROR), f"unexpected response {response!r}")
+                )
+            elif "error" in response:
+                error = response["error"]
+                results.append(
+                    TaskError(error.get("code", 0), error.get("message", ""), error.get("data"))
+                )
+            else:
+                results.append(response.get("result"))
+        return results
 
     def call(self, method: str, params: list[Any] | dict[str, Any] | None = None) -> Any:
         """K1: one zerotask method (``method`` without the ``zerotask.broker.`` prefix is fine)."""
@@ -200,6 +244,58 @@ class TaskClient:
             if isinstance(answer, TaskError):
                 raise answer
         return ids
+
+    def submit_each(self, calls: list[tuple[str, Any]], window: int = 64) -> list[str]:
+        """K4: one client_new_task request per call, up to ``window`` in flight: the task ids
+        in order (fresh uuids, so a resend is safe). The first refusal raises its TaskError;
+        every other call was still sent."""
+        me = self._me()
+        ids = [uuid.uuid4().hex for _ in calls]
+        requests: list[tuple[str, list[Any] | dict[str, Any]]] = []
+        for task, (method, params) in zip(ids, calls, strict=True):
+            args: dict[str, Any] = {
+                "client_id": me,
+                "method": method,
+                "params": params,
+                "task_id": task,
+            }
+            if self.auth_id is not None:
+                args.update(auth_id=self.auth_id, auth_password=self.auth_password)
+            requests.append(("client_new_task", args))
+        for answer in self._calls_each(requests, window):
+            if isinstance(answer, TaskError):
+                raise answer
+        return ids
+
+    def results(self, task_ids: list[str], window: int = 64, wait_s: float = 30.0) -> list[Any]:
+        """K4: each task's result, as :meth:`result` gives it, from one parked
+        ``client_task_wait`` request per task, up to ``window`` in flight (a task not complete
+        within one wait is asked again; after ``wait_s`` its TaskError not-finished is raised,
+        as is a failed task's task-failed)."""
+        me = self._me()
+        limit = time.monotonic() + wait_s
+        found: dict[str, Any] = {}
+        left = list(task_ids)
+        while left:
+            left_ms = int(max(0.0, limit - time.monotonic()) * 1000)
+            # parked for less than the transport's timeout, so a long wait is not a lost one
+            wait = min(left_ms, 5000, max(0, int(self._client.timeout * 1000) - 500))
+            answers = self._calls_each(
+                [("client_task_wait", [me, task, wait]) for task in left], window
+            )
+            still = []
+            for task, status in zip(left, answers, strict=True):
+                if isinstance(status, TaskError):
+                    raise status
+                complete = isinstance(status, dict) and status.get("state") == "complete"
+                if complete and "result" in status:
+                    found[task] = status["result"]
+                elif complete or left_ms == 0:
+                    found[task] = self.call("client_task_result", [me, task])
+                else:
+                    still.append(task)
+            left = still
+        return [found[task] for task in task_ids]
 
     def status(self, task_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("client_task_status", [self._me(), task_id])

@@ -36,7 +36,7 @@ class CoordinatorConfig:
     submit_roles: tuple[str, ...] = ("admin",)
     zerotask_service: str = "zerotask"
     vespid_service: str = "vespid"
-    capacity: int = 512
+    capacity: int = 4096
     heartbeat_interval_s: float = 0.1
     tick_s: float = 0.25
     settings: Settings = field(default_factory=Settings)
@@ -178,7 +178,7 @@ def load_coordinator(path: Path) -> CoordinatorConfig:
         submit_roles=_roles(fields),
         zerotask_service=fields.get("zerotask_service", str, "zerotask"),
         vespid_service=fields.get("vespid_service", str, "vespid"),
-        capacity=int(fields.positive("capacity", 512)),
+        capacity=int(fields.positive("capacity", 4096)),
         heartbeat_interval_s=fields.positive("heartbeat_interval_s", 0.1),
         tick_s=fields.positive("tick_s", 0.25),
         settings=Settings(

@@ -16,13 +16,18 @@ V3  ``task-info`` for a name the coordinator does not know answers ``status: "in
 V4  ``status`` is null while a task waits or is pending, ``working`` while it runs,
     ``complete`` at the end; ``success`` follows S1/S2 of scale0.tasks.model.
 V5  The operator commands check credentials first (A1 of scale0.tasks.auth, when the
-    coordinator has ``admins_from``): ``task-cancel`` needs a submit role, ``task-list`` and
-    ``task-explain`` any admin; ``task-info`` stays open (a running task calls it without
-    credentials, docs/tasks.md §10).
+    coordinator has ``admins_from``): ``task-cancel`` needs a submit role, ``task-list``,
+    ``task-explain`` and ``task-stats`` any admin; ``task-info`` stays open (a running task
+    calls it without credentials, docs/tasks.md §10).
+V6  ``task-stats`` only reads: the numbers of scale0.tasks.report (state counts under
+    ``states``) plus ``queue_depth`` and the ``recent`` most recently changed tasks (task-list
+    rows, newest first; 0..MAX_RECENT, default DEFAULT_RECENT). The broker's management page
+    asks it (docs/management.md "Tasks").
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 from collections.abc import Callable
@@ -34,11 +39,25 @@ from scale0.tasks.errors import ErrorCode, Refused
 from scale0.tasks.messages import iter_create_fields
 from scale0.tasks.model import Protocol, Severity, TaskRecord, TaskState, severity_from
 from scale0.tasks.placement import parse_requirements, verdicts
+from scale0.tasks.report import report
 from scale0.tasks.zerotask import Outcome
 
-__all__ = ["COMMANDS", "handle", "list_row", "node_verdicts", "task_info", "vespid_status"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT_RECENT",
+    "MAX_RECENT",
+    "handle",
+    "list_row",
+    "node_verdicts",
+    "task_info",
+    "vespid_status",
+]
 
 log = logging.getLogger("scale0.tasks")
+
+#: V6: how many recent tasks ``task-stats`` returns by default, and at most.
+DEFAULT_RECENT: Final = 20
+MAX_RECENT: Final = 200
 
 _STATUS: Final = {
     TaskState.WAITING: None,
@@ -224,9 +243,33 @@ def _explain(book: Book, message: dict[str, Any], now: float, caller: str | None
     }
 
 
+def _last_change(task: TaskRecord) -> tuple[float, str]:
+    """When ``task`` last changed state (finish, start or create), then its name (a fixed
+    order among tasks that changed at the same moment)."""
+    times = [t for t in (task.time_finish, task.time_start, task.time_create) if t is not None]
+    return (max(times) if times else 0.0, task.name)
+
+
+def _stats(book: Book, message: dict[str, Any], now: float, caller: str | None) -> dict[str, Any]:
+    recent = message.get("recent", DEFAULT_RECENT)
+    if not isinstance(recent, int) or isinstance(recent, bool) or not 0 <= recent <= MAX_RECENT:
+        raise Refused(ErrorCode.INVALID_PARAMS, f"recent must be an integer from 0 to {MAX_RECENT}")
+    _operator(book, message, "task-stats", READ_ROLES)
+    numbers = report(book)
+    numbers["states"] = numbers.pop("tasks")
+    latest = heapq.nlargest(recent, book.tasks.values(), key=_last_change) if recent else []
+    return {
+        **numbers,
+        "queue_depth": sum(numbers["queue"].values()),
+        "recent": [list_row(task) for task in latest],
+        "time": now,
+    }
+
+
 Command = Callable[[Book, dict[str, Any], float, str | None], dict[str, Any]]
 
-#: Every command (docs/tasks.md §3.2); task-cancel, task-list, task-explain are extensions.
+#: Every command (docs/tasks.md §3.2); task-cancel, task-list, task-explain and task-stats
+#: are extensions.
 COMMANDS: Final[dict[str, Command]] = {
     "task-create": _create,
     "task-info": _info,
@@ -235,6 +278,7 @@ COMMANDS: Final[dict[str, Command]] = {
     "task-cancel": _cancel,
     "task-list": _list,
     "task-explain": _explain,
+    "task-stats": _stats,
 }
 
 

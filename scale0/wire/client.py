@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final, Self
@@ -160,14 +161,23 @@ class Heartbeat(Message):
     protocol: bytes = field(kw_only=True)
 
     def to_frames(self) -> list[bytes]:
+        sent, version, interval = self.time, self.config_version, self.hbeatinterval_ms
+        if (
+            type(sent) is float
+            and math.isfinite(sent)
+            and type(version) is int
+            and (interval is None or type(interval) is int)
+        ):
+            # The bytes control_frames would give (JSON writes a float as its repr, an int as
+            # its digits), without the encoder: a broker sends one to every connection.
+            options = b'{"time":%s,"config_version":%d' % (repr(sent).encode(), version)
+            if interval is not None:
+                options += b',"hbeatinterval_ms":%d' % interval
+            return [EMPTY, self.protocol, self.COMMAND, options + b"}"]
         return control_frames(
             self.protocol,
             self.COMMAND,
-            {
-                "time": self.time,
-                "config_version": self.config_version,
-                "hbeatinterval_ms": self.hbeatinterval_ms,
-            },
+            {"time": sent, "config_version": version, "hbeatinterval_ms": interval},
         )
 
     @classmethod

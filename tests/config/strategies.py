@@ -126,6 +126,8 @@ def broker_configs(draw: st.DrawFn) -> BrokerConfig:
             enabled=draw(st.booleans()),
             http_address=draw(st.sampled_from(["127.0.0.1", "::1"])),
             http_port=draw(st.integers(0, 65535)),
+            tasks_service=draw(st.sampled_from(["vespid", "tasks.vespid"])),
+            tasks_timeout_ms=draw(st.integers(100, 30_000)),
         ),
         data_dir=draw(text),
         event_log_dir=draw(st.none() | text.filter(bool)),

@@ -261,3 +261,19 @@ def test_trend_summary_is_optional_and_never_empty(tmp_path: Path) -> None:
     )
     found = problems(write(tmp_path, "d.yaml", text.replace("../trend/summary.json", "''")))
     assert "must not be empty" in only(found, "management.trend_summary").message
+
+
+def test_tasks_service_and_timeout_are_checked(tmp_path: Path) -> None:
+    head = "identity: x\ntrusted_keys: [k.pub]\nfamily: f\nseeds: ['tcp://127.0.0.1:5557']\n"
+    loaded = load(write(tmp_path, "a.yaml", head + "management: {enabled: true}\n"))
+    assert (loaded.management.tasks_service, loaded.management.tasks_timeout_ms) == (
+        "vespid",
+        2000,
+    )
+    text = head + "management: {enabled: true, tasks_service: tasks, tasks_timeout_ms: 500}\n"
+    loaded = load(write(tmp_path, "b.yaml", text))
+    assert (loaded.management.tasks_service, loaded.management.tasks_timeout_ms) == ("tasks", 500)
+    found = problems(write(tmp_path, "c.yaml", text.replace("tasks,", "'two words',")))
+    assert "'two words' must be 1-255 printable" in only(found, "management.tasks_service").message
+    found = problems(write(tmp_path, "d.yaml", text.replace("500", "99")))
+    assert "99 is out of range 100-30000" in only(found, "management.tasks_timeout_ms").message

@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 from scale0.config.model import PeerLink
-from scale0.core.effects import Channel, ConfigOffered, Persist, Received, Send
+from scale0.core.effects import Channel, ConfigOffered, Log, Persist, Received, Send
 from scale0.core.replica import Applied, Refused
 from scale0.sim.fabric import OTHER_KEY, Fabric, family_config, offer_of
 from scale0.wire.client import CheckConfig, Disconnect, DisconnectError, ForceNegotiate
@@ -336,6 +336,26 @@ def test_f9_a_request_waiting_at_a_is_forwarded_when_a_table_shows_a_worker() ->
     assert reply.request_id == b"early" and reply.status == 200
 
 
+def test_f9_a_forwarded_reply_frees_a_slot_and_what_waits_goes_at_once() -> None:
+    """No request waits for a periodic message (issue 14): the reply to a forwarded request
+    tells the origin that the peer's slot is free, and a request waiting there goes to it
+    then, not at the peer's next table (a HEARTBEAT away when tables are pulled)."""
+    fabric = started()
+    fabric.worker("a", W1)
+    fabric.worker("c", b"worker-c")
+    fabric.advance(1.1)  # a holds c's table: one free slot
+    fabric.client("a", C1)
+    for i in range(3):  # r0 to a's worker, r1 forwarded to c, r2 waits at a (both busy)
+        fabric.request("a", C1, f"r{i}".encode())
+    assert fabric.brokers["a"].counters["forwarded"] == 1
+    assert fabric.serve("c") == 1  # r1 answered: c's slot is free again, no time passed
+    assert [r.request_id for _, r in fabric.replies("a")] == [b"r1"]
+    assert fabric.brokers["a"].counters["forwarded"] == 2  # r2 went to c with the reply
+    assert fabric.serve("c") == 1
+    assert [r.request_id for _, r in fabric.replies("a")] == [b"r2"]
+    assert fabric.serve("a") == 1  # r0, all along at a's own worker
+
+
 def test_f3_requests_forwarded_to_a_peer_that_dies_are_routed_again() -> None:
     fabric = started()
     fabric.worker("c", W1, capacity=4)
@@ -353,6 +373,30 @@ def test_f3_requests_forwarded_to_a_peer_that_dies_are_routed_again() -> None:
     replies = fabric.replies("a")
     assert sorted(r.request_id for _, r in replies) == [b"r0", b"r1", b"r2", b"r3"]
     assert {r.status for _, r in replies} == {200}
+
+
+def test_f3_peers_silent_together_are_all_down_before_what_they_held_moves() -> None:
+    """A broker cut off from every peer at once must not re-forward what one held to another
+    found silent in the same round: that FORWARD would wait in a dead link and run when the
+    network heals, after the client was answered (issue 15 #5, tools/partitions)."""
+    fabric = started()
+    fabric.worker("b", b"worker-b", capacity=4)
+    fabric.worker("c", W1, capacity=4)
+    fabric.advance(1.1)
+    fabric.client("a", C1)
+    for i in range(6):
+        fabric.request("a", C1, f"r{i}".encode())
+    view = {p["broker_id"]: p for p in fabric.brokers["a"].peers_view()}
+    assert view["b"]["forwarded"] and view["c"]["forwarded"]
+    fabric.kill("b")
+    fabric.kill("c")
+    fabric.outbox["b"].clear()
+    fabric.outbox["c"].clear()
+    fabric.effects["a"].clear()
+    fabric.advance(4.0)
+    lost = [e for e in fabric.effects["a"] if isinstance(e, Log) and e.event == "peer_lost"]
+    assert {e.fields["peer"] for e in lost} == {"b", "c"}
+    assert sent(fabric, "a", Forward) == []  # nothing went to a peer about to be found silent
 
 
 def test_f12_a_peer_that_says_disconnect_is_down_at_once() -> None:

@@ -1,12 +1,22 @@
-"""The lean entry points (handle_request, handle_reply) decide exactly as handle(Received(...))."""
+"""The lean entry points (handle_request, handle_reply, handle_heartbeat, handle_mdp_request,
+handle_mdp_reply) decide exactly as handle(Received(...))."""
 
 from __future__ import annotations
 
-from scale0.core.effects import Effect
-from scale0.wire.client import ClientRequest
+from scale0.core.effects import Channel, Effect
+from scale0.wire.client import ClientRequest, Heartbeat
+from scale0.wire.mdp import (
+    MDPC01,
+    MDPC02,
+    MDPW01,
+    MDPW02,
+    MdpClientRequest,
+    MdpWorkerReady,
+    MdpWorkerReply,
+)
 from scale0.wire.peer import BrokerState
 from scale0.wire.worker import WorkerReply
-from tests.core.harness import BACK, FRONT, Harness, dispatched
+from tests.core.harness import BACK, FRONT, Harness, dispatched, sends
 
 
 def _play(lean: bool) -> list[list[Effect]]:
@@ -59,3 +69,127 @@ def test_lean_entry_points_give_the_same_effects_as_handle() -> None:
     for step, (expected, got) in enumerate(zip(typed, lean, strict=True)):
         assert got == expected, f"step {step}"
     assert any(typed), "the scenario must produce effects to compare"
+
+
+def _beats(lean: bool) -> list[list[Effect]]:
+    """Every outcome of a HEARTBEAT (R1, R8, R12, R16, the answer, the broker's own beats)."""
+    h = Harness()
+    trace: list[list[Effect]] = []
+
+    def beat(channel: Channel, rid: bytes, *, version: int = 3, skew: float = 0.0) -> None:
+        if lean:
+            sent = h.wall + skew
+            trace.append(h.broker.handle_heartbeat(channel, rid, sent, version, h.now, h.wall))
+        else:
+            trace.append(h.heartbeat(channel, rid, version=version, skew=skew))
+
+    beat(FRONT, b"stranger")  # R1: not negotiated
+    beat(BACK, b"stranger")
+    h.client(b"C1")
+    h.client(b"C2")
+    h.worker(b"W1")
+    h.worker(b"W2")
+    beat(FRONT, b"C1")  # answered
+    beat(FRONT, b"C2")  # answered with the same message (same wall, same version)
+    beat(BACK, b"W1")  # liveness only: workers get the broker's beats on their own schedule
+    beat(FRONT, b"C1", version=2)  # R16: FORCENEGOTIATE
+    beat(FRONT, b"C2", skew=-100.0)  # R12: 412, the session ends
+    beat(FRONT, b"C2")  # ... so it must negotiate again (R1)
+    h.send(BACK, b"MW", MdpWorkerReady("echo", protocol=MDPW01))
+    beat(BACK, b"MW")  # a Majordomo worker's routing id speaking S0P now
+    trace.append(h.advance(1.0))  # R11: the broker's HEARTBEATs to W1 and W2
+    h.advance(2.5)  # W2, silent past liveness, expires (R8); W1 was heard at 0 s only
+    beat(BACK, b"W2")  # R1: forgotten
+    return trace
+
+
+def test_lean_heartbeat_gives_the_same_effects_as_handle() -> None:
+    typed, lean = _beats(lean=False), _beats(lean=True)
+    assert len(typed) == len(lean) == 11
+    for step, (expected, got) in enumerate(zip(typed, lean, strict=True)):
+        assert got == expected, f"step {step}"
+    kinds = {type(m).__name__ for step in typed for _, m in sends(step)}
+    assert {"Heartbeat", "ForceNegotiate", "DisconnectError"} <= kinds
+
+
+def test_one_heartbeat_message_serves_every_connection_of_a_round() -> None:
+    """The answers of one batch, and the beats of one timer round, are one message object,
+    which the net layer encodes once (BrokerNode._perform)."""
+    h = Harness()
+    for rid in (b"C1", b"C2"):
+        h.client(rid)
+    for rid in (b"W1", b"W2"):
+        h.worker(rid)
+    answers = [m for rid in (b"C1", b"C2") for _, m in sends(h.heartbeat(FRONT, rid), FRONT)]
+    assert len(answers) == 2 and answers[0] is answers[1]
+    assert isinstance(answers[0], Heartbeat) and answers[0].time == h.wall
+    beats = [m for _, m in sends(h.advance(1.0), BACK)]
+    assert len(beats) == 2 and beats[0] is beats[1]
+    assert isinstance(beats[0], Heartbeat) and beats[0].hbeatinterval_ms == 1000
+    later = [m for _, m in sends(h.heartbeat(FRONT, b"C1"), FRONT)]
+    assert later[0] is not answers[0] and later == [Heartbeat(h.wall, 3, protocol=b"S0C1")]
+
+
+MDP_READINGS = {
+    "7/MDP": (MDPC01, True, False),
+    "18/MDP": (MDPC02, True, False),
+    "majortomo": (MDPC02, True, True),
+}
+
+
+def _mdp(lean: bool) -> list[list[Effect]]:
+    """Majordomo requests and replies of every reading, to S0P and Majordomo workers."""
+    h = Harness()
+    tickets: list[bytes] = []
+    trace: list[list[Effect]] = []
+
+    def request(rid: bytes, reading: str, service: str = "echo") -> None:
+        protocol, delimited, majortomo = MDP_READINGS[reading]
+        body = (b"hi-" + rid,)
+        if lean:
+            effects = h.broker.handle_mdp_request(rid, MDP_READINGS[reading], service, body, h.now)
+        else:
+            message = MdpClientRequest(
+                service, body, protocol=protocol, delimited=delimited, majortomo=majortomo
+            )
+            effects = h.send(FRONT, rid, message)
+        tickets.extend(m.ticket for _, m in sends(effects, BACK) if hasattr(m, "ticket"))
+        trace.append(effects)
+
+    def reply(rid: bytes, ticket: bytes, protocol: bytes = MDPW02) -> None:
+        body = (b"answer", ticket)
+        if lean:
+            effects = h.broker.handle_mdp_reply(rid, ticket, body, h.now)
+        else:
+            effects = h.send(BACK, rid, MdpWorkerReply(ticket, body, protocol=protocol))
+        tickets.extend(m.ticket for _, m in sends(effects, BACK) if hasattr(m, "ticket"))
+        trace.append(effects)
+
+    h.broker.core.state = BrokerState.DISABLED
+    request(b"C0", "7/MDP")  # D1: not active, dropped
+    h.broker.core.state = BrokerState.ACTIVE
+    h.send(BACK, b"MW1", MdpWorkerReady("echo", protocol=MDPW01))
+    h.send(BACK, b"MW2", MdpWorkerReady("echo", protocol=MDPW02))
+    h.worker(b"SW")
+    request(b"C1", "7/MDP")  # to MW1, as an MDPW01 REQUEST
+    request(b"C2", "18/MDP")  # to MW2
+    request(b"C3", "majortomo")  # to SW (S0P)
+    request(b"C1", "majortomo")  # every worker busy: it waits
+    request(b"C2", "18/MDP", "mmi.service")  # the broker answers itself, 8/MMI's bare code
+    reply(b"MW1", tickets[0], MDPW01)  # the 7/MDP client's reply; the waiting one goes to MW1
+    reply(b"MW2", tickets[1])
+    reply(b"MW2", b"no-such-ticket")  # R14: dropped
+    reply(b"SW", tickets[2])  # an S0P worker's ticket in a Majordomo reply: its own, answered
+    reply(b"MW1", tickets[3], MDPW01)
+    h.advance(10.0)
+    request(b"C4", "18/MDP", "nobody")  # 404 in a FINAL
+    return trace
+
+
+def test_lean_majordomo_entry_points_give_the_same_effects_as_handle() -> None:
+    typed, lean = _mdp(lean=False), _mdp(lean=True)
+    assert len(typed) == len(lean) == 12
+    for step, (expected, got) in enumerate(zip(typed, lean, strict=True)):
+        assert got == expected, f"step {step}"
+    kinds = {type(m).__name__ for step in typed for _, m in sends(step)}
+    assert {"MdpWorkerRequest", "MdpClientReply", "WorkerRequest"} <= kinds

@@ -134,10 +134,10 @@ def test_cancel_needs_a_submit_role(caplog: pytest.LogCaptureFixture) -> None:
     assert book.tasks["v"].state.value == "complete"
 
 
-def test_list_and_explain_need_any_admin_info_stays_open() -> None:
+def test_list_explain_and_stats_need_any_admin_info_stays_open() -> None:
     book = secured()
     command(book, {"command": "task-create", **vespid("v"), **BOSS})
-    for name in ("task-list", "task-explain"):
+    for name in ("task-list", "task-explain", "task-stats"):
         message = {"command": name, "name": "v"}
         assert command(book, message)["code"] == -32008
         wrong = {"auth_id": "viewer", "auth_password": "pw-boss"}

@@ -1,5 +1,6 @@
 """The coordinator's group commit (docs/tasks.md §7) with real processes: many requests in
-flight, in JSON-RPC batches of tasks with large parameters, and the coordinator SIGKILLed at
+flight, in JSON-RPC batches of tasks with large parameters or one request per task with a
+window of them in flight (TaskClient.submit_each, K4), and the coordinator SIGKILLed at
 random moments, so often while a batch of decisions waits for its transaction. Whatever a
 client was answered is in the store once the process is dead, and every task completes once.
 With replies sent before their commit this test fails (tried: every run)."""
@@ -60,6 +61,14 @@ class Submitter(threading.Thread):
             with TaskClient(self.frontend, timeout=2.0, retry_s=60.0) as client:
                 client.connect()  # a fresh id: resending it is safe (K3)
                 while not self.stop_event.is_set():
+                    if self.index % 2:  # one request per task, BATCH of them in flight
+                        ids = client.submit_each([("echo", [BLOB])] * BATCH, window=BATCH)
+                        with self.lock:
+                            self.created.update(ids)
+                        assert client.results(ids, window=BATCH, wait_s=60) == [BLOB] * BATCH
+                        with self.lock:
+                            self.done.update(ids)
+                        continue
                     ids = client.submit_many([("echo", [BLOB])] * BATCH)
                     with self.lock:
                         self.created.update(ids)

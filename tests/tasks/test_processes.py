@@ -123,3 +123,31 @@ def test_only_admins_create_tasks_when_admins_from_is_set(tmp_path: Path) -> Non
     log = coord.stderr.read_text()
     assert "task request refused" in log
     assert "'viewer'" in log
+
+
+def test_one_request_per_task_with_many_in_flight(tmp_path: Path) -> None:
+    """K4: submit_each and results send one request per task, a window of them at once; the
+    answers come back in the order asked, a failed task raises its own TaskError, and a
+    refused create raises while the rest are still created."""
+    (tmp_path / "broker").mkdir()
+    with running_broker(tmp_path / "broker", **FAST) as broker:
+        frontend = broker.endpoints["frontend"]
+        coord = coordinator(tmp_path, broker.endpoints["backend"])
+        worker = node(tmp_path, "n1", frontend, slots=8)
+        with running(coord, worker), TaskClient(frontend) as tasks:
+            tasks.connect("me")
+            ids = tasks.submit_each([("square", [i]) for i in range(60)], window=16)
+            assert len(set(ids)) == 60
+            assert tasks.results(ids, window=16) == [i * i for i in range(60)]
+            assert tasks.results(ids[:3], window=1) == [0, 1, 4]  # already complete
+            failing = tasks.submit_each([("square", [2]), ("fail", ["no"])], window=2)
+            with pytest.raises(TaskError) as caught:
+                tasks.results(failing, window=2)
+            assert caught.value.code == -32009
+            assert caught.value.data["message"] == "no"
+            with pytest.raises(TaskError) as caught:
+                tasks.submit_each([("square", [3]), (5, [3])], window=2)  # type: ignore[list-item]
+            assert caught.value.code == -32602
+            counts = tasks.command("task-list")["counts"]
+            states = ("waiting", "pending", "running", "complete")
+            assert sum(counts[state] for state in states) == 63, counts  # the valid one too

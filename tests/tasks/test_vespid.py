@@ -26,9 +26,9 @@ def send(book: Book, message: Any, now: float = 1.0) -> dict[str, Any]:
     return result
 
 
-def test_rules_header_lists_v1_to_v5() -> None:
+def test_rules_header_lists_v1_to_v6() -> None:
     assert re.findall(r"^(V\d+)\s", vespid.__doc__ or "", re.MULTILINE) == [
-        f"V{i}" for i in range(1, 6)
+        f"V{i}" for i in range(1, 7)
     ]
 
 
@@ -212,6 +212,51 @@ def test_list_rows_carry_protocol_node_attempt_and_times() -> None:
     assert sorted(row["name"] for row in pending) == ["big", "z1"]
 
 
+def test_stats_counts_states_queue_nodes_and_recent_tasks() -> None:
+    """V6: the report's numbers, the queue depth and the latest changes, newest first."""
+    book = new_book()
+    node_set(book, "n1", 2000, 2, now=0.5)
+    send(book, {"command": "task-create", **spec("run", memory=500)}, 1.0)
+    send(book, {"command": "task-create", **spec("big", memory=9000)}, 2.0)
+    send(book, {"command": "task-create", **spec("gone")}, 3.0)
+    send(book, {"command": "task-cancel", "name": "gone"}, 4.0)
+    book.client_connect("c", 4.5)
+    book.create_zerotask("c", "square", [3], "z1", 5.0)
+    stats = send(book, {"command": "task-stats"}, 6.0)
+    assert stats["command"] == "task-stats-response"
+    assert stats["states"] == {"waiting": 0, "pending": 2, "running": 1, "complete": 1}
+    assert stats["queue"] == {"zerotask": 1, "vespid": 1}
+    assert stats["queue_depth"] == 2
+    assert (stats["created"], stats["failed"], stats["reruns"], stats["refused"]) == (4, 1, 0, 0)
+    assert stats["completed"]["terminated"] == 1
+    assert stats["nodes_connected"] == 1
+    assert stats["nodes"] == [
+        {
+            "node": "n1",
+            "connected": True,
+            "running": 1,
+            "memory": 2000,
+            "memory_reserved": 500,
+            "cores": 2,
+            "cores_reserved": 1,
+        }
+    ]
+    # Newest change first: z1 created at 5, gone cancelled at 4, big created at 2, run at 1.
+    assert [row["name"] for row in stats["recent"]] == ["z1", "gone", "big", "run"]
+    assert stats["recent"][1] == {**vespid.list_row(book.tasks["gone"])}
+    assert stats["time"] == 6.0
+    two = send(book, {"command": "task-stats", "recent": 2}, 6.0)
+    assert [row["name"] for row in two["recent"]] == ["z1", "gone"]
+    assert send(book, {"command": "task-stats", "recent": 0}, 6.0)["recent"] == []
+
+
+@pytest.mark.parametrize("recent", [-1, vespid.MAX_RECENT + 1, "5", 2.5, True, None])
+def test_stats_refuses_a_bad_recent(recent: Any) -> None:
+    reply = send(new_book(), {"command": "task-stats", "recent": recent})
+    assert (reply["command"], reply["code"]) == ("error", -32602)
+    assert f"recent must be an integer from 0 to {vespid.MAX_RECENT}" in reply["message"]
+
+
 def test_explain_names_the_failing_requirement_per_node() -> None:
     book = new_book()
     node_set(book, "n1", 2000, 2)
@@ -347,6 +392,7 @@ def test_arbitrary_bytes_never_raise(body: bytes) -> None:
                 "attempt",
                 "activetasks",
                 "state",
+                "recent",
                 "auth_id",
                 "auth_password",
             ]

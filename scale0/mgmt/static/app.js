@@ -7,6 +7,9 @@ const REFRESH_MS = 2000;
 const CLIENTS_REFRESH_MS = 5000;
 // The trend summary changes only when scale0-trend runs again: once a minute is plenty.
 const TRENDS_REFRESH_MS = 60000;
+// The task coordinator's numbers (GET /api/tasks): one request to it per refresh.
+const TASKS_REFRESH_MS = 5000;
+const TASK_ROWS = 20;
 // Rows shown per trend table; the rest are counted in a last row.
 const TREND_ROWS = 200;
 const FAMILY_TIMEOUT_MS = 1500;
@@ -81,9 +84,11 @@ function showDashboard(s) {
   refresh();
   refreshClients();
   refreshTrends();
+  refreshTasks();
   timers.push(setInterval(refresh, REFRESH_MS));
   timers.push(setInterval(refreshClients, CLIENTS_REFRESH_MS));
   timers.push(setInterval(refreshTrends, TRENDS_REFRESH_MS));
+  timers.push(setInterval(refreshTasks, TASKS_REFRESH_MS));
 }
 
 async function login(event) {
@@ -457,6 +462,91 @@ async function refreshTrends() {
   } else {
     trendsNote("The trend summary cannot be shown: " + message, true);
   }
+}
+
+// ---- tasks: the task coordinator's numbers, through the family (GET /api/tasks) ------------
+
+function utcSeconds(seconds) {
+  if (typeof seconds !== "number") return "";
+  return new Date(seconds * 1000).toISOString().slice(0, 19).replace("T", " ");
+}
+
+function counted(map) {
+  return Object.entries(map || {}).map(([key, n]) => key + " " + n).join(", ");
+}
+
+function tasksNote(text, isError) {
+  const note = $("tasks-note");
+  note.className = isError ? "error" : "";
+  note.textContent = text || "";
+}
+
+function renderTasks(result) {
+  const states = result.states || {};
+  $("tasks-queue-depth").textContent = String(result.queue_depth);
+  $("tasks-queue-by-protocol").textContent = counted(result.queue);
+  $("tasks-waiting").textContent = String(states.waiting);
+  $("tasks-running").textContent = String(states.running);
+  $("tasks-complete").textContent = String(states.complete);
+  $("tasks-by-success").textContent = counted(result.completed);
+  $("tasks-failed").textContent = String(result.failed);
+  $("tasks-created").textContent = String(result.created);
+  $("tasks-reruns").textContent = String(result.reruns);
+  $("tasks-refused").textContent = String(result.refused);
+  $("tasks-nodes-connected").textContent = String(result.nodes_connected);
+  $("tasks-service").textContent = result.service;
+  $("tasks-time").textContent = utcSeconds(result.time);
+  $("tasks-asked-by").textContent = result.asked_by;
+  const nodes = $("task-nodes").querySelector("tbody");
+  clear(nodes);
+  (result.nodes || []).forEach((n) => {
+    const row = document.createElement("tr");
+    row.dataset.node = n.node;
+    cell(row, n.node);
+    cell(row, n.connected ? "yes" : "no");
+    cell(row, n.running, "num");
+    cell(row, n.memory_reserved + " / " + n.memory, "num");
+    cell(row, n.cores_reserved + " / " + n.cores, "num");
+    nodes.appendChild(row);
+  });
+  if (!(result.nodes || []).length) {
+    const row = document.createElement("tr");
+    cell(row, "no node has connected", "muted").colSpan = 5;
+    nodes.appendChild(row);
+  }
+  const recent = $("task-recent").querySelector("tbody");
+  clear(recent);
+  (result.recent || []).forEach((t) => {
+    const row = document.createElement("tr");
+    row.dataset.task = t.name;
+    if (["error", "fatal", "terminated"].includes(t.success)) row.className = "failed";
+    cell(row, t.name);
+    cell(row, t.protocol);
+    cell(row, t.state);
+    cell(row, t.success);
+    cell(row, t.node);
+    cell(row, t.attempt, "num");
+    cell(row, utcSeconds(t["time-create"]));
+    cell(row, utcSeconds(t["time-finish"]));
+    recent.appendChild(row);
+  });
+}
+
+async function refreshTasks() {
+  const r = await api("GET", "/api/tasks?recent=" + TASK_ROWS);
+  if (r.status === 401) return;  // the status poll takes the page back to the login form
+  const result = (r.data && r.data.result) || {};
+  if (r.status === 200 && result.coordinator) {
+    tasksNote("", false);
+    renderTasks(result);
+    $("tasks-body").hidden = false;
+    return;
+  }
+  // No numbers rather than old ones: the note says why, plainly when no coordinator answers.
+  $("tasks-body").hidden = true;
+  const message = (r.data && r.data.message) || ("the task numbers failed (" + r.status + ")");
+  const plain = ["not-served", "no-answer", "busy"].includes(result.reason);
+  tasksNote(message.charAt(0).toUpperCase() + message.slice(1) + ".", !plain);
 }
 
 async function changeState(command, broker) {
