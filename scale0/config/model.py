@@ -13,6 +13,7 @@ from scale0.config.schema import doc
 from scale0.wire.peer import BrokerState
 
 TableMode = Literal["push", "pull"]
+FamilyTopology = Literal["mesh", "gossip"]
 AdminRole = Literal["read", "admin"]
 BrokerRole = Literal["active", "standby"]
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -289,6 +290,12 @@ class NetworkConfig:
         default=(),
         metadata=doc(
             "Heartbeat-table links between brokers; empty means every pair, pull.", item="link"
+        ),
+    )
+    family_topology: FamilyTopology | None = field(
+        default=None,
+        metadata=doc(
+            "mesh (absent): every broker heartbeats every peer; gossip: SWIM probes and gossip."
         ),
     )
     default_heartbeat_interval_ms: int = field(

@@ -1,5 +1,8 @@
 """The family: links to the other brokers, HELLO, heartbeat tables, forwarding (F1-F9, F12, F13).
 
+In a gossip family (``family_topology: gossip``) liveness and tables are scale0/core/gossip.py's
+(G1-G11): links still open with HELLO, but carry no HEARTBEAT and no TABLE.
+
 Each other member is a :class:`~scale0.core.peers.Peer`, whose link state moves by the table in
 scale0/core/states.py. Messages from peers arrive on two channels: our peer ROUTER
 (``Channel.PEER``: what peers send on their links to us) and our own links
@@ -15,6 +18,7 @@ from typing import Any, TypeVar, cast
 from scale0.config.model import NetworkConfig
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Channel, Close, Connect, Effect, Log, Send
+from scale0.core.gossip import Gossip
 from scale0.core.peers import LocalTable, Peer
 from scale0.core.ports import DispatchPort, ForwardingPort, ReplicationPort, SessionsPort
 from scale0.core.replica import Plan
@@ -28,6 +32,7 @@ from scale0.wire.client import (
     DisconnectError,
 )
 from scale0.wire.frames import SIG_BROKER, Message
+from scale0.wire.gossip import Ack, MemberStatus, Ping, PingReq
 from scale0.wire.peer import (
     BrokerState,
     Forward,
@@ -88,6 +93,15 @@ class Family:
         self._link_handles(Config, self._link_config)
         self._link_handles(ConfigAck, self._link_config)
         self._link_handles(Disconnect, lambda peer, msg, now, wall, out: self._lost(peer, now, out))
+        self.gossip = Gossip(core, self)
+        self._peer_handles(Ping, self._ping_in)
+        self._peer_handles(PingReq, self._ping_req_in)
+        self._link_handles(Ack, self._ack_in)
+
+    @property
+    def gossiping(self) -> bool:
+        """The running config says ``family_topology: gossip`` (G1-G11)."""
+        return self.core.network.family_topology == "gossip"
 
     def _peer_handles(
         self, kind: type[M], handler: Callable[[Peer, bytes, M, float, float, list[Effect]], None]
@@ -125,8 +139,12 @@ class Family:
                 self.broker_of.pop(known.routing_id, None)
             self.peers[broker_id] = Peer(broker_id, endpoint, TableMode.PULL, False)
             out.append(Connect(broker_id, endpoint))
+        gossiping = network.family_topology == "gossip"
         for broker_id, peer in self.peers.items():
             peer.pull, peer.wants = wants.get(broker_id, (not network.peers, TableMode.PULL))
+            peer.gossip = gossiping
+            if not gossiping:
+                peer.member = MemberStatus.ALIVE  # back to a mesh: the link's state says all
 
     def joined(self, out: list[Effect]) -> None:
         """A joining broker's first config applied: its seed links are done with."""
@@ -160,12 +178,14 @@ class Family:
         )
 
     def say_hello(self, now: float, wall: float, out: list[Effect]) -> None:
-        """HELLO on every link not answered yet; HEARTBEAT on the others (F1, F13)."""
+        """HELLO on every link not answered yet; HEARTBEAT on the others (F1, F13; not in a
+        gossip family, G11)."""
+        gossiping = self.gossiping
         for broker_id, peer in self.peers.items():
             if not peer.linked:
                 mode = peer.wants if peer.pull else TableMode.PULL
                 out.append(Send(Channel.LINK, broker_id.encode(), self._hello(mode)))
-            else:
+            elif not gossiping:
                 out.append(Send(Channel.LINK, broker_id.encode(), self._heartbeat_message(wall)))
         if self.core.state is BrokerState.JOINING:
             check = self.replication.check_config_message()
@@ -185,7 +205,13 @@ class Family:
         )
 
     def round(self, now: float, wall: float, out: list[Effect]) -> None:
-        """Every interval: expire silent peers (F3), then HELLO or HEARTBEAT on every link."""
+        """Every interval: expire silent peers (F3), then HELLO or HEARTBEAT on every link.
+        A gossip family: HELLO on links not answered, then one probe (G1, G11)."""
+        if self.gossiping:
+            self.say_hello(now, wall, out)
+            self.gossip.period(now, wall, out)
+            self.core.timers.push(now + self.core.interval_s, Periodic.PEERS)
+            return
         limit = self.core.interval_s * self.core.network.liveness
         silent = [
             peer
@@ -204,7 +230,8 @@ class Family:
 
     def _heard(self, peer: Peer, now: float, out: list[Effect]) -> None:
         peer.last_seen = now
-        if peer.step(PeerInput.HEARD) is PeerLink.DOWN:
+        # A member gossip holds dead is back only when gossip says so (G2): not by a message.
+        if peer.step(PeerInput.HEARD) is PeerLink.DOWN and peer.member is not MemberStatus.DEAD:
             out.append(Log("info", "peer_up", {"peer": peer.broker_id}))
 
     def _peer_down(
@@ -226,9 +253,14 @@ class Family:
             # "before HELLO" (F2) for good. A restart (new HELLO) or DISCONNECT replaces it.
             self.broker_of.pop(peer.routing_id, None)
             peer.routing_id = None
+        if self.gossiping:
+            up = peer.member is not MemberStatus.DEAD  # G5: gossip's verdict, not the link's
+            self.gossip.left(peer)
+        else:
+            up = was is not PeerLink.DOWN
         self.dispatch.services_left(peer.table, now)
         peer.forget_table()
-        if was is not PeerLink.DOWN:
+        if up:
             self.core.counters["peers_lost"] += 1
             silent_ms = round((now - peer.last_seen) * 1000)
             details = {"peer": peer.broker_id, "reason": reason, "silent_ms": silent_ms}
@@ -355,7 +387,7 @@ class Family:
         self.broker_of[routing_id] = peer.broker_id
         peer.state = msg.state
         peer.config_version = msg.config_version
-        peer.push_to = msg.table_mode is TableMode.PUSH
+        peer.push_to = msg.table_mode is TableMode.PUSH and not self.gossiping
         self._heard(peer, now, out)
         mode = peer.wants if peer.pull else TableMode.PULL
         out.append(Send(Channel.PEER, routing_id, self._hello(mode)))
@@ -376,7 +408,7 @@ class Family:
             self._heard(peer, now, out)
             self.forwarding.partial_in(peer, message, now, out)
         elif isinstance(message, Hello):
-            self._link_hello(peer, message, now, out)
+            self._link_hello(peer, message, now, wall, out)
         elif isinstance(message, DisconnectError):
             details = {"peer": peer.broker_id, "code": message.code, "reason": message.message}
             out.append(Log("warning", "peer_refused_us", details))
@@ -391,7 +423,9 @@ class Family:
                 return
             handler(peer, message, now, wall, out)
 
-    def _link_hello(self, peer: Peer, message: Hello, now: float, out: list[Effect]) -> None:
+    def _link_hello(
+        self, peer: Peer, message: Hello, now: float, wall: float, out: list[Effect]
+    ) -> None:
         """F1: the peer answered our HELLO: the link is up, and we may pull its table (F5)."""
         if message.broker_id != peer.broker_id or message.family != self.core.network.family:
             details = {"peer": peer.broker_id, "said": message.broker_id}
@@ -402,7 +436,9 @@ class Family:
         peer.config_version = message.config_version
         if peer.step(PeerInput.HELLO_ANSWERED) is not PeerLink.LINKED:
             out.append(Log("info", "peer_linked", {"peer": peer.broker_id}))
-            if peer.pull and peer.wants is TableMode.PULL:
+            if self.gossiping:
+                self.gossip.join(peer, wall, out)
+            elif peer.pull and peer.wants is TableMode.PULL:
                 self._send_table_req(peer, full=True, out=out)
         self.replication.newer_config(peer, message.config_version, out)
 
@@ -470,14 +506,7 @@ class Family:
         wall: float,
         out: list[Effect],
     ) -> None:
-        limit = self.core.network.max_clock_skew_s
-        skew = abs(msg.time - wall)
-        if skew > limit:
-            why = f"clock skew {skew:.1f} s is over {limit} s"
-            out.append(
-                Send(Channel.PEER, routing_id, DisconnectError(412, why, protocol=SIG_BROKER))
-            )
-            self._peer_down(peer, now, out, PeerInput.LOST, "clock_skew")
+        if self._skewed(peer, routing_id, msg.time, now, wall, out):
             return
         peer.state = msg.state
         peer.config_version = msg.config_version
@@ -488,6 +517,81 @@ class Family:
         if pulling and msg.table_seq > peer.table_seq:
             self._send_table_req(peer, full=False, out=out)
         self.replication.newer_config(peer, msg.config_version, out)
+
+    def _skewed(
+        self, peer: Peer, routing_id: bytes, time: float, now: float, wall: float, out: list[Effect]
+    ) -> bool:
+        """F4: a peer whose clock is off by more than max_clock_skew_s gets 412 and is lost."""
+        limit = self.core.network.max_clock_skew_s
+        skew = abs(time - wall)
+        if skew > limit:
+            why = f"clock skew {skew:.1f} s is over {limit} s"
+            out.append(
+                Send(Channel.PEER, routing_id, DisconnectError(412, why, protocol=SIG_BROKER))
+            )
+            self._peer_down(peer, now, out, PeerInput.LOST, "clock_skew")
+            return True
+        return False
+
+    # ---- gossip (G1-G11, scale0/core/gossip.py) ------------------------------------------
+
+    def _ping_in(
+        self, peer: Peer, routing_id: bytes, msg: Ping, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        if not self.gossiping or msg.target != self.core.identity:
+            self.core.counters["peer_ignored"] += 1
+            return
+        if not self._skewed(peer, routing_id, msg.time, now, wall, out):
+            self.gossip.ping_in(peer, routing_id, msg, now, wall, out)
+
+    def _ping_req_in(
+        self,
+        peer: Peer,
+        routing_id: bytes,
+        msg: PingReq,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        if not self.gossiping:
+            self.core.counters["peer_ignored"] += 1
+            return
+        if not self._skewed(peer, routing_id, msg.time, now, wall, out):
+            self.gossip.ping_req_in(peer, routing_id, msg, now, wall, out)
+
+    def _ack_in(self, peer: Peer, msg: Ack, now: float, wall: float, out: list[Effect]) -> None:
+        if not self.gossiping:
+            self.core.counters["peer_ignored"] += 1
+            return
+        self.gossip.ack_in(peer, msg, now, wall, out)
+
+    def member_down(
+        self, peer: Peer, now: float, out: list[Effect], reason: str, *, reroute: bool
+    ) -> None:
+        """G5: gossip declared ``peer`` dead: what F3 does for a silent peer."""
+        self._peer_down(peer, now, out, PeerInput.SILENT, reason, reroute=reroute)
+
+    def member_reroute(self, peer: Peer, now: float, out: list[Effect]) -> None:
+        self._route_forwarded_again(peer, now, out)
+
+    def member_back(self, peer: Peer, now: float, out: list[Effect]) -> None:
+        out.append(Log("info", "peer_up", {"peer": peer.broker_id}))
+
+    def services_in(
+        self, peer: Peer, offered: tuple[tuple[str, int], ...], now: float, out: list[Effect]
+    ) -> None:
+        """G10: a member's alive row is its whole table; services it no longer offers left."""
+        before = list(peer.table)
+        peer.apply_services(offered)
+        self.dispatch.services_left([s for s in before if s not in peer.table], now)
+        self.forwarding.drain_to_peers(now, out)
+
+    def config_version(self) -> int:
+        return self.replication.replica.version
+
+    def check_config(self, peer: Peer, out: list[Effect]) -> None:
+        check = self.replication.check_config_message()
+        out.append(Send(Channel.LINK, peer.broker_id.encode(), check))
 
     # ---- tables (F5, F9) -------------------------------------------------------------------
 
@@ -546,11 +650,14 @@ class Family:
         if not self.table.dirty:
             return
         rows: dict[str, list[TableWorker]] = {}
+        offered: dict[str, int] = {}
         sessions = self.sessions.workers
         for worker in self.dispatch.pool.workers.values():
             session = sessions.get(worker.routing_id)
             if session is None:
                 continue
+            for service in worker.services:
+                offered[service] = offered.get(service, 0) + worker.capacity
             row = TableWorker(
                 worker_id=session.client_id,
                 capacity=max(worker.spare, 0),
@@ -559,6 +666,9 @@ class Family:
             for service in worker.services:
                 rows.setdefault(service, []).append(row)
         delta = self.table.commit({s: tuple(r) for s, r in rows.items()})
+        if self.gossiping:
+            self.gossip.offered = tuple(sorted(offered.items()))  # G7: in our next row
+            return
         if not delta:
             return
         table = Table(self.core.identity, self.table.seq, False, delta)

@@ -15,6 +15,7 @@ from typing import Literal
 
 from scale0.core.states import PEER_TRANSITIONS, PeerInput, PeerLink
 from scale0.wire.frames import JsonValue
+from scale0.wire.gossip import MemberStatus
 from scale0.wire.peer import BrokerState, TableMode, TableService, TableWorker
 
 __all__ = ["LocalTable", "Peer", "PeerStatus"]
@@ -43,6 +44,12 @@ class Peer:
     table: dict[str, list[TableWorker]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)  # service -> free slots, our estimate
     forwarded: set[bytes] = field(default_factory=set)  # our tickets it holds
+    # A gossip family only (scale0/core/gossip.py): its liveness as members gossip it, at which
+    # incarnation, and the services it offers with their capacity (its last alive row).
+    gossip: bool = False
+    member: MemberStatus = MemberStatus.ALIVE
+    incarnation: int = 0
+    offered: tuple[tuple[str, int], ...] = ()
 
     def step(self, event: PeerInput) -> PeerLink:
         """Move the link state by the table (scale0/core/states.py); returns the state before."""
@@ -71,21 +78,33 @@ class Peer:
         self.table_seq = seq
         self.free = {s: sum(w.capacity for w in ws) for s, ws in self.table.items()}
 
+    def apply_services(self, offered: tuple[tuple[str, int], ...]) -> None:
+        """A gossip family: its alive row's services are its whole table, one entry a service
+        (worker_id: the peer, capacity: its workers' capacity for it), all of it free."""
+        self.offered = offered
+        self.table = {s: [TableWorker(self.broker_id, c, 0.0)] for s, c in offered}
+        self.free = dict(offered)
+
     def forget_table(self) -> None:
         self.table = {}
         self.free = {}
         self.table_seq = 0
+        self.offered = ()
 
     def offers(self, service: str) -> bool:
         return service in self.table
 
     def usable(self) -> bool:
         """It may be sent work: alive, answered our HELLO, and active."""
-        return self.link is PeerLink.LINKED and self.state is BrokerState.ACTIVE
+        return (
+            self.link is PeerLink.LINKED
+            and self.state is BrokerState.ACTIVE
+            and self.member is not MemberStatus.DEAD
+        )
 
     def view(self) -> dict[str, JsonValue]:
         """What management shows of this peer."""
-        return {
+        view: dict[str, JsonValue] = {
             "broker_id": self.broker_id,
             "endpoint": self.endpoint,
             "status": self.status,
@@ -97,6 +116,10 @@ class Peer:
             "services": {s: len(ws) for s, ws in sorted(self.table.items())},
             "forwarded": len(self.forwarded),
         }
+        if self.gossip:
+            view["member"] = self.member.value
+            view["incarnation"] = self.incarnation
+        return view
 
 
 class LocalTable:

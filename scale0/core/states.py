@@ -1,4 +1,5 @@
-"""The two state machines of a broker, written down as tables: its own state, and each peer's link.
+"""A broker's state machines, written down as tables: its own state, each peer's link, and (in a
+gossip family) each member's liveness.
 
 Every (state, input) pair has an entry, so nothing is left to an ``if`` chain to decide by
 omission; tests/core/test_states.py drives a real :class:`scale0.core.broker.Broker` through
@@ -16,13 +17,16 @@ from enum import Enum
 from typing import Final
 
 from scale0.wire.frames import JsonValue
+from scale0.wire.gossip import MemberStatus
 from scale0.wire.peer import BrokerState
 
 __all__ = [
     "BROKER_TRANSITIONS",
+    "MEMBER_TRANSITIONS",
     "PEER_TRANSITIONS",
     "BrokerInput",
     "Change",
+    "MemberInput",
     "PeerInput",
     "PeerLink",
     "broker_next",
@@ -129,4 +133,45 @@ PEER_TRANSITIONS: Final[Mapping[tuple[PeerLink, PeerInput], PeerLink]] = {
     (L, PeerInput.REFUSED): U,
     (L, PeerInput.SILENT): X,
     (L, PeerInput.LOST): X,
+}
+
+
+class MemberInput(Enum):
+    """What moves a member's liveness in a gossip family (scale0/core/gossip.py, G1-G9).
+
+    A row's news is classified by its incarnation against ours first (G3: stale rows are no
+    input at all), so every input here is one that counts.
+    """
+
+    ALIVE_NEWER = "alive_newer"  # a row (or the member itself) says alive at a higher incarnation
+    SUSPECT_NEWS = "suspect_news"  # a row says suspect, at an incarnation that counts (G3)
+    DEAD_NEWS = "dead_news"  # a row says dead, at an incarnation that counts (G3)
+    PROBE_FAILED = "probe_failed"  # our probe and the indirect ones got no ACK in an interval
+    SUSPICION_EXPIRED = "suspicion_expired"  # suspect for the whole suspicion timeout
+    LEFT = "left"  # DISCONNECT, a restart (new HELLO), clock skew, removed from the config
+
+
+AL, SU, DE = MemberStatus.ALIVE, MemberStatus.SUSPECT, MemberStatus.DEAD
+
+#: (status, input) -> the next status (G2). Only a higher incarnation brings a member back
+#: (refutation, or a restart); a suspicion that ran out is death; nothing but news revives.
+MEMBER_TRANSITIONS: Final[Mapping[tuple[MemberStatus, MemberInput], MemberStatus]] = {
+    (AL, MemberInput.ALIVE_NEWER): AL,
+    (AL, MemberInput.SUSPECT_NEWS): SU,
+    (AL, MemberInput.DEAD_NEWS): DE,
+    (AL, MemberInput.PROBE_FAILED): SU,
+    (AL, MemberInput.SUSPICION_EXPIRED): AL,
+    (AL, MemberInput.LEFT): DE,
+    (SU, MemberInput.ALIVE_NEWER): AL,
+    (SU, MemberInput.SUSPECT_NEWS): SU,
+    (SU, MemberInput.DEAD_NEWS): DE,
+    (SU, MemberInput.PROBE_FAILED): SU,
+    (SU, MemberInput.SUSPICION_EXPIRED): DE,
+    (SU, MemberInput.LEFT): DE,
+    (DE, MemberInput.ALIVE_NEWER): AL,
+    (DE, MemberInput.SUSPECT_NEWS): DE,
+    (DE, MemberInput.DEAD_NEWS): DE,
+    (DE, MemberInput.PROBE_FAILED): DE,
+    (DE, MemberInput.SUSPICION_EXPIRED): DE,
+    (DE, MemberInput.LEFT): DE,
 }

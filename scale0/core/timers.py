@@ -89,6 +89,7 @@ class Periodic(Enum):
     PEERS = "peers"  # expire silent peers, HELLO or HEARTBEAT on every link (F1, F3)
     TABLE = "table"  # commit the worker changes gathered into one table version (F5)
     REPUBLISH = "republish"  # a config source publishes its config again (F11)
+    GOSSIP = "gossip"  # half an interval after a probe: PINGREQ if no ACK came (G4)
 
 
 TimerKey = RequestDue | SessionDue | BeatDue | ConnDue | Periodic

@@ -56,6 +56,9 @@ KINDS: dict[str, str] = {
     "Forward": "forward",
     "ForwardPartial": "forward",
     "ForwardReply": "forward",
+    "Ping": "gossip",
+    "PingReq": "gossip",
+    "Ack": "gossip",
 }
 
 
@@ -71,6 +74,7 @@ class Options:
     memory_sample: int = 5  # brokers whose peer tables are measured (deep size)
     seed: int = 1
     fault_limit_s: float = 15.0  # how long a fault phase waits for what it expects
+    topology: str = "mesh"  # the network config's family_topology: mesh or gossip
 
 
 @dataclass
@@ -80,7 +84,10 @@ class Result:
     brokers: int
     workers: int
     clients: int
+    topology: str = "mesh"
     sim_s: float = 0.0
+    converged_s: float | None = None  # start: until every broker knows every service and
+    # (gossip) has no row left to spread, so the window measures the steady state
     run_s: float = 0.0  # wall time of the whole run
     msgs: dict[str, float] = field(default_factory=dict)  # kind -> family msgs/s (window)
     bytes: dict[str, float] = field(default_factory=dict)  # kind -> family bytes/s (window)
@@ -113,6 +120,11 @@ class Result:
         n = self.brokers
         return {
             "N": n,
+            "topology": self.topology,
+            "peer msg/s/broker": sum(self.msgs.values()) / n,
+            "peer B/s/broker": sum(self.bytes.values()) / n,
+            "gossip msg/s/broker": self.msgs.get("gossip", 0.0) / n,
+            "gossip B/s/broker": self.bytes.get("gossip", 0.0) / n,
             "hb msg/s/broker": self.msgs.get("heartbeat", 0.0) / n,
             "hb B/s/broker": self.bytes.get("heartbeat", 0.0) / n,
             "table msg/s/broker": self.msgs.get("table", 0.0) / n,
@@ -126,6 +138,7 @@ class Result:
             "config msgs family": self.config_msgs,
             "config KiB family": self.config_bytes / 1024,
             "config cpu s family": self.config_cpu_s,
+            "start s": self.converged_s,
             "new table s": self.table_s,
             "dead seen s": self.dead_s,
             "pause down/up s": (self.pause_down_s, self.pause_up_s),
@@ -218,7 +231,10 @@ class Simulation:
         self.rng = random.Random(options.seed)  # noqa: S311 (traffic, not secrets)
         n = options.brokers
         self.names = tuple(name_of(i) for i in range(n))
-        self.network = family_config(self.names, sources=self.names[:2], version=1)
+        topology: dict[str, Any] = {}
+        if options.topology == "gossip":
+            topology["family_topology"] = "gossip"
+        self.network = family_config(self.names, sources=self.names[:2], version=1, **topology)
         self.fabric = ScaleFabric(self.network)
         self.clients: dict[str, list[bytes]] = {}
         self.entered: dict[bytes, float] = {}  # request tag -> when it entered its broker
@@ -410,17 +426,38 @@ class Simulation:
         since = fabric.now
         self.excused.update(ends)
         fabric.drops.append(rule)
+        # Gossip: the two ends reach each other through others (PINGREQ, G4), so neither is
+        # expected to see the other down; wait one suspicion timeout and more, not the limit.
+        limit = self.options.fault_limit_s
+        if self.options.topology == "gossip":
+            limit = min(limit, 2 * fabric.brokers[a].family.gossip.suspicion_s() + 2.0)
         down = self.run_for(
-            self.options.fault_limit_s,
+            limit,
             lambda: a in self.seen(fabric.lost, b, since) and b in self.seen(fabric.lost, a, since),
         )
         healed = fabric.now
         fabric.drops.remove(rule)
+        if down is None:
+            self.run_for(1.0)
+            return None, None
         up = self.run_for(
             self.options.fault_limit_s,
             lambda: a in self.seen(fabric.up, b, healed) and b in self.seen(fabric.up, a, healed),
         )
         return down, up
+
+    def converged(self) -> bool:
+        """Every broker's peer tables show every other broker's service (s<i>), and no broker
+        has a gossip row left to send (G8: the start-up spread is over)."""
+        brokers = self.fabric.brokers
+        if any(b.family.gossip.rows for b in brokers.values()):
+            return False
+        return all(
+            f"s{i}" in brokers[other].family.peers[name].table
+            for i, name in enumerate(self.names)
+            for other in self.names
+            if other != name
+        )
 
     def false_suspicions(self) -> int:
         return sum(1 for _, _, peer in self.fabric.lost if peer not in self.excused)
@@ -449,11 +486,12 @@ def run(options: Options, progress: Callable[[str], None] | None = None) -> Resu
     sim = Simulation(options)
     fabric = sim.fabric
     n = options.brokers
-    result = Result(n, options.workers, options.clients)
-    say(f"N={n}: start")
+    result = Result(n, options.workers, options.clients, options.topology)
+    say(f"{options.topology} N={n}: start")
     sim.start()
+    result.converged_s = sim.run_for(4 * options.fault_limit_s, sim.converged)
     sim.run_for(options.warmup_s)
-    say(f"N={n}: measure {options.measure_s:g} s")
+    say(f"{options.topology} N={n}: measure {options.measure_s:g} s")
     msgs0, bytes0 = Counter(fabric.msgs), Counter(fabric.bytes)
     local0, cpu0 = fabric.local, fabric.cpu
     answered0, failed0 = sim.answered, sim.failed.total()
@@ -468,22 +506,22 @@ def run(options: Options, progress: Callable[[str], None] | None = None) -> Resu
     result.failed = sim.failed.total() - failed0
     result.table_bytes = table_bytes(sim, options.memory_sample)
     result.forwarded_to_worker_s = sim.to_worker_max
-    say(f"N={n}: config published")
+    say(f"{options.topology} N={n}: config published")
     result.config_s = sim.publish(2, lose_publications=False)
     result.config_msgs, result.config_bytes, result.config_cpu_s = sim.config_cost
-    say(f"N={n}: config published, publications lost")
+    say(f"{options.topology} N={n}: config published, publications lost")
     result.config_lost_pub_s = sim.publish(3, lose_publications=True)
-    say(f"N={n}: a new worker's service")
+    say(f"{options.topology} N={n}: a new worker's service")
     result.table_s = sim.new_service()
-    say(f"N={n}: a broker killed")
+    say(f"{options.topology} N={n}: a broker killed")
     result.dead_s = sim.kill(sim.names[1 % n])
     if n >= 4:
-        say(f"N={n}: a broker paused")
+        say(f"{options.topology} N={n}: a broker paused")
         result.pause_down_s, result.pause_up_s, result.queued_at_resume = sim.pause(sim.names[2])
-        say(f"N={n}: a link cut")
+        say(f"{options.topology} N={n}: a link cut")
         result.cut_down_s, result.cut_up_s = sim.cut(sim.names[3], sim.names[0])
     result.false_suspicions = sim.false_suspicions()
-    say(f"N={n}: done")
+    say(f"{options.topology} N={n}: done")
     result.sim_s = fabric.now - 1000.0
     result.run_s = time.perf_counter() - began
     return result

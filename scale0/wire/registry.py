@@ -35,6 +35,7 @@ from scale0.wire.frames import (
     check_frame_sizes,
     show,
 )
+from scale0.wire.gossip import Ack, Ping, PingReq
 from scale0.wire.peer import (
     Forward,
     ForwardPartial,
@@ -70,6 +71,9 @@ _PEER_CLASSES: Final[tuple[type[Message], ...]] = (
     PeerHeartbeat,
     Table,
     TableReq,
+    Ping,
+    PingReq,
+    Ack,
     Forward,
     ForwardPartial,
     ForwardReply,

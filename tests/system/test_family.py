@@ -49,11 +49,14 @@ WAIT_S = 20.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
 
 
-@pytest.fixture(params=[False, True], ids=["plain", "curve"])
-def curve(request: pytest.FixtureRequest) -> bool:
-    """Every test runs twice: as it was, and with CURVE on every socket of the family (issue
-    15: the same assertions hold; clients and workers only get their key pairs)."""
-    return bool(request.param)
+@pytest.fixture(params=["mesh", "gossip", "curve"])
+def family(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Every family test runs three times, with the same assertions: the full mesh as it was
+    (no family_topology, the default), gossip (docs/protocol.md §5.6), and the mesh with CURVE
+    on every socket (issue 15: clients and workers only get their key pairs)."""
+    if request.param == "gossip":
+        return {"family_topology": "gossip"}
+    return {"curve": True} if request.param == "curve" else {}
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = WAIT_S, what: str = "") -> float:
@@ -151,7 +154,7 @@ def publication(
 
 
 def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_none(
-    tmp_path: Path, curve: bool
+    tmp_path: Path, family: dict[str, Any]
 ) -> None:
     rogue_port = pick_free_ports(1)[0]
     rogue_endpoint = f"tcp://127.0.0.1:{rogue_port}"
@@ -160,7 +163,7 @@ def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_
     rogue.bind(rogue_endpoint)  # a config publisher every broker listens to, not trusted
     try:
         with running_brokers(
-            tmp_path, 3, sources=(0, 1), extra_config_subs=(rogue_endpoint,), curve=curve, **FAST
+            tmp_path, 3, sources=(0, 1), extra_config_subs=(rogue_endpoint,), **FAST, **family
         ) as brokers:
             b1, b2, b3 = brokers
             family_ready(brokers)
@@ -235,8 +238,10 @@ def test_a_new_config_reaches_every_broker_client_and_worker_and_bad_ones_reach_
 # ---- routing ------------------------------------------------------------------------------------
 
 
-def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(tmp_path: Path, curve: bool) -> None:
-    with running_brokers(tmp_path, 3, sources=(0, 1), curve=curve, **FAST) as brokers:
+def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(
+    tmp_path: Path, family: dict[str, Any]
+) -> None:
+    with running_brokers(tmp_path, 3, sources=(0, 1), **FAST, **family) as brokers:
         b1, _b2, b3 = brokers
         family_ready(brokers)
         with (
@@ -260,7 +265,7 @@ def test_a_client_at_b1_is_answered_by_a_worker_only_at_b3(tmp_path: Path, curve
 # more than the suite's default timeout (setup.cfg), which would cut it short.
 @pytest.mark.timeout(600)
 def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(
-    tmp_path: Path, curve: bool
+    tmp_path: Path, family: dict[str, Any]
 ) -> None:
     total = 20_000
     with running_brokers(
@@ -269,8 +274,8 @@ def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(
         sources=(0, 1),
         max_retries=6,
         request_timeout_ms=20_000,
-        curve=curve,
         **FAST,
+        **family,
     ) as brokers:
         b1, b2, b3 = brokers
         family_ready(brokers)
@@ -345,8 +350,10 @@ def test_chaos_a_broker_and_a_worker_killed_mid_run_lose_nothing(
                 failed = sum(t["failed"] for t in results.values())
                 wrong = sum(t["wrong"] for t in results.values())
                 twice = sum(n - 1 for n in executions.values() if n > 1)
+                shape = family.get("family_topology", "curve" if family else "mesh")
                 print(
-                    f"\nchaos: {total} sent, {ok} answered ok, {failed} failed, {wrong} wrong, "
+                    f"\nchaos ({shape}): {total} sent, {ok} answered ok, {failed} failed, "
+                    f"{wrong} wrong, "
                     f"{len(executions)} executed, {twice} executed twice "
                     f"(in flight at the killed broker or worker)"
                 )
@@ -384,8 +391,10 @@ def _answers(client: Client, service: str) -> bool:
 # ---- partition ----------------------------------------------------------------------------------
 
 
-def test_a_broker_cut_off_is_detected_dropped_and_readmitted(tmp_path: Path, curve: bool) -> None:
-    with running_brokers(tmp_path, 3, sources=(0, 1), curve=curve, **FAST) as brokers:
+def test_a_broker_cut_off_is_detected_dropped_and_readmitted(
+    tmp_path: Path, family: dict[str, Any]
+) -> None:
+    with running_brokers(tmp_path, 3, sources=(0, 1), **FAST, **family) as brokers:
         b1, b2, b3 = brokers
         family_ready(brokers)
         os.kill(b3.pid, signal.SIGSTOP)  # cut off: alive, but says nothing
@@ -407,3 +416,45 @@ def test_a_broker_cut_off_is_detected_dropped_and_readmitted(tmp_path: Path, cur
             Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as client,
         ):
             wait_until(lambda: _answers(client, "at-b3"), what="b1 routes to b3 again")
+
+
+# ---- a larger family ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("topology", [{}, {"family_topology": "gossip"}], ids=["mesh", "gossip"])
+def test_six_brokers_all_declare_a_killed_one_dead_and_still_route_across(
+    tmp_path: Path, topology: dict[str, Any]
+) -> None:
+    # Six processes on a shared 2-core machine: more than the default start budget.
+    with running_brokers(
+        tmp_path, 6, sources=(0, 1), start_timeout_s=60.0, **FAST, **topology
+    ) as brokers:
+        family_ready(brokers)
+        victim = brokers[3]
+        killed = time.time()  # log lines carry wall time (ts)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.process.wait(WAIT_S)
+        live = [b for b in brokers if b is not victim]
+        started = time.monotonic()
+        for broker in live:
+            wait_until(
+                lambda b=broker: bool(events(b, "peer_lost", peer="b4")),
+                what="every live broker declared b4 dead",
+            )
+        took = time.monotonic() - started
+        shape = topology.get("family_topology", "mesh")
+        print(f"\n{shape}: b4 declared dead by all 5 live brokers in {took:.2f} s")
+        with (
+            worker_thread(brokers[5], {"at-b6": echo_handler}),
+            Client(brokers[0].endpoints["frontend"], timeout=10.0) as client,
+        ):
+            wait_until(lambda: _answers(client, "at-b6"), what="b1 routes to b6")
+        for broker in live:
+            # Since the kill (joiners' seed links say DISCONNECT at start, F2): b4 only.
+            lost = [
+                (e.get("peer"), e.get("reason"))
+                for e in events(broker, "peer_lost")
+                if e["ts"] >= killed
+            ]
+            assert {peer for peer, _ in lost} == {"b4"}, lost

@@ -30,6 +30,7 @@ from scale0.wire.frames import (
     is_reserved_service,
     name_problem,
 )
+from scale0.wire.gossip import Ack, MemberRow, MemberStatus, Ping, PingReq
 from scale0.wire.peer import (
     BrokerState,
     Forward,
@@ -89,6 +90,20 @@ def _disconnect_errors() -> st.SearchStrategy[DisconnectError]:
     return build()
 
 
+member_rows = st.lists(
+    st.builds(
+        MemberRow,
+        names,
+        st.sampled_from(MemberStatus),
+        versions0,
+        st.sampled_from(BrokerState),
+        versions0,
+        st.dictionaries(services, st.integers(0, 10_000), max_size=3).map(
+            lambda d: tuple(d.items())
+        ),
+    ),
+    max_size=4,
+).map(tuple)
 table_services = st.lists(
     st.builds(
         TableService,
@@ -173,6 +188,10 @@ MESSAGES: dict[type[Message], st.SearchStrategy[Message]] = {
     Forward: st.builds(Forward, ids, services, names, bodies),
     ForwardPartial: st.builds(ForwardPartial, ids, bodies),
     ForwardReply: st.builds(ForwardReply, ids, statuses, bodies),
+    # gossip (§5.6)
+    Ping: st.builds(Ping, names, versions0, names, times, member_rows),
+    PingReq: st.builds(PingReq, names, versions0, names, times, member_rows),
+    Ack: st.builds(Ack, names, versions0, names, times, member_rows),
     # Majordomo
     mdp.MdpClientRequest: st.builds(
         mdp.MdpClientRequest, services, bodies, protocol=st.sampled_from([mdp.MDPC01, mdp.MDPC02])

@@ -36,7 +36,7 @@ OPTION_KEYS = sorted(
         "command", "config_type", "config_version", "endpoint", "endpoints", "family", "full",
         "hbeatinterval_ms", "heartbeat", "message", "origin", "reason", "request_id",
         "services", "sha256", "signature", "since_seq", "state", "table_mode", "table_seq",
-        "time", "worker_id", "last_heartbeat",
+        "time", "worker_id", "last_heartbeat", "seq", "target", "incarnation", "status",
     }
 )  # fmt: skip
 
