@@ -182,10 +182,14 @@ def test_a_worker_with_a_valid_key_but_no_right_to_a_service_is_refused_with_403
             ),
             what="worker2 refused with 403, logged with its key",
         )
-        # The worker was told why: DISCONNECTERROR 403 naming the service.
-        assert any(
-            "broker refused: 403" in r.getMessage() and "secret.a" in r.getMessage()
-            for r in caplog.records
+        # The worker was told why: DISCONNECTERROR 403 naming the service (it may hear it a
+        # moment after the broker logged it).
+        wait_until(
+            lambda: any(
+                "broker refused: 403" in r.getMessage() and "secret.a" in r.getMessage()
+                for r in caplog.records
+            ),
+            what="worker2 told DISCONNECTERROR 403 naming secret.a",
         )
         with Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as client:
             for i in range(20):
