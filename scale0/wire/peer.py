@@ -269,13 +269,26 @@ class TableReq(Message):
         return cls(opt_name(opts, "broker_id"), opt_int(opts, "since_seq", None, minimum=0))
 
 
+#: The command of a FORWARD that carries its caller's CURVE key (§5.4).
+FORWARD_AS: Final = b"FORWARDAS"
+
+
 @dataclass(frozen=True, slots=True)
 class Forward(Message):
-    """FORWARD: ``ticket, service, origin_broker, caller, body...``, a request for a peer's
-    worker; ``caller`` is the calling client's CURVE public key (Z85), empty without CURVE, so
-    the serving broker judges it by the same grants (§5.4)."""
+    """A request for a peer's worker (§5.4), in one of two commands:
+
+    - FORWARD ``ticket, service, origin_broker, body...`` (the brief's layout) when ``caller``
+      is empty, as it is in every family without CURVE;
+    - FORWARDAS ``ticket, service, origin_broker, caller, body...`` when the calling client
+      has a CURVE key (Z85), so the serving broker judges it by the same grants.
+
+    A second command rather than a new frame in FORWARD: a broker of an older version reads
+    FORWARD positionally and would take a caller frame for the first body frame; FORWARDAS is
+    to it an unknown command, refused, never a corrupted body."""
 
     COMMAND: ClassVar[bytes] = b"FORWARD"
+    #: The other command this class is registered under and encodes (wire/registry.py).
+    ALSO: ClassVar[tuple[bytes, ...]] = (FORWARD_AS,)
     PROTOCOL: ClassVar[bytes] = SIG_BROKER
 
     ticket: bytes
@@ -285,19 +298,22 @@ class Forward(Message):
     caller: str = ""
 
     def to_frames(self) -> list[bytes]:
-        return [
-            EMPTY,
-            SIG_BROKER,
-            b"FORWARD",
-            self.ticket,
-            self.service.encode("utf-8"),
-            self.origin_broker.encode("utf-8"),
-            self.caller.encode("ascii"),
-            *self.body,
-        ]
+        head = [self.ticket, self.service.encode("utf-8"), self.origin_broker.encode("utf-8")]
+        if not self.caller:
+            return [EMPTY, SIG_BROKER, b"FORWARD", *head, *self.body]
+        return [EMPTY, SIG_BROKER, FORWARD_AS, *head, self.caller.encode("ascii"), *self.body]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
+        if frames[2] != FORWARD_AS:
+            if len(frames) < 6:
+                need_frames(frames, ("ticket", "service", "origin_broker"))
+            return cls(
+                opaque_id(frames[3], 3, "ticket"),
+                name_frame(frames[4], 4, "service"),
+                name_frame(frames[5], 5, "origin_broker"),
+                tuple(frames[6:]),
+            )
         if len(frames) < 7:
             need_frames(frames, ("ticket", "service", "origin_broker", "caller"))
         return cls(
@@ -310,9 +326,7 @@ class Forward(Message):
 
 
 def _caller_frame(frame: bytes) -> str:
-    """FORWARD's frame 6: empty, or a CURVE key as 40 Z85 characters (§5.4)."""
-    if not frame:
-        return ""
+    """FORWARDAS's frame 6: a CURVE key as 40 Z85 characters (§5.4)."""
     if len(frame) != CALLER_KEY_LEN or not frame.isascii() or not set(frame) <= _Z85_BYTES:
         raise ProtocolError.malformed(
             6, f"caller is not a CURVE key (40 Z85 characters): {show(frame)}"

@@ -37,6 +37,7 @@ from scale0.wire.frames import (
 )
 from scale0.wire.gossip import Ack, Ping, PingReq
 from scale0.wire.peer import (
+    FORWARD_AS,
     Forward,
     ForwardPartial,
     ForwardReply,
@@ -119,6 +120,8 @@ _TABLE: Final[dict[_Key, type[Message]]] = {
     (SIG_WORKER, b"DISCONNECT", FROM): Disconnect,  # the broker is shutting down (§3.6)
     # --- S0B1 peer channel, §5: same table both ways ---
     **{(SIG_BROKER, cls.COMMAND, way): cls for cls in _PEER_CLASSES for way in (TO, FROM)},
+    (SIG_BROKER, FORWARD_AS, TO): Forward,  # FORWARD with its caller's CURVE key (§5.4)
+    (SIG_BROKER, FORWARD_AS, FROM): Forward,
     # --- 7/MDP, §10 (MDPC01 has no command frame: implicit b"") ---
     (mdp.MDPC01, b"", TO): mdp.MdpClientRequest,
     (mdp.MDPC01, b"", FROM): mdp.MdpClientReply,

@@ -61,5 +61,8 @@ def test_a_short_fuzz_run_leaves_the_broker_up_and_serving(tmp_path: Path) -> No
     assert any("DisconnectError 400" in kind for kind in report.answers)
     # Garbage reached every socket and was judged there: the peer ROUTER and the link DEALER
     # (peer_malformed), the config SUB (config_dropped / config_refused), the workers' side.
-    for event in ("peer_malformed", "config_dropped", "config_refused", "broker_stopped"):
+    # Which of the config SUB's two verdicts a time-bounded run meets depends on how many
+    # mutations it gets through: one of them must be there.
+    assert report.logged["config_dropped"] + report.logged["config_refused"] > 0, report.logged
+    for event in ("peer_malformed", "broker_stopped"):
         assert report.logged[event] > 0, (event, report.logged)

@@ -140,21 +140,27 @@ def test_a_forward_is_judged_by_its_callers_key_at_the_serving_broker() -> None:
 def test_forward_carries_its_caller_on_the_wire_and_refuses_a_bad_one() -> None:
     from scale0.wire.errors import ProtocolError
     from scale0.wire.frames import SIG_BROKER
-    from scale0.wire.registry import decode_from_broker
+    from scale0.wire.registry import decode_from_broker as decode_any
+
+    def decode_from_broker(frames: list[bytes]) -> object:
+        return decode_any(frames, signature=SIG_BROKER, max_frame_bytes=1 << 20)
 
     message = Forward(b"T1", "echo", "a", (b"x", b"y"), caller=OLD)
     frames = message.to_frames()
-    assert frames[6] == OLD.encode()
-    assert Forward.from_frames(frames) == message
-    assert Forward.from_frames(Forward(b"T1", "echo", "a").to_frames()).caller == ""
-    bad = [*frames[:6], b"not a key", *frames[7:]]
-    try:
-        Forward.from_frames(bad)
-    except ProtocolError as exc:
-        assert "caller" in str(exc)
-    else:
-        raise AssertionError("a bad caller frame was accepted")
-    assert SIG_BROKER and decode_from_broker  # the registry decodes the same class
+    assert frames[2] == b"FORWARDAS" and frames[6] == OLD.encode()
+    assert decode_from_broker(frames) == message
+    # Without a caller it is the brief's FORWARD, byte for byte: no frame an older broker
+    # would read as body (docs/protocol.md §5.4).
+    plain = Forward(b"T1", "echo", "a", (b"x",))
+    assert plain.to_frames() == [b"", b"S0B1", b"FORWARD", b"T1", b"echo", b"a", b"x"]
+    assert decode_from_broker(plain.to_frames()) == plain
+    for bad in ([*frames[:6], b"not a key", *frames[7:]], [*frames[:6], b"", *frames[7:]]):
+        try:
+            decode_from_broker(bad)
+        except ProtocolError as exc:
+            assert str(exc).startswith("frame 6: caller is not a CURVE key"), exc
+        else:
+            raise AssertionError(f"a bad caller frame was accepted: {bad[6]!r}")
 
 
 def test_a_grant_that_ends_ends_the_sessions_that_hold_it() -> None:

@@ -31,7 +31,8 @@ PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 def test_s0_classes_encode_the_command_they_are_registered_under() -> None:
     for (signature, command, _), cls in COMMANDS.items():
         if signature in S0_SIGNATURES:
-            assert command == cls.COMMAND, cls.__name__
+            # FORWARD's class also encodes FORWARDAS, its form with a caller (§5.4).
+            assert command in (cls.COMMAND, *getattr(cls, "ALSO", ())), cls.__name__
 
 
 def test_socket_signature_sets_partition_the_table() -> None:
