@@ -434,11 +434,14 @@ class Dispatch:
             answer = ForwardReply(pending.origin, reply.status, reply.body)
             out.append(Send(Channel.PEER, pending.client, answer))
         else:
-            self.cache.put(pending.key, reply, now)
             answer_to: ClientReply | MdpClientReply | None = None
             if self.majordomo.speaks:  # a Majordomo client's answer, built here (D3)
                 answer_to = self.majordomo.client_reply(pending.client, reply)
-            out.append(Send(Channel.FRONTEND, pending.client, answer_to or reply))
+            if answer_to is None:
+                self.cache.put(pending.key, reply, now)
+                answer_to = reply
+            # else not cached: a Majordomo request has no id a retry could repeat (D1)
+            out.append(Send(Channel.FRONTEND, pending.client, answer_to))
         if core.draining:
             self.lifecycle.answered(pending, out)
 

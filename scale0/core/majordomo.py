@@ -11,6 +11,8 @@ Majordomo workers, with one copy of the routing rules.
      (client_id "<broker>.<routing id>"); a broker that is not active refuses a worker with
      DISCONNECT and drops a client's request (a Majordomo client has no error command: it
      times out and retries as its library does).
+     Majordomo has no request id: each request is new (no R10 join), so its answer is not
+     kept in the reply cache (no retry could ask for it).
  D2  A Majordomo worker serves its one service with capacity 1 and heartbeats at
      default_heartbeat_interval_ms; liveness applies as for S0P workers (R8). Its replies carry
      no status: they are 200.
