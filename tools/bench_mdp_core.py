@@ -41,20 +41,26 @@ for i in range(4):
                   now, 1.7e9)
 body, answer = (b"x" * 100,), (b"y" * 100,)
 held = []
+answered = [0]
 
 def perform(out):
     for effect in out:
         if type(effect) is Send:
-            encode(effect.message)
+            frames = encode(effect.message)
             if effect.channel is Channel.BACKEND:
                 held.append((effect.routing_id, effect.message.ticket))
+            elif frames[-1] == answer[0]:
+                answered[0] += 1
 
 def run(n):
+    answered[0] = 0
     for _ in range(n):
         perform(broker.handle_mdp_request(b"\x00client", MAJORTOMO_READING, "echo", body, now))
         while len(held) > 2:  # two requests at workers, the others answered
             worker, ticket = held.pop(0)
             perform(broker.handle_mdp_reply(worker, ticket, answer, now))
+    if answered[0] < n - 2:
+        sys.exit(f"only {answered[0]} of {n} requests answered")
 
 n = int(sys.argv[1])
 run(2000)
@@ -65,11 +71,11 @@ print(f"{best / n * 1e6:.2f}")
 """
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000, help="requests per timed run")
     parser.add_argument("--tree", action="append", default=[], help="a source tree (repeatable)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     trees = [Path(t).resolve() for t in args.tree] or [Path(__file__).resolve().parent.parent]
     for tree in trees:
         if not (tree / "scale0").is_dir():
