@@ -3,7 +3,10 @@
 An adapter at the edge of the core. What a Majordomo sender says becomes what an S0P sender
 would have said (a REQUEST, a READY with capacity 1, a REPLY with status 200, a HEARTBEAT,
 a DISCONNECT), handled by the same rules; what the rules answer is rewritten, at the end of the
-event, into the Majordomo message of the receiver's version (:meth:`Majordomo.translate`). So a
+event, into the Majordomo message of the receiver's version (:meth:`Majordomo.translate`),
+except the two messages of every request, the worker's REQUEST and the client's final reply,
+which the rules build in that form at once (:meth:`Majordomo.worker_request`,
+:meth:`Majordomo.client_reply`, through MajordomoPort: the hot path, docs/performance.md). So a
 Majordomo client reaches S0P and Majordomo workers, here or on a peer, and an S0P client reaches
 Majordomo workers, with one copy of the routing rules.
 
