@@ -195,6 +195,10 @@ M = TypeVar("M", bound=Message)
 Handler = Callable[[Channel, bytes, Any, float, float, list[Effect]], None]
 
 
+#: The few Majordomo readings (§10), each made a Reading once (the fast path gives tuples).
+_READINGS: dict[tuple[bytes, bool, bool], Reading] = {}
+
+
 class Broker:
     """One broker's decisions. Feed it events; perform the effects it returns, in order."""
 
@@ -261,6 +265,7 @@ class Broker:
         peers.replication = replication
         mdp = self.majordomo
         mdp.dispatch, mdp.family, mdp.sessions = dispatch, peers, sessions
+        dispatch.majordomo = mdp
         self.management = Management(self)
         #: The net layer's own counters (received, sent, dropped...), shared for ``status``.
         self.io_counters: dict[str, int] = {}
@@ -429,7 +434,10 @@ class Broker:
         self.core.clock = now
         out: list[Effect] = []
         majordomo = self.majordomo
-        majordomo.request(routing_id, Reading._make(reading), service, body, now, out)
+        known = _READINGS.get(reading)
+        if known is None:
+            known = _READINGS[reading] = Reading._make(reading)
+        majordomo.request(routing_id, known, service, body, now, out)
         if majordomo.speaks:
             majordomo.translate(out)
         return out

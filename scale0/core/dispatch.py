@@ -17,7 +17,13 @@ from collections.abc import Iterable
 
 from scale0.core.context import Core
 from scale0.core.effects import Channel, Effect, Log, Send
-from scale0.core.ports import FamilyPort, ForwardingPort, LifecyclePort, SessionsPort
+from scale0.core.ports import (
+    FamilyPort,
+    ForwardingPort,
+    LifecyclePort,
+    MajordomoPort,
+    SessionsPort,
+)
 from scale0.core.records import refused, request_done
 from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
 from scale0.core.timers import BeatDue, RequestDue
@@ -25,6 +31,7 @@ from scale0.core.trust import may
 from scale0.core.workers import Worker, WorkerPool
 from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, is_reserved_service
+from scale0.wire.mdp import MdpClientReply, MdpWorkerRequest
 from scale0.wire.peer import BrokerState, ForwardPartial, ForwardReply
 from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerRequest
 
@@ -41,6 +48,7 @@ class Dispatch:
     family: FamilyPort
     forwarding: ForwardingPort
     lifecycle: LifecyclePort
+    majordomo: MajordomoPort
     sessions: SessionsPort
 
     def __init__(self, core: Core) -> None:
@@ -323,8 +331,12 @@ class Dispatch:
         self.inflight[ticket] = pending
         if self.family.peers:
             self.family.table_changed(worker.services, now)
-        request: WorkerRequest | WorkerIdRequest
-        if worker.ids:
+        request: WorkerRequest | WorkerIdRequest | MdpWorkerRequest | None = None
+        if self.majordomo.speaks:  # a Majordomo worker: its REQUEST built here, not rewritten
+            request = self.majordomo.worker_request(worker.routing_id, ticket, pending.body)
+        if request is not None:
+            pass
+        elif worker.ids:
             # §4.3: the client's ids, so an idempotent handler (and the worker library's
             # recent-requests memory) can tell a request it already ran. A forwarded request
             # (F7) names no client here: empty ids.
@@ -422,8 +434,14 @@ class Dispatch:
             answer = ForwardReply(pending.origin, reply.status, reply.body)
             out.append(Send(Channel.PEER, pending.client, answer))
         else:
-            self.cache.put(pending.key, reply, now)
-            out.append(Send(Channel.FRONTEND, pending.client, reply))
+            answer_to: ClientReply | MdpClientReply | None = None
+            if self.majordomo.speaks:  # a Majordomo client's answer, built here (D3)
+                answer_to = self.majordomo.client_reply(pending.client, reply)
+            if answer_to is None:
+                self.cache.put(pending.key, reply, now)
+                answer_to = reply
+            # else not cached: a Majordomo request has no id a retry could repeat (D1)
+            out.append(Send(Channel.FRONTEND, pending.client, answer_to))
         if core.draining:
             self.lifecycle.answered(pending, out)
 

@@ -3,7 +3,10 @@
 An adapter at the edge of the core. What a Majordomo sender says becomes what an S0P sender
 would have said (a REQUEST, a READY with capacity 1, a REPLY with status 200, a HEARTBEAT,
 a DISCONNECT), handled by the same rules; what the rules answer is rewritten, at the end of the
-event, into the Majordomo message of the receiver's version (:meth:`Majordomo.translate`). So a
+event, into the Majordomo message of the receiver's version (:meth:`Majordomo.translate`),
+except the two messages of every request, the worker's REQUEST and the client's final reply,
+which the rules build in that form at once (:meth:`Majordomo.worker_request`,
+:meth:`Majordomo.client_reply`, through MajordomoPort: the hot path, docs/performance.md). So a
 Majordomo client reaches S0P and Majordomo workers, here or on a peer, and an S0P client reaches
 Majordomo workers, with one copy of the routing rules.
 
@@ -11,6 +14,8 @@ Majordomo workers, with one copy of the routing rules.
      (client_id "<broker>.<routing id>"); a broker that is not active refuses a worker with
      DISCONNECT and drops a client's request (a Majordomo client has no error command: it
      times out and retries as its library does).
+     Majordomo has no request id: each request is new (no R10 join), so its answer is not
+     kept in the reply cache (no retry could ask for it).
  D2  A Majordomo worker serves its one service with capacity 1 and heartbeats at
      default_heartbeat_interval_ms; liveness applies as for S0P workers (R8). Its replies carry
      no status: they are 200.
@@ -200,30 +205,75 @@ class Majordomo:
 
     def translate(self, out: list[Effect]) -> None:
         """Rewrite, in place, each Send to a Majordomo peer into its Majordomo form (or drop
-        it). Called by the façade at the end of every event while any peer speaks Majordomo."""
+        it). Called by the façade at the end of every event while any peer speaks Majordomo.
+
+        The two messages of every request are built in Majordomo form where they are made
+        (:meth:`worker_request`, :meth:`client_reply`), so on the hot path this is one look
+        over ``out`` that finds nothing to rewrite and allocates nothing."""
         speaks = self.speaks
-        kept: list[Effect] = []
-        changed = False
-        for effect in out:
+        for index, effect in enumerate(out):
+            if (
+                type(effect) is Send
+                and (effect.channel, effect.routing_id) in speaks
+                and effect.message.protocol not in MDP_SIGNATURES
+            ):
+                self._translate_from(out, index)
+                return
+
+    def _translate_from(self, out: list[Effect], start: int) -> None:
+        speaks = self.speaks
+        kept: list[Effect] = out[:start]
+        for effect in out[start:]:
             if type(effect) is Send:
-                protocol = speaks.get((effect.channel, effect.routing_id))
-                if protocol is not None:
-                    changed = True
+                reading = speaks.get((effect.channel, effect.routing_id))
+                if reading is not None:
                     message = self._rewrite(
-                        effect.channel, effect.routing_id, effect.message, protocol
+                        effect.channel, effect.routing_id, effect.message, reading
                     )
                     if message is not None:
                         kept.append(Send(effect.channel, effect.routing_id, message))
                     continue
             kept.append(effect)
-        if changed:
-            out[:] = kept
+        out[:] = kept
+
+    def worker_request(
+        self, routing_id: bytes, ticket: bytes, body: tuple[bytes, ...]
+    ) -> MdpWorkerRequest | None:
+        """The REQUEST to worker ``routing_id`` in its Majordomo form, or None if it speaks S0P
+        (Dispatch.dispatch_to builds it where it is made: no rewrite at the end of the event)."""
+        reading = self.speaks.get((Channel.BACKEND, routing_id))
+        if reading is None:
+            return None
+        return MdpWorkerRequest(ticket, body, protocol=reading[0], delimited=reading[1])
+
+    def client_reply(self, routing_id: bytes, reply: ClientReply) -> MdpClientReply | None:
+        """The final answer to client ``routing_id`` in its Majordomo form, or None if it speaks
+        S0P (Dispatch.finish builds it where it is made)."""
+        reading = self.speaks.get((Channel.FRONTEND, routing_id))
+        if reading is None:
+            return None
+        return self._client_reply(routing_id, reply, reading)
+
+    def _client_reply(
+        self, routing_id: bytes, reply: ClientReply, reading: Reading
+    ) -> MdpClientReply:
+        body = reply.body
+        if reply.status != 200 and reply.service.startswith("mmi."):
+            body = (b"%d" % reply.status,)  # the MMI convention (8/MMI): a bare code
+        if self._held:
+            held = self._held.pop((routing_id, reply.request_id), None)
+            if held is not None:
+                body = (*held, *body)
+        protocol, delimited, majortomo = reading
+        return MdpClientReply(
+            reply.service, body, protocol=protocol, delimited=delimited, majortomo=majortomo
+        )
 
     def _rewrite(
         self, channel: Channel, routing_id: bytes, message: Message, reading: Reading
     ) -> Message | None:
         if message.protocol in MDP_SIGNATURES:
-            return message  # already Majordomo (this room's own DISCONNECT)
+            return message  # already Majordomo (this room's own DISCONNECT, a built answer)
         protocol, delimited, majortomo = reading
         if channel is Channel.BACKEND:
             if isinstance(message, WorkerRequest):
@@ -237,15 +287,7 @@ class Majordomo:
                 return MdpWorkerDisconnect(protocol=protocol, delimited=delimited)
             return None  # FORCENEGOTIATE, CONFIG...: nothing a Majordomo worker knows
         if isinstance(message, ClientReply):
-            body = message.body
-            if message.status != 200 and message.service.startswith("mmi."):
-                body = (b"%d" % message.status,)  # the MMI convention (8/MMI): a bare code
-            held = self._held.pop((routing_id, message.request_id), None)
-            if held is not None:
-                body = (*held, *body)
-            return MdpClientReply(
-                message.service, body, protocol=protocol, delimited=delimited, majortomo=majortomo
-            )
+            return self._client_reply(routing_id, message, reading)
         if isinstance(message, ClientPartial):
             if protocol == MDPC01:  # 7/MDP has no partial replies: they go with the final one
                 key = (routing_id, message.request_id)

@@ -22,6 +22,7 @@ from scale0.core.states import BrokerInput, Change
 from scale0.core.timers import RequestDue
 from scale0.core.workers import WorkerPool
 from scale0.wire.client import CheckConfig, ClientReply, Config, ConfigAck, DisconnectError
+from scale0.wire.mdp import MdpClientReply, MdpWorkerRequest
 from scale0.wire.peer import Forward, ForwardPartial, ForwardReply
 from scale0.wire.worker import Ready, WorkerPartial
 
@@ -31,6 +32,7 @@ __all__ = [
     "ForwardingPort",
     "GuardPort",
     "LifecyclePort",
+    "MajordomoPort",
     "ReplicationPort",
     "SessionsPort",
 ]
@@ -208,6 +210,20 @@ class LifecyclePort(Protocol):
     def move_worker(self, routing_id: bytes, now: float, out: list[Effect]) -> None: ...
 
     def answered(self, pending: Pending, out: list[Effect]) -> None: ...
+
+
+class MajordomoPort(Protocol):
+    """scale0/core/majordomo.py: who speaks Majordomo, and the two answers of every request in
+    Majordomo form, built where they are made (the rest is rewritten at the end of the event)."""
+
+    @property
+    def speaks(self) -> Mapping[tuple[Channel, bytes], tuple[bytes, bool, bool]]: ...
+
+    def worker_request(
+        self, routing_id: bytes, ticket: bytes, body: tuple[bytes, ...]
+    ) -> MdpWorkerRequest | None: ...
+
+    def client_reply(self, routing_id: bytes, reply: ClientReply) -> MdpClientReply | None: ...
 
 
 class ReplicationPort(Protocol):

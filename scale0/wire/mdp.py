@@ -46,6 +46,23 @@ def _head(delimited: bool, *frames: bytes) -> list[bytes]:
     return [EMPTY, *frames] if delimited else list(frames)
 
 
+# The head frames of the two messages of every request, encoded once per reading (the hot
+# path, docs/performance.md): worker REQUEST by (signature, delimited); client final reply by
+# (signature, delimited, majortomo).
+_W_REQUEST_HEADS: Final[dict[tuple[bytes, bool], tuple[bytes, ...]]] = {
+    (signature, delimited): ((EMPTY,) if delimited else ()) + (signature, W_REQUEST)
+    for signature in (MDPW01, MDPW02)
+    for delimited in (True, False)
+}
+_C_FINAL_HEADS: Final[dict[tuple[bytes, bool, bool], tuple[bytes, ...]]] = {
+    (signature, delimited, majortomo): ((EMPTY,) if delimited else ())
+    + ((MDPC01,) if signature == MDPC01 else (MDPC02, MAJORTOMO_FINAL if majortomo else C02_FINAL))
+    for signature in (MDPC01, MDPC02)
+    for delimited in (True, False)
+    for majortomo in (True, False)
+}
+
+
 def _client_head(protocol: bytes, command: bytes, delimited: bool = True) -> list[bytes]:
     # MDPC01 carries no command frame (7/MDP); MDPC02 does (18/MDP).
     return _head(delimited, MDPC01) if protocol == MDPC01 else _head(delimited, protocol, command)
@@ -99,9 +116,12 @@ class MdpClientReply(Message):
     majortomo: bool = field(default=False, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
+        head = _C_FINAL_HEADS.get((self.protocol, self.delimited, self.majortomo))
+        if head is None:  # not a Majordomo signature: the decoder never makes one
+            command = MAJORTOMO_FINAL if self.majortomo else C02_FINAL
+            head = tuple(_client_head(self.protocol, command, self.delimited))
         if self.majortomo:  # no service frame in majortomo's reading
-            return [*_client_head(self.protocol, MAJORTOMO_FINAL, self.delimited), *self.body]
-        head = _client_head(self.protocol, C02_FINAL, self.delimited)
+            return [*head, *self.body]
         return [*head, self.service.encode("utf-8"), *self.body]
 
     @classmethod
@@ -185,7 +205,9 @@ class MdpWorkerRequest(Message):
     delimited: bool = field(default=True, kw_only=True)
 
     def to_frames(self) -> list[bytes]:
-        head = _head(self.delimited, self.protocol, W_REQUEST)
+        head = _W_REQUEST_HEADS.get((self.protocol, self.delimited))
+        if head is None:  # not a Majordomo signature: the decoder never makes one
+            head = tuple(_head(self.delimited, self.protocol, W_REQUEST))
         return [*head, self.ticket, EMPTY, *self.body]
 
     @classmethod

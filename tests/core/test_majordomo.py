@@ -235,3 +235,16 @@ def test_a_connection_that_speaks_s0p_after_majordomo_is_answered_in_s0p() -> No
     mdp_worker(h, rid=MW, protocol=MDPW02)
     out = h.send(BACK, MW, CheckConfig(ConfigType.JSON, 3, "again", protocol=SIG_WORKER))
     assert [type(m) for _, m in sends(out, BACK)] == [ConfigAck]
+
+
+def test_d1_a_majordomo_answer_is_not_kept_in_the_reply_cache_an_s0p_one_is() -> None:
+    """A Majordomo request has no request id, so no retry could reach a cached answer (D1)."""
+    h = Harness()
+    h.worker(SW)
+    h.client(SC)
+    ticket = only(dispatched(mdp_request(h)))[1].ticket
+    assert only(sends(h.reply(SW, ticket, b"done"), FRONT))[0] == MC
+    assert len(h.broker.dispatch.cache) == 0
+    ticket = only(dispatched(h.request(SC, b"r1")))[1].ticket
+    assert only(replies(h.reply(SW, ticket, b"done")))[0] == SC
+    assert len(h.broker.dispatch.cache) == 1

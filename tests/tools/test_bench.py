@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from tools import bench, bench_soak
+from tools import bench, bench_mdp_core, bench_soak
 from tools.mdp import DIALECTS, Dialect, reply_header, request_header
 from tools.mdp_brokers import BrokerUnavailable, build_c_broker
 
@@ -127,3 +127,18 @@ def test_bench_soak_runs_end_to_end_and_reports_rss(capsys: pytest.CaptureFixtur
     run = re.search(r"soak: (\d+) of (\d+) requests answered", out)
     assert run is not None and 0 < int(run[1]) == int(run[2]), out  # every request answered
     assert code in (0, 1)  # 1: RSS grew 5 % in 3 s, which a young broker may do
+
+
+def test_bench_mdp_core_times_every_tree_and_names_a_bad_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``tools/bench_mdp_core.py``: the core's CPU per Majordomo request, in-process, for each
+    tree (it exits if a request went unanswered); a tree with no scale0/ is named."""
+    tree = str(Path(__file__).resolve().parents[2])
+    bench_mdp_core.main(["--requests", "300", "--tree", tree])
+    out = capsys.readouterr().out
+    figures = re.search(r": µs CPU per request, rounds 1-3: ([0-9.]+) / ([0-9.]+) / ([0-9.]+)", out)
+    assert figures is not None and all(float(f) > 0 for f in figures.groups()), out
+    with pytest.raises(SystemExit):
+        bench_mdp_core.main(["--tree", str(tmp_path)])
+    assert "no scale0/ in it" in capsys.readouterr().err
