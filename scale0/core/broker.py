@@ -56,6 +56,11 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      frontend or backend connection that has no session negotiate_timeout_ms after it opened
      is hung up, and so is the oldest such connection whenever more than max_unnegotiated wait.
      A connection is negotiated once a message over it leaves its sender with a session.
+ R21 A CHECKCONFIG from a sender whose session already holds the running config_version,
+     less than one heartbeat interval after its previous CHECKCONFIG, is answered as ever and
+     counts one error towards the sender's score (R13): a CHECKCONFIG flood ends in a ban
+     (DISCONNECTERROR 429). A sender told FORCENEGOTIATE asks with an older version: not
+     counted.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)
@@ -259,6 +264,7 @@ class Broker:
         dispatch.sessions = peers.sessions = lifecycle.sessions = sessions
         replication.sessions = sessions
         sessions.family = dispatch.family = forwarding.family = peers
+        sessions.guard = self.guard
         lifecycle.family = replication.family = peers
         dispatch.forwarding = peers.forwarding = lifecycle.forwarding = forwarding
         dispatch.lifecycle = replication.lifecycle = lifecycle

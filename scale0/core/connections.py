@@ -27,3 +27,4 @@ class Session:
     gen: int  # tells a live timer entry from one left by an earlier session
     key: str = ""  # its CURVE public key (Z85), "" without CURVE (scale0/core/trust.py)
     allowed: Allowed = "all"  # what the key may call (clients) or serve (workers), T1-T4
+    checked: float = float("-inf")  # its last CHECKCONFIG (R21)

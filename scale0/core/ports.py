@@ -160,6 +160,10 @@ class GuardPort(Protocol):
     @property
     def unnegotiated(self) -> Mapping[tuple[Channel, int], None]: ...
 
+    def count_error(
+        self, channel: Channel, sender: bytes, reply_to: bytes, now: float, out: list[Effect]
+    ) -> bool: ...
+
 
 class FamilyPort(Protocol):
     """scale0/core/family.py: the other members, their links and tables."""

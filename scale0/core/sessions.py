@@ -14,7 +14,7 @@ from scale0.config.model import KeyGrant
 from scale0.core.connections import Session
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Authenticated, Channel, Effect, Log, Send
-from scale0.core.ports import DispatchPort, FamilyPort
+from scale0.core.ports import DispatchPort, FamilyPort, GuardPort
 from scale0.core.records import heartbeat_gap
 from scale0.core.timers import BeatDue, SessionDue
 from scale0.core.trust import allowed
@@ -44,6 +44,7 @@ class Sessions:
 
     dispatch: DispatchPort
     family: FamilyPort
+    guard: GuardPort
 
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -205,6 +206,17 @@ class Sessions:
                 return
             self.forget(channel, holder, now, out, "replaced")
         old = sessions.get(routing_id)
+        if (
+            old is not None
+            and msg.config_version == core.network.config_version
+            and now - old.checked < core.interval_s
+        ):
+            # R21: it holds the running config and asked again within one interval: a flood.
+            # Answered as ever, but each one counts towards its error score (R13), so a flood
+            # ends in a ban (429) while a client told FORCENEGOTIATE (older version) is not.
+            core.counters["checkconfig_repeated"] = core.counters.get("checkconfig_repeated", 0) + 1
+            if self.guard.count_error(channel, routing_id, routing_id, now, out):
+                return
         if old is None and self.full(channel, routing_id):
             # R20: a new sender past max_sessions; it may try another broker of the family.
             core.counters["sessions_refused"] = core.counters.get("sessions_refused", 0) + 1
@@ -216,6 +228,7 @@ class Sessions:
         # A renegotiating session keeps the timeout its READY set (R11).
         timeout_s = old.timeout_s if old is not None else None
         session = self._open(channel, routing_id, client_id, now, timeout_s)
+        session.checked = now
         if not session.allowed:  # T2, T3: a key with no grant in force
             why = f"CURVE key {session.key or '(none)'} has no grant in force"
             self.refuse(channel, routing_id, why, out)

@@ -35,9 +35,9 @@ def error_of(reply: ClientReply) -> tuple[int, str]:
     return reply.status, json.loads(reply.body[0])["message"]
 
 
-def test_rules_header_lists_twenty_rules() -> None:
+def test_rules_header_lists_twenty_one_rules() -> None:
     doc = broker_module.__doc__ or ""
-    assert re.findall(r"^ R(\d+) ", doc, re.M) == [str(i) for i in range(1, 21)]
+    assert re.findall(r"^ R(\d+) ", doc, re.M) == [str(i) for i in range(1, 22)]
 
 
 # ---- R1, R2, R3: negotiation ------------------------------------------------------------------
@@ -607,3 +607,34 @@ def test_config_view_loads_back_in_every_format() -> None:
         # A client view is a partial network config, so it is read as a plain tree.
         tree = parse(document, config_type.value).tree  # type: ignore[arg-type]
         assert tree["family"] == "test" and str(tree["config_version"]) == "3"
+
+
+# ---- R21: a CHECKCONFIG flood -----------------------------------------------------------------
+
+
+def test_r21_a_checkconfig_flood_is_answered_then_banned() -> None:
+    h = Harness(error_threshold=3, error_ban_s=60.0)
+    _rid, first = only(sends(h.client(C1)))
+    assert isinstance(first, ConfigAck)
+    # The same question again within one interval, holding the running config: answered, and
+    # each one counted; past the threshold the sender is banned and told 429.
+    for _ in range(3):
+        assert isinstance(only(sends(h.client(C1)))[1], ConfigAck)
+    msg = only(sends(h.client(C1)))[1]
+    assert isinstance(msg, DisconnectError) and msg.code == 429
+    assert h.broker.is_banned(C1, h.now)
+    assert h.broker.stats()["checkconfig_repeated"] == 4
+
+
+def test_r21_asking_once_an_interval_or_after_forcenegotiate_is_not_a_flood() -> None:
+    h = Harness(error_threshold=3, error_ban_s=60.0)
+    h.client(C1)
+    for _ in range(10):
+        h.advance(h.broker.core.interval_s)
+        assert isinstance(only(sends(h.client(C1)))[1], ConfigAck)
+    # An older version (a client told FORCENEGOTIATE after a config change): never counted.
+    older = CheckConfig(config_type=ConfigType.JSON, config_version=1, protocol=SIG_CLIENT)
+    for _ in range(10):
+        assert isinstance(only(sends(h.send(FRONT, C1, older)))[1], Config)
+    assert not h.broker.is_banned(C1, h.now)
+    assert h.broker.stats().get("checkconfig_repeated", 0) == 0
