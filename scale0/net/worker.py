@@ -88,6 +88,7 @@ from scale0.net.dealer import (
     send_outbox,
     sync_socket,
 )
+from scale0.net.security import TrustedKey, trust_for
 from scale0.session.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover, FailoverView
 from scale0.session.link import BrokerLink
 from scale0.session.recent import RECENT_ENTRIES, Decision, RecentKey, RecentRequests
@@ -192,6 +193,7 @@ class Worker(FailoverView):
         context: zmq.asyncio.Context | None = None,
         curve: CurveKeyPair | None = None,
         server_key: str | None = None,
+        trusted_key: TrustedKey | None = None,
         recent_requests: int = RECENT_ENTRIES,
     ) -> None:
         """``curve``/``server_key``: our CURVE key pair and the seed broker's public key, for
@@ -217,6 +219,7 @@ class Worker(FailoverView):
             client_id=worker_id,
             heartbeat_interval_s=heartbeat_interval,
             jitter=random.random,
+            trust=trust_for(trusted_key),
         )
         self._curve = curve
         self._failover = Failover(
