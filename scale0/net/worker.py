@@ -198,6 +198,10 @@ class Worker(FailoverView):
     ) -> None:
         """``curve``/``server_key``: our CURVE key pair and the seed broker's public key, for
         a family that serves CURVE (the other brokers' keys come with the config).
+        ``trusted_key``: the family's config-signing public key (a key file's path, its
+        ``ed25519 <base64>`` text, or the key); every config is checked against it before any
+        backend or key in it is used, and one that fails is refused and logged (S1-S4,
+        :mod:`scale0.session.trust`).
         ``recent_requests``: how many answered requests W7 remembers (0: none)."""
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError(f"capacity must be 1..{MAX_CAPACITY}")
