@@ -207,7 +207,7 @@ class BrokerLink:
     def _untrusted(self, error: UntrustedConfig) -> LinkEvent:
         # S3: the verified config stays; a broker that hands us a config we cannot trust is
         # left like one that refuses us (503), so failover (V3) tries the next known broker.
-        log.error("untrusted config: %s; keeping the last verified config", error)
+        log.error("%s; keeping the last verified config", error)
         self.untrusted = error
         self.negotiated = False
         self.next_heartbeat = math.inf

@@ -187,6 +187,8 @@ class ClientSession:
         self.pending[request.request_id] = request
         if self.link.negotiated:
             self._send(request, now)
+        else:
+            request.untrusted = self.link.untrusted  # S3: still no config we trust, so far
         return request
 
     def cancel(self, request: PendingRequest) -> None:

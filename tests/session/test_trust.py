@@ -284,3 +284,14 @@ def test_s3_a_worker_does_not_register_with_a_broker_whose_config_is_untrusted()
 def test_a_trust_without_keys_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one trusted key"):
         ConfigTrust(())
+
+
+def test_s3_a_request_submitted_after_the_refusal_fails_naming_it_too() -> None:
+    link = BrokerLink(SIG_CLIENT, trust=trust())
+    session = ClientSession(link, 0, Failover(SEED, "frontend"), id_prefix=b"p" * 8)
+    session.arrived(0.0)
+    session.receive(signed_config(family(), key=None).to_frames(), 0.1)
+    request = session.submit("echo", b"x", 1.0, 0.2)  # no move since: nothing new refused
+    session.tick(1.5, 0.0)
+    with pytest.raises(UntrustedConfig, match="not signed"):
+        raise request.outcomes.popleft()  # type: ignore[misc]
