@@ -9,15 +9,20 @@ client was given, so CURVE itself lets it in). Waits are bounded.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
 from scale0.crypto.keys import generate_keypair, key_id, load_public_key
 from scale0.net.client import Client, UntrustedConfig
@@ -148,6 +153,86 @@ def test_a_rogue_seed_with_another_signing_key_is_refused_with_a_clear_error(
         finally:
             stop(worker)
         assert "no trusted key verifies" in (tmp_path / "worker.err").read_text()
+
+
+@contextmanager
+def tampering_proxy(broker: BrokerProcess, rogue_frontend: str) -> Iterator[tuple[str, str]]:
+    """A CURVE server in front of ``broker``'s frontend that forwards everything but rewrites
+    each CONFIG: every other broker's frontend becomes ``rogue_frontend`` and the ``sha256``
+    option is made the new document's, the signature kept. Yields (endpoint, its CURVE key)."""
+    public, secret = zmq.curve_keypair()
+    context = zmq.Context()
+    front = context.socket(zmq.ROUTER)
+    front.curve_server = True
+    front.curve_secretkey = secret
+    front.linger = 0
+    port = front.bind_to_random_port("tcp://127.0.0.1")
+    back = context.socket(zmq.DEALER)
+    back.curve_serverkey = curve_options(broker)["server_key"].encode()
+    back.curve_publickey = public
+    back.curve_secretkey = secret
+    back.linger = 0
+    back.connect(broker.endpoints["frontend"])
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def tamper(frames: list[bytes]) -> list[bytes]:
+        if len(frames) != 5 or frames[2] != b"CONFIG":
+            return frames
+        tree = json.loads(frames[4])
+        for entry in tree.get("brokers", [])[1:]:
+            entry["frontend"] = rogue_frontend
+        document = json.dumps(tree, sort_keys=True, separators=(",", ":")).encode()
+        options = json.loads(frames[3])
+        options["sha256"] = hashlib.sha256(document).hexdigest()
+        seen.append(options["config_version"])
+        return [*frames[:3], json.dumps(options).encode(), document]
+
+    def run() -> None:
+        client: bytes | None = None
+        poller = zmq.Poller()
+        poller.register(front, zmq.POLLIN)
+        poller.register(back, zmq.POLLIN)
+        while not stop.is_set():
+            for sock, _ in poller.poll(50):
+                frames = sock.recv_multipart()
+                if sock is front:
+                    client = frames[0]
+                    back.send_multipart(frames[1:])
+                elif client is not None:
+                    front.send_multipart([client, *tamper(frames)])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{port}", public.decode()
+    finally:
+        stop.set()
+        thread.join(WAIT_S)
+        front.close()
+        back.close()
+        context.term()
+    assert seen, "the proxy never saw a CONFIG"
+
+
+def test_a_proxy_that_tampers_with_the_config_is_refused(tmp_path: Path) -> None:
+    trusted = tmp_path / "keys" / "signing.pub"
+    with (
+        running_brokers(tmp_path, 2, curve=True, **FAST) as (b1, _b2),
+        tampering_proxy(b1, "tcp://127.0.0.1:1") as (endpoint, proxy_key),
+    ):
+        options = dict(curve_options(b1), server_key=proxy_key)
+        # A client that trusts its seed takes the rogue endpoint (what the check is for)...
+        with Client(endpoint, timeout=3.0, heartbeat_interval=0.2, **options) as trusting:
+            trusting.connect(timeout=WAIT_S)
+            assert "tcp://127.0.0.1:1" in trusting.brokers
+        # ...a client that checks the signature refuses the config and learns nothing from it.
+        with Client(
+            endpoint, timeout=3.0, heartbeat_interval=0.2, trusted_key=trusted, **options
+        ) as checking:
+            with pytest.raises(UntrustedConfig, match="no trusted key verifies the signature"):
+                checking.connect(timeout=3.0)
+            assert checking.brokers == [endpoint]
 
 
 def test_a_seed_that_sends_no_signature_is_refused(tmp_path: Path) -> None:
