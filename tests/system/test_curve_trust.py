@@ -122,6 +122,7 @@ def test_a_rogue_seed_with_another_signing_key_is_refused_with_a_clear_error(
     tmp_path: Path,
 ) -> None:
     genuine = tmp_path / "family" / "keys"
+    genuine.mkdir(parents=True)
     generate_keypair(genuine)  # the family the client trusts; none of its brokers is reached
     trusted = genuine / "signing.pub"
     with running_brokers(tmp_path / "rogue", 1, curve=True, **FAST) as (rogue,):
