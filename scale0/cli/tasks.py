@@ -32,11 +32,14 @@ from scale0.cli.admin import (
     AdminFailed,
     Credentials,
     broker_params,
+    curve_settings,
     load_credentials,
     table,
 )
 from scale0.cli.output import Output
 from scale0.config.errors import Problem
+from scale0.crypto.keys import CryptoError
+from scale0.net.client import Client, UntrustedConfig
 from scale0.net.errors import (
     RequestTimeout,
     Scale0Error,
@@ -44,6 +47,7 @@ from scale0.net.errors import (
     ServiceUnavailable,
     WorkerLost,
 )
+from scale0.net.security import load_trusted_key
 from scale0.tasks.client import TaskClient, TaskError
 from scale0.tasks.errors import ErrorCode
 from scale0.tasks.model import TaskState
@@ -117,12 +121,22 @@ def ask(
     service: str,
     timeout_s: float,
     credentials_path: str | None,
+    trusted_key: str | None = None,
 ) -> dict[str, Any]:
-    """One vespid command to the coordinator, with credentials; its reply or TasksFailed."""
+    """One vespid command to the coordinator, with credentials; its reply or TasksFailed.
+
+    CURVE comes from SCALE0_CURVE_KEY and SCALE0_SERVER_KEY (as for the admin commands);
+    ``trusted_key`` (``--trusted-key``, SCALE0_TRUSTED_KEY) makes the client check the config's
+    signature itself (S1-S4)."""
     try:
         credentials = optional_credentials(credentials_path)
+        curve, server_key = curve_settings()
     except AdminFailed as failure:
         raise TasksFailed(failure.message) from None
+    try:
+        trusted = load_trusted_key(trusted_key) if trusted_key else None
+    except CryptoError as exc:
+        raise TasksFailed(f"--trusted-key: {exc}") from None
     # The client library logs its failovers; a command's stderr is its own (and empty with --json).
     quiet = logging.getLogger("scale0")
     if not quiet.handlers:
@@ -130,9 +144,24 @@ def ask(
     message = dict(fields)
     if credentials is not None:
         message.update(auth_id=credentials.auth_id, auth_password=credentials.password)
-    client = TaskClient(broker, vespid_service=service, timeout=timeout_s, retry_s=timeout_s)
+    client = TaskClient(
+        broker,
+        vespid_service=service,
+        timeout=timeout_s,
+        retry_s=timeout_s,
+        client=Client(
+            broker,
+            timeout=timeout_s,
+            heartbeat_interval=0.1,
+            curve=curve,
+            server_key=server_key,
+            trusted_key=trusted,
+        ),
+    )
     try:
         return client.command(command, **message)
+    except UntrustedConfig as exc:
+        raise TasksFailed(f"{command} not sent: {exc}", EXIT_NO_ANSWER) from None
     except TaskError as exc:
         hint = ""
         if exc.code == ErrorCode.FORBIDDEN and credentials is None:
@@ -302,6 +331,7 @@ def _run(
             service=options["service"],
             timeout_s=options["timeout"],
             credentials_path=options["credentials_path"],
+            trusted_key=options.get("trusted_key"),
         )
         if check is not None:
             check(reply)
@@ -324,7 +354,21 @@ def _params(json_param: click.Parameter, *extra: click.Parameter) -> list[click.
         show_default=True,
         help="The coordinator's vespid service (its config's vespid_service).",
     )
-    return [*extra, *broker_params(family=False, target=False, json_param=json_param), service]
+    trusted_key = click.Option(
+        ["--trusted-key"],
+        default=None,
+        envvar="SCALE0_TRUSTED_KEY",
+        help="The family's config-signing public key (a .pub file or its 'ed25519 <base64>' "
+        "text): the config the broker hands us is checked against it before any other broker "
+        "it names is used (docs/protocol.md §2.5). With SCALE0_CURVE_KEY and SCALE0_SERVER_KEY "
+        "for a family that serves CURVE.",
+    )
+    return [
+        *extra,
+        *broker_params(family=False, target=False, json_param=json_param),
+        service,
+        trusted_key,
+    ]
 
 
 def add_task_commands(

@@ -24,6 +24,7 @@ from scale0.cli.options import log_level_option
 from scale0.crypto.curve import curve_key_problem, load_curve_secret_key
 from scale0.crypto.keys import CryptoError
 from scale0.net.logs import LOGGER_NAME, configure, log_event
+from scale0.net.security import load_trusted_key
 from scale0.net.worker import Handler, Worker
 from scale0.session.recent import RECENT_ENTRIES
 
@@ -93,6 +94,15 @@ def load_handler(reference: str) -> Handler:
     "others' come with the config. Needs --curve-key.",
 )
 @click.option(
+    "--trusted-key",
+    default=None,
+    envvar="SCALE0_TRUSTED_KEY",
+    help="The family's config-signing public key (a .pub file, as in a broker's trusted_keys, "
+    "or its 'ed25519 <base64>' text): every config is checked against it before any backend "
+    "or CURVE key in it is used, and one that fails is refused (docs/protocol.md §2.5). "
+    "Env: SCALE0_TRUSTED_KEY.",
+)
+@click.option(
     "--recent-requests",
     type=click.IntRange(min=0),
     default=RECENT_ENTRIES,
@@ -110,6 +120,7 @@ def main(
     worker_id: str | None,
     curve_key: str | None,
     server_key: str | None,
+    trusted_key: str | None,
     recent_requests: int,
     log_level: str,
 ) -> None:
@@ -132,6 +143,12 @@ def main(
             curve = load_curve_secret_key(curve_key)
         except CryptoError as exc:
             raise click.BadParameter(str(exc), param_hint="--curve-key") from None
+    trusted = None
+    if trusted_key is not None:
+        try:
+            trusted = load_trusted_key(trusted_key)
+        except CryptoError as exc:
+            raise click.BadParameter(str(exc), param_hint="--trusted-key") from None
     configure(log_level)
     worker = Worker(
         endpoint,
@@ -141,6 +158,7 @@ def main(
         worker_id=worker_id,
         curve=curve,
         server_key=server_key,
+        trusted_key=trusted,
         recent_requests=recent_requests,
     )
 

@@ -244,17 +244,31 @@ class Sessions:
             ack = ConfigAck(config_version=version, client_id=client_id, protocol=protocol)
             out.append(Send(channel, routing_id, ack))
             return
-        config = Config(
-            config_type=msg.config_type,
-            config_version=version,
-            # §3.2: the digest covers the view sent; the signature covers the whole config, so
-            # it goes only with the whole config (peers, not clients).
-            sha256=core.client_view_sha256,
-            client_id=client_id,
-            document=core.client_view(msg.config_type),
-            signature=None,
-            protocol=protocol,
-        )
+        if msg.signed and core.curve and core.signature is not None:
+            # §2.5: a client or worker that checks the signature itself gets the whole signed
+            # config, as a peer does; only over CURVE, where only granted keys connect (the
+            # whole config carries the admins' scrypt hashes).
+            config = Config(
+                config_type=msg.config_type,
+                config_version=version,
+                sha256=core.sha256,
+                client_id=client_id,
+                document=core.whole_document(msg.config_type),
+                signature=core.signature,
+                protocol=protocol,
+            )
+        else:
+            config = Config(
+                config_type=msg.config_type,
+                config_version=version,
+                # §3.2: the digest covers the view sent; the signature covers the whole
+                # config, so it goes only with the whole config (peers; §2.5 signed clients).
+                sha256=core.client_view_sha256,
+                client_id=client_id,
+                document=core.client_view(msg.config_type),
+                signature=None,
+                protocol=protocol,
+            )
         out.append(Send(channel, routing_id, config))
 
     def skewed(

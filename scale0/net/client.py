@@ -43,6 +43,7 @@ from scale0.net.dealer import (
     send_outbox,
     sync_socket,
 )
+from scale0.net.security import TrustedKey, trust_for
 from scale0.session.errors import (
     BrokerRefused,
     RequestTimeout,
@@ -62,6 +63,7 @@ from scale0.session.requests import (
     closed_error,
     take,
 )
+from scale0.session.trust import UntrustedConfig
 from scale0.session.view import ClientConfig, parse_config_document
 from scale0.wire.client import Disconnect
 from scale0.wire.frames import SIG_CLIENT, ConfigType
@@ -79,6 +81,7 @@ __all__ = [
     "Scale0Error",
     "ServiceNotFound",
     "ServiceUnavailable",
+    "UntrustedConfig",
     "WorkerFailed",
     "WorkerLost",
     "load_curve_secret_key",
@@ -111,6 +114,7 @@ class _LinkedClient(FailoverView, Generic[_S, _C]):
         context: _C | None = None,
         curve: CurveKeyPair | None = None,
         server_key: str | None = None,
+        trusted_key: TrustedKey | None = None,
     ) -> None:
         self.timeout = timeout
         self._curve = curve
@@ -121,6 +125,7 @@ class _LinkedClient(FailoverView, Generic[_S, _C]):
             client_id=client_id,
             heartbeat_interval_s=heartbeat_interval,
             jitter=random.random,
+            trust=trust_for(trusted_key),
         )
         self._failover = Failover(
             endpoint,
@@ -222,6 +227,8 @@ class _LinkedClient(FailoverView, Generic[_S, _C]):
         refusal = self._link.refusal
         if refusal is not None:
             return BrokerRefused(refusal.message, status=refusal.code)
+        if self._link.untrusted is not None:  # S3: no broker handed us a config we trust
+            return self._link.untrusted
         if self._curve is None:
             hint = " (if the family serves CURVE, pass curve= and server_key=)"
         else:
@@ -251,7 +258,11 @@ class Client(_LinkedClient[zmq.Socket[bytes], zmq.Context[zmq.Socket[bytes]]]):
     zfl), ``timeout`` and ``retries`` per request, ``heartbeat_interval``, the failover
     back-off ``backoff_initial`` / ``backoff_max`` (seconds), a pyzmq ``context``, and for a
     family that serves CURVE our key pair ``curve`` (``load_curve_secret_key``) and the seed
-    broker's public key ``server_key`` (the others' come with the config, V7).
+    broker's public key ``server_key`` (the others' come with the config, V7), and
+    ``trusted_key``, the family's config-signing public key (a key file's path, its
+    ``ed25519 <base64>`` text, or the key): every config is then checked against it before
+    any endpoint or key in it is used (rules S1-S4, :mod:`scale0.session.trust`), and a
+    config that fails is refused with :class:`UntrustedConfig`.
     """
 
     def _init_io(self) -> None:

@@ -17,30 +17,59 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import zmq
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from zmq.auth.asyncio import AsyncioAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
 from scale0.config.model import NetworkConfig
 from scale0.core.trust import DOMAINS, admits
 from scale0.crypto.curve import CurveKeyPair
+from scale0.crypto.keys import PUBLIC_KEY_ALGORITHM, load_public_key, parse_public_key_text
+from scale0.session.trust import ConfigTrust
 
 __all__ = [
     "Gatekeeper",
     "HandshakeWatch",
+    "load_trusted_key",
     "make_client",
     "make_server",
     "recv_batch_keyed",
     "server_key_for",
+    "trust_for",
 ]
 
 _NOBLOCK: Final = int(zmq.NOBLOCK)
 _SRCFD: Final = int(zmq.SRCFD)
 _POLLIN: Final = int(zmq.POLLIN)
+
+#: A trusted config-signing key as a client or worker takes it: the key, its one-line text
+#: (``ed25519 <base64>``), or the path of a public key file (the format of ``trusted_keys``).
+TrustedKey = Ed25519PublicKey | str | os.PathLike[str]
+
+
+def load_trusted_key(value: TrustedKey) -> Ed25519PublicKey:
+    """The Ed25519 public key ``value`` names (docs/protocol.md §2.5, rule S1).
+
+    A string starting ``ed25519 `` is the key's text; any other string or path is a public key
+    file, read like a broker's ``trusted_keys``. CryptoError names the file and what is wrong.
+    """
+    if isinstance(value, Ed25519PublicKey):
+        return value
+    if isinstance(value, str) and value.strip().startswith(PUBLIC_KEY_ALGORITHM + " "):
+        return parse_public_key_text(value)
+    return load_public_key(value)
+
+
+def trust_for(value: TrustedKey | None) -> ConfigTrust | None:
+    """The ConfigTrust of a client or worker given ``trusted_key`` (None: it trusts its seed)."""
+    return None if value is None else ConfigTrust((load_trusted_key(value),))
+
 
 #: Called with (event, fields) for every refusal: the node's JSON logger.
 LogSink = Callable[[str, dict[str, object]], None]

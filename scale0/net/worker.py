@@ -88,6 +88,7 @@ from scale0.net.dealer import (
     send_outbox,
     sync_socket,
 )
+from scale0.net.security import TrustedKey, trust_for
 from scale0.session.failover import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Failover, FailoverView
 from scale0.session.link import BrokerLink
 from scale0.session.recent import RECENT_ENTRIES, Decision, RecentKey, RecentRequests
@@ -192,10 +193,15 @@ class Worker(FailoverView):
         context: zmq.asyncio.Context | None = None,
         curve: CurveKeyPair | None = None,
         server_key: str | None = None,
+        trusted_key: TrustedKey | None = None,
         recent_requests: int = RECENT_ENTRIES,
     ) -> None:
         """``curve``/``server_key``: our CURVE key pair and the seed broker's public key, for
         a family that serves CURVE (the other brokers' keys come with the config).
+        ``trusted_key``: the family's config-signing public key (a key file's path, its
+        ``ed25519 <base64>`` text, or the key); every config is checked against it before any
+        backend or key in it is used, and one that fails is refused and logged (S1-S4,
+        :mod:`scale0.session.trust`).
         ``recent_requests``: how many answered requests W7 remembers (0: none)."""
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError(f"capacity must be 1..{MAX_CAPACITY}")
@@ -217,6 +223,7 @@ class Worker(FailoverView):
             client_id=worker_id,
             heartbeat_interval_s=heartbeat_interval,
             jitter=random.random,
+            trust=trust_for(trusted_key),
         )
         self._curve = curve
         self._failover = Failover(

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Final
 
 from scale0.session.failover import Jitter, backoff_delay, no_jitter
+from scale0.session.trust import ConfigTrust, UntrustedConfig
 from scale0.session.view import ClientConfig, parse_config_document
 from scale0.wire.client import (
     CheckConfig,
@@ -63,6 +64,7 @@ class BrokerLink:
         client_id: str | None = None,
         heartbeat_interval_s: float = 1.0,
         jitter: Jitter = no_jitter,
+        trust: ConfigTrust | None = None,
     ) -> None:
         if heartbeat_interval_s <= 0:
             raise ValueError("heartbeat interval must be positive")
@@ -85,6 +87,10 @@ class BrokerLink:
         self.checkconfig_sent_at = -math.inf
         self._jitter = jitter
         self._refusals = 0
+        #: S1-S4 (scale0.session.trust): check every CONFIG's signature before using it.
+        self.trust = trust
+        self.untrusted: UntrustedConfig | None = None  # the last CONFIG refused (S3)
+        self.endpoint = ""  # the broker in use, to name it in an untrusted config's error
 
     @property
     def config_version(self) -> int:
@@ -113,6 +119,7 @@ class BrokerLink:
                 self.config_type,
                 self.config_version or None,
                 self.client_id,
+                signed=self.trust is not None,
                 protocol=self.protocol,
             ).to_frames()
         )
@@ -131,6 +138,8 @@ class BrokerLink:
 
     def handle(self, message: Message, now: float) -> LinkEvent | None:
         """Act on a control message; returns what the owner must do, if anything."""
+        if isinstance(message, Config) and self.trust is not None:
+            return self._checked(message, now)
         if isinstance(message, Config):
             self.config = ClientConfig(
                 message.config_version,
@@ -139,6 +148,18 @@ class BrokerLink:
                 message.sha256,
                 parse_config_document(message.config_type, message.document),
             )
+            return self._negotiated(message.client_id, now)
+        if isinstance(message, ConfigAck) and self.trust is not None:
+            if self.config is None or self.config.version != message.config_version:
+                # S3: we asked with our verified version; an ack of another one is no config.
+                return self._untrusted(
+                    UntrustedConfig(
+                        f"CONFIGACK of config_version {message.config_version}, which we never "
+                        "verified",
+                        version=message.config_version,
+                        sender=self.endpoint,
+                    )
+                )
             return self._negotiated(message.client_id, now)
         if isinstance(message, ConfigAck):
             if self.config is None or self.config.version != message.config_version:
@@ -165,6 +186,33 @@ class BrokerLink:
         if isinstance(message, DisconnectError):
             return self._refused(message, now)
         return None
+
+    def _checked(self, message: Config, now: float) -> LinkEvent:
+        """S1-S3: use the CONFIG only if it verifies; otherwise leave this broker."""
+        assert self.trust is not None
+        try:
+            verified = self.trust.check(message, sender=self.endpoint)
+        except UntrustedConfig as exc:
+            return self._untrusted(exc)
+        self.untrusted = None
+        self.config = ClientConfig(
+            verified.version,
+            message.client_id,
+            message.config_type,
+            verified.sha256,
+            verified.document,
+        )
+        return self._negotiated(message.client_id, now)
+
+    def _untrusted(self, error: UntrustedConfig) -> LinkEvent:
+        # S3: the verified config stays; a broker that hands us a config we cannot trust is
+        # left like one that refuses us (503), so failover (V3) tries the next known broker.
+        log.error("%s; keeping the last verified config", error)
+        self.untrusted = error
+        self.negotiated = False
+        self.next_heartbeat = math.inf
+        self.leave_reason = f"untrusted config: {error.reason}"
+        return LinkEvent.RECONNECT
 
     def _negotiated(self, client_id: str, now: float) -> LinkEvent:
         self.client_id = client_id

@@ -23,7 +23,9 @@ C3  FORCENEGOTIATE and DISCONNECTERROR 426 start C1 again at once on the same so
 C4  Each request has ``timeout`` seconds. It is resent (same ``request_id``) every
     ``timeout / (retries + 1)`` seconds without news of it, at most ``retries`` times; a PARTIAL
     counts as news. At the deadline it fails with :class:`RequestTimeout`, or with
-    :class:`BrokerRefused` if the broker refused the session meanwhile.
+    :class:`BrokerRefused` if the broker refused the session meanwhile, or with
+    :class:`~scale0.session.trust.UntrustedConfig` if the last broker it reached handed it a
+    config it could not trust (a client with a trusted signing key, S1-S3).
 C5  A negotiated link sends HEARTBEAT every interval (the larger of ours, the config's
     ``default_heartbeat_interval_ms`` and any ``hbeatinterval_ms`` the broker announces). A
     broker silent for ``liveness`` (config, default 3) intervals is dead, and so is one that
@@ -52,6 +54,7 @@ from dataclasses import dataclass, field
 from scale0.session.errors import BrokerRefused, RequestTimeout, Scale0Error, error_for_reply
 from scale0.session.failover import Failover, Move
 from scale0.session.link import BrokerLink, LinkEvent
+from scale0.session.trust import UntrustedConfig
 from scale0.wire.client import ClientPartial, ClientReply, ClientRequest, DisconnectError
 from scale0.wire.errors import ProtocolError
 
@@ -113,6 +116,7 @@ class PendingRequest:
     outcomes: deque[Outcome] = field(default_factory=deque)
     done: bool = False
     refused: DisconnectError | None = None
+    untrusted: UntrustedConfig | None = None  # S3: why the last broker's config was refused
     wake: Callable[[], None] | None = None
 
     def finished(self) -> bool:
@@ -165,6 +169,7 @@ class ClientSession:
     def arrived(self, now: float) -> None:
         """A new DEALER is connected to ``failover.current``: the link starts over (C1)."""
         self.move = None
+        self.link.endpoint = self.failover.current
         self.link.reset(now)
 
     def submit(self, service: str, body: Body, timeout_s: float, now: float) -> PendingRequest:
@@ -182,6 +187,8 @@ class ClientSession:
         self.pending[request.request_id] = request
         if self.link.negotiated:
             self._send(request, now)
+        else:
+            request.untrusted = self.link.untrusted  # S3: still no config we trust, so far
         return request
 
     def cancel(self, request: PendingRequest) -> None:
@@ -230,8 +237,12 @@ class ClientSession:
                 self.failover.learn(self.link.config.document)
             for request in self.pending.values():
                 request.refused = None
+                request.untrusted = None
                 self._send(request, now)
         elif event is LinkEvent.RECONNECT:
+            if self.link.untrusted is not None:
+                for request in self.pending.values():
+                    request.untrusted = self.link.untrusted  # S3: say so at the deadline
             refusal = self.link.refusal
             if refusal is not None and refusal.code == 503:
                 for request in self.pending.values():
@@ -258,7 +269,9 @@ class ClientSession:
         for request in list(self.pending.values()):
             if now >= request.deadline:
                 del self.pending[request.request_id]
-                if request.refused is not None:
+                if request.untrusted is not None:
+                    request.push(request.untrusted.for_request(request.service, request.request_id))
+                elif request.refused is not None:
                     request.push(_refused(request, request.refused))
                 else:
                     request.push(

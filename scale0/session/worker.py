@@ -57,6 +57,7 @@ class WorkerSession:
         """A new DEALER is connected to ``failover.current``: start at W1."""
         self.move = None
         self.registered = False
+        self.link.endpoint = self.failover.current
         self.link.reset(now)
 
     def receive(

@@ -23,6 +23,7 @@ from scale0.wire.frames import (
     name_frame,
     need_frames,
     opaque_id,
+    opt_bool,
     opt_enum,
     opt_float,
     opt_int,
@@ -50,6 +51,9 @@ class CheckConfig(Message):
     config_type: ConfigType
     config_version: int | None = None
     client_id: str | None = None
+    #: §2.5: the sender checks the config's signature itself and asks for the whole signed
+    #: config (sent only over CURVE); absent or false: the client view.
+    signed: bool = False
     protocol: bytes = field(kw_only=True)
 
     def to_frames(self) -> list[bytes]:
@@ -60,6 +64,7 @@ class CheckConfig(Message):
                 "config_type": self.config_type.value,
                 "config_version": self.config_version,
                 "client_id": self.client_id,
+                "signed": True if self.signed else None,
             },
         )
 
@@ -70,6 +75,7 @@ class CheckConfig(Message):
             opt_enum(opts, "config_type", ConfigType),
             opt_int(opts, "config_version", None, minimum=0),
             opt_name(opts, "client_id", None),
+            opt_bool(opts, "signed", False),
             protocol=frames[1],
         )
 

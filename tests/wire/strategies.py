@@ -121,6 +121,7 @@ MESSAGES: dict[type[Message], st.SearchStrategy[Message]] = {
         config_types,
         st.none() | versions0,
         st.none() | names,
+        st.booleans(),
         protocol=any_s0,
     ),
     ConfigAck: st.builds(ConfigAck, versions, names, protocol=any_s0),
