@@ -4,7 +4,7 @@ Issue 14's target: a broker with 2 000 idle connected workers and 2 000 idle cli
 under 5 % of one core on liveness. One real ``scale0-broker`` (the network config's
 defaults: a heartbeat every ``default_heartbeat_interval_ms`` = 1 s, liveness 3) and driver
 processes that each hold a share of the connections as raw DEALERs: every one negotiates
-(CHECKCONFIG, in waves of 100 per driver so as to stay under the broker's max_unnegotiated),
+(CHECKCONFIG, at most 100 per driver waiting at a time, under the broker's max_unnegotiated),
 the workers say READY (heartbeat on), and then each sends a HEARTBEAT every 0.8 interval
 (well inside it, as a client does; docs/protocol.md §3.4, §4.2) and reads what the broker
 sends (its HEARTBEATs to workers, its answers to clients). Nothing else happens. A driver's
@@ -52,7 +52,8 @@ def cpu_seconds(pid: int) -> float:
 
 SLOTS = 20  # a driver's connections heartbeat in this many groups spread over the period
 PERIOD_S = INTERVAL_S * 0.8  # well inside the interval, as a client does
-WAVE = 100  # connections a driver opens and negotiates at a time (R20: max_unnegotiated 1024)
+WAVE = 100  # connections a driver has waiting for CONFIG at most (R20: max_unnegotiated 1024)
+CHECKCONFIG = b'{"config_type":"json"}'
 
 
 def driver(
@@ -72,36 +73,13 @@ def driver(
     connection), in ``late`` the worst lateness of a group's HEARTBEATs against its schedule,
     in ``counts`` the HEARTBEATs sent and received."""
     ctx = zmq.Context()
-    socks: list[tuple[zmq.Socket[bytes], bytes]] = []
-    version = 0
-    # Opened and negotiated in waves: 4 000 connections at once would pass the broker's
-    # max_unnegotiated (1 024), and the broker would rightly drop the oldest (R20).
-    for first in range(0, workers + clients, WAVE):
-        wave = []
-        for n in range(first, min(first + WAVE, workers + clients)):
-            sock = ctx.socket(zmq.DEALER)
-            sock.linger = 0
-            sock.connect(backend if n < workers else frontend)
-            signature = b"S0W1" if n < workers else b"S0C1"
-            sock.send_multipart([b"", signature, b"CHECKCONFIG", b'{"config_type":"json"}'])
-            wave.append((sock, signature))
-        waiting = {sock for sock, _ in wave}
-        wave_poller = zmq.Poller()
-        for sock in waiting:
-            wave_poller.register(sock, zmq.POLLIN)
-        deadline = time.monotonic() + 60
-        while waiting and time.monotonic() < deadline:
-            for sock, _ in wave_poller.poll(1000):
-                frames = sock.recv_multipart()
-                if frames[2] in (b"CONFIG", b"CONFIGACK"):
-                    version = json.loads(frames[3]).get("config_version", version)
-                    waiting.discard(sock)
-        if waiting:
-            raise RuntimeError(f"{len(waiting)} connections not answered CHECKCONFIG in 60 s")
-        socks.extend(wave)
+    total = workers + clients
     poller = zmq.Poller()
-    for sock, _ in socks:
-        poller.register(sock, zmq.POLLIN)
+    signature_of: dict[zmq.Socket[bytes], bytes] = {}
+    pending: set[zmq.Socket[bytes]] = set()  # asked CHECKCONFIG, not answered yet
+    groups: list[list[tuple[zmq.Socket[bytes], bytes]]] = [[] for _ in range(SLOTS)]
+    opened = joined = 0
+    version = 0
 
     def ready(sock: zmq.Socket[bytes], signature: bytes) -> None:
         options = {
@@ -113,24 +91,33 @@ def driver(
         }
         sock.send_multipart([b"", signature, b"READY", json.dumps(options).encode()])
 
-    for sock, signature in socks[:workers]:
-        ready(sock, signature)
-    ready_event.set()
-    signature_of = dict(socks)
     forgotten: set[zmq.Socket[bytes]] = set()
-    groups = [socks[g::SLOTS] for g in range(SLOTS)]
     start = time.monotonic()
     slot = 0  # the next group's turn: start + slot * PERIOD_S / SLOTS
     sent = received = 0
     worst = 0.0
     while not stop.is_set():
+        # Connections open a few at a time (at most WAVE waiting for their CONFIG): 4 000 at
+        # once would pass the broker's max_unnegotiated (1 024) and it would rightly drop the
+        # oldest (R20). Each joins the heartbeat schedule once answered, so none falls silent
+        # while the others open.
+        while opened < total and len(pending) < WAVE:
+            sock = ctx.socket(zmq.DEALER)
+            sock.linger = 0
+            sock.connect(backend if opened < workers else frontend)
+            signature_of[sock] = b"S0W1" if opened < workers else b"S0C1"
+            sock.send_multipart([b"", signature_of[sock], b"CHECKCONFIG", CHECKCONFIG])
+            poller.register(sock, zmq.POLLIN)
+            pending.add(sock)
+            opened += 1
         due = start + slot * PERIOD_S / SLOTS
         now = time.monotonic()
         if now >= due:
             beat = json.dumps({"time": time.time(), "config_version": version}).encode()
-            for sock, signature in groups[slot % SLOTS]:
+            group = groups[slot % SLOTS]
+            for sock, signature in group:
                 sock.send_multipart([b"", signature, b"HEARTBEAT", beat])
-            sent += len(groups[slot % SLOTS])
+            sent += len(group)
             worst = max(worst, time.monotonic() - due)
             slot += 1
             if slot % SLOTS == 0:  # once a period: what this driver did, to the parent
@@ -139,18 +126,29 @@ def driver(
                 with counts.get_lock():
                     counts[0] += sent
                     counts[1] += received
-                sent = received = worst = 0
+                sent = received = 0
+                worst = 0.0
             continue
         for sock, _ in poller.poll(max(1, int((due - now) * 1000))):
+            signature = signature_of[sock]
             while True:
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 command = frames[2]
-                signature = signature_of[sock]
                 if command == b"HEARTBEAT":
                     received += 1
+                elif command in (b"CONFIG", b"CONFIGACK"):
+                    version = json.loads(frames[3]).get("config_version", version)
+                    if signature == b"S0W1":
+                        ready(sock, signature)
+                    if sock in pending:
+                        pending.discard(sock)
+                        groups[joined % SLOTS].append((sock, signature))
+                        joined += 1
+                        if joined == total:
+                            ready_event.set()
                 elif command in (b"FORCENEGOTIATE", b"DISCONNECTERROR"):
                     # Forgotten (a driver starved past liveness, a broker too slow): counted
                     # once, and negotiated again as a client would, so the load stays.
@@ -158,9 +156,7 @@ def driver(
                         forgotten.add(sock)
                         with lost.get_lock():
                             lost.value += 1
-                    sock.send_multipart([b"", signature, b"CHECKCONFIG", b'{"config_type":"json"}'])
-                elif command in (b"CONFIG", b"CONFIGACK") and signature == b"S0W1":
-                    ready(sock, signature)
+                    sock.send_multipart([b"", signature, b"CHECKCONFIG", CHECKCONFIG])
 
 
 def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, float]:
