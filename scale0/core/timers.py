@@ -21,14 +21,22 @@ K = TypeVar("K")
 class TimerHeap(Generic[K]):
     """A min-heap of (due, key) with lazy deletion by the caller."""
 
-    __slots__ = ("_counter", "_heap")
+    __slots__ = ("_counter", "_firing", "_heap")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, K]] = []
         self._counter = itertools.count()  # ties fire in the order they were scheduled
+        # True while pop_due has yielded the head's key and not removed the entry yet: the
+        # first push in that time replaces it (one sift instead of a pop's and a push's; a
+        # heartbeat or expiry timer that fires re-arms itself, thousands of times a second).
+        self._firing = False
 
     def push(self, due: float, key: K) -> None:
-        heapq.heappush(self._heap, (due, next(self._counter), key))
+        if self._firing:
+            self._firing = False
+            heapq.heapreplace(self._heap, (due, next(self._counter), key))
+        else:
+            heapq.heappush(self._heap, (due, next(self._counter), key))
 
     def next_due(self) -> float | None:
         return self._heap[0][0] if self._heap else None
@@ -44,8 +52,17 @@ class TimerHeap(Generic[K]):
     def pop_due(self, now: float) -> Iterator[K]:
         """Yield the keys due at ``now``, earliest first (new pushes for now are yielded too)."""
         heap = self._heap
-        while heap and heap[0][0] <= now:
-            yield heapq.heappop(heap)[2]
+        try:
+            while heap and heap[0][0] <= now:
+                self._firing = True
+                yield heap[0][2]
+                if self._firing:  # not replaced by a push: remove it
+                    self._firing = False
+                    heapq.heappop(heap)
+        finally:
+            if self._firing:  # the consumer stopped (or raised) while the head was firing
+                self._firing = False
+                heapq.heappop(heap)
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -293,6 +293,8 @@ class BrokerNode:
         self._conn_channels: dict[int, Channel] = {}
         # Of them, those the fast path has not yet seen negotiated (one set lookup a message).
         self._fresh: set[int] = set()
+        #: The message _perform encoded last, and its frames (see there).
+        self._last_encoded: tuple[Message | None, list[bytes]] = (None, [])
         # Management (scale0/net/admin.py): credential checks off the loop, family fan-out,
         # and sinks for channels that are not sockets (the HTTP server, scale0/mgmt).
         self.broker.io_counters = self._counters
@@ -1140,9 +1142,10 @@ class BrokerNode:
         # Management requests waiting for their answer (event log): empty nearly always.
         asked = events.asked if events is not None else None
         # The core sends one message object to many (the HEARTBEATs of a timer round, the
-        # answers to a batch of client HEARTBEATs): encoded once, its frames sent to each.
-        last: Message | None = None
-        last_frames: list[bytes] = []
+        # answers to a batch of client HEARTBEATs, each answered by a _perform of its own):
+        # encoded once, its frames sent to each. Messages are frozen, and the one remembered
+        # is held, so ``is`` cannot match a different message.
+        last, last_frames = self._last_encoded
         for effect in effects:
             try:
                 if isinstance(effect, Send):
@@ -1167,6 +1170,7 @@ class BrokerNode:
                     if message is not last:
                         last_frames = encode(message)
                         last = message
+                        self._last_encoded = (message, last_frames)
                     frames = last_frames
                     port.sending = True  # the send may swallow its FD's edge (see _flush)
                     if port.kind == "dealer":  # a peer link: no routing id to prepend
