@@ -16,7 +16,6 @@ Files (``scale0ctl keys generate --type curve``): ``NAME.curve.pub`` holds the p
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -29,10 +28,8 @@ from scale0.crypto.keys import (
     _KEY_NAME_RE,
     CryptoError,
     _exists,
-    _fsync_dir,
-    _install,
     _read_key_file,
-    _write_temp,
+    write_key_files,
 )
 
 __all__ = [
@@ -168,29 +165,13 @@ def generate_curve_keypair(
         )
     )
     pair = CurveKeyPair(public_from_secret(secret), secret)
-    temps: list[Path] = []
-    installed: list[Path] = []
-    try:
-        tmp_secret = _write_temp(dir_path, secret_path.name, _file_text(pair), 0o600)
-        temps.append(tmp_secret)
-        public_text = _file_text(CurveKeyPair(pair.public))
-        tmp_public = _write_temp(dir_path, public_path.name, public_text, 0o644)
-        temps.append(tmp_public)
-        for tmp, final in ((tmp_secret, secret_path), (tmp_public, public_path)):
-            _install(tmp, final, overwrite=overwrite)
-            installed.append(final)
-    except CryptoError:
-        for path in installed:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        raise
-    except OSError as exc:
-        raise CryptoError(f"cannot write key pair {name!r} in {dir_path}: {exc}") from exc
-    finally:
-        for tmp in temps:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    _fsync_dir(dir_path)
+    public_text = _file_text(CurveKeyPair(pair.public))
+    write_key_files(
+        dir_path,
+        name,
+        ((secret_path, _file_text(pair), 0o600), (public_path, public_text, 0o644)),
+        overwrite=overwrite,
+    )
     return secret_path, public_path, pair
 
 

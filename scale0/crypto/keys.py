@@ -10,7 +10,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -29,6 +29,7 @@ __all__ = [
     "sign_config",
     "signed_bytes",
     "verify_config",
+    "write_key_files",
 ]
 
 PUBLIC_KEY_ALGORITHM = "ed25519"
@@ -132,6 +133,43 @@ def _exists(path: Path) -> CryptoError:
     return CryptoError(f"{path} already exists; refusing to overwrite it (pass overwrite=True)")
 
 
+def write_key_files(
+    dir_path: Path,
+    name: str,
+    files: Sequence[tuple[Path, bytes, int]],
+    *,
+    overwrite: bool,
+) -> None:
+    """Write a key pair's files, all or none: each to a temp file of its final ``mode`` in
+    ``dir_path`` (fsync'ed: a secret is never readable by others, not even for a moment), then
+    moved in place, then the directory fsync'ed. Without ``overwrite`` a file that appeared
+    after the caller's check refuses (CryptoError) and undoes the files installed so far (they
+    cannot be anyone else's: the link is O_EXCL). Errors name the pair ``name``."""
+    temps: list[Path] = []
+    installed: list[Path] = []
+    try:
+        staged: list[tuple[Path, Path]] = []
+        for final, data, mode in files:
+            tmp = _write_temp(dir_path, final.name, data, mode)
+            temps.append(tmp)
+            staged.append((tmp, final))
+        for tmp, final in staged:
+            _install(tmp, final, overwrite=overwrite)
+            installed.append(final)
+    except CryptoError:
+        for path in installed:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    except OSError as exc:
+        raise CryptoError(f"cannot write key pair {name!r} in {dir_path}: {exc}") from exc
+    finally:
+        for tmp in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    _fsync_dir(dir_path)
+
+
 def generate_keypair(
     directory: str | os.PathLike[str], name: str = "signing", *, overwrite: bool = False
 ) -> tuple[Path, Path]:
@@ -167,30 +205,12 @@ def generate_keypair(
     )
     public_line = (public_key_text(key.public_key()) + "\n").encode("ascii")
 
-    temps: list[Path] = []
-    installed: list[Path] = []
-    try:
-        tmp_private = _write_temp(dir_path, f"{name}.key", private_pem, 0o600)
-        temps.append(tmp_private)
-        tmp_public = _write_temp(dir_path, f"{name}.pub", public_line, 0o644)
-        temps.append(tmp_public)
-        for tmp, final in ((tmp_private, private_path), (tmp_public, public_path)):
-            _install(tmp, final, overwrite=overwrite)
-            installed.append(final)
-    except CryptoError:
-        # Only raised without overwrite, when a file appeared after our check: undo the half
-        # of the pair we installed ourselves (it cannot be anyone else's file: link is O_EXCL).
-        for path in installed:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        raise
-    except OSError as exc:
-        raise CryptoError(f"cannot write key pair {name!r} in {dir_path}: {exc}") from exc
-    finally:
-        for tmp in temps:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    _fsync_dir(dir_path)
+    write_key_files(
+        dir_path,
+        name,
+        ((private_path, private_pem, 0o600), (public_path, public_line, 0o644)),
+        overwrite=overwrite,
+    )
     return private_path, public_path
 
 
