@@ -25,10 +25,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from scale0.crypto.keys import (
-    _KEY_NAME_RE,
     CryptoError,
-    _exists,
     _read_key_file,
+    key_pair_paths,
     write_key_files,
 )
 
@@ -142,20 +141,9 @@ def generate_curve_keypair(
     Refuses (CryptoError) if either exists, unless ``overwrite``. Returns
     ``(secret_path, public_path, pair)``.
     """
-    if not _KEY_NAME_RE.fullmatch(name):
-        raise CryptoError(
-            f"invalid key name {name!r}: use letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit"
-        )
-    dir_path = Path(directory)
-    if not dir_path.is_dir():
-        raise CryptoError(f"cannot create key pair: {dir_path} is not a directory")
-    secret_path = dir_path / f"{name}.curve.key"
-    public_path = dir_path / f"{name}.curve.pub"
-    if not overwrite:
-        for path in (secret_path, public_path):
-            if path.exists() or path.is_symlink():
-                raise _exists(path)
+    dir_path, secret_path, public_path = key_pair_paths(
+        directory, name, (".curve.key", ".curve.pub"), overwrite=overwrite
+    )
     key = X25519PrivateKey.generate()
     secret = z85_encode(
         key.private_bytes(

@@ -22,6 +22,7 @@ __all__ = [
     "SignatureError",
     "generate_keypair",
     "key_id",
+    "key_pair_paths",
     "load_private_key",
     "load_public_key",
     "parse_public_key_text",
@@ -133,6 +134,33 @@ def _exists(path: Path) -> CryptoError:
     return CryptoError(f"{path} already exists; refusing to overwrite it (pass overwrite=True)")
 
 
+def key_pair_paths(
+    directory: str | os.PathLike[str],
+    name: str,
+    suffixes: tuple[str, str],
+    *,
+    overwrite: bool,
+) -> tuple[Path, Path, Path]:
+    """``(directory, secret file, public file)`` of a new key pair named ``name``, the files
+    ending in ``suffixes``: the name checked, the directory there, and (without
+    ``overwrite``) neither file present. Raises CryptoError naming what is wrong."""
+    if not _KEY_NAME_RE.fullmatch(name):
+        raise CryptoError(
+            f"invalid key name {name!r}: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit"
+        )
+    dir_path = Path(directory)
+    if not dir_path.is_dir():
+        raise CryptoError(f"cannot create key pair: {dir_path} is not a directory")
+    secret_path = dir_path / f"{name}{suffixes[0]}"
+    public_path = dir_path / f"{name}{suffixes[1]}"
+    if not overwrite:
+        for path in (secret_path, public_path):
+            if path.exists() or path.is_symlink():
+                raise _exists(path)
+    return dir_path, secret_path, public_path
+
+
 def write_key_files(
     dir_path: Path,
     name: str,
@@ -182,20 +210,9 @@ def generate_keypair(
     Refuses (CryptoError) if either file exists, unless ``overwrite``; returns
     ``(private_path, public_path)``.
     """
-    if not _KEY_NAME_RE.fullmatch(name):
-        raise CryptoError(
-            f"invalid key name {name!r}: use letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit"
-        )
-    dir_path = Path(directory)
-    if not dir_path.is_dir():
-        raise CryptoError(f"cannot create key pair: {dir_path} is not a directory")
-    private_path = dir_path / f"{name}.key"
-    public_path = dir_path / f"{name}.pub"
-    if not overwrite:
-        for path in (private_path, public_path):
-            if path.exists() or path.is_symlink():
-                raise _exists(path)
+    dir_path, private_path, public_path = key_pair_paths(
+        directory, name, (".key", ".pub"), overwrite=overwrite
+    )
 
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(
