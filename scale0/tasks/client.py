@@ -213,15 +213,21 @@ class TaskClient:
     def submit(self, method: str, params: Any = None, task_id: str | None = None) -> str:
         """client_new_task; the task id (a fresh uuid when None, so a resend is safe)."""
         task = task_id or uuid.uuid4().hex
+        return str(
+            self.call("client_new_task", self._new_task_args(self._me(), method, params, task))
+        )
+
+    def _new_task_args(self, me: str, method: str, params: Any, task: str) -> dict[str, Any]:
+        """client_new_task's named parameters, with this client's credentials when it has any."""
         args: dict[str, Any] = {
-            "client_id": self._me(),
+            "client_id": me,
             "method": method,
             "params": params,
             "task_id": task,
         }
         if self.auth_id is not None:
             args.update(auth_id=self.auth_id, auth_password=self.auth_password)
-        return str(self.call("client_new_task", args))
+        return args
 
     def submit_many(self, calls: list[tuple[str, Any]]) -> list[str]:
         """Several client_new_task in one JSON-RPC batch (one round trip, one commit): the
@@ -231,15 +237,7 @@ class TaskClient:
         ids = [uuid.uuid4().hex for _ in calls]
         batch: list[tuple[str, list[Any] | dict[str, Any]]] = []
         for task, (method, params) in zip(ids, calls, strict=True):
-            args: dict[str, Any] = {
-                "client_id": me,
-                "method": method,
-                "params": params,
-                "task_id": task,
-            }
-            if self.auth_id is not None:
-                args.update(auth_id=self.auth_id, auth_password=self.auth_password)
-            batch.append(("client_new_task", args))
+            batch.append(("client_new_task", self._new_task_args(me, method, params, task)))
         for answer in self.call_batch(batch):
             if isinstance(answer, TaskError):
                 raise answer
@@ -253,15 +251,7 @@ class TaskClient:
         ids = [uuid.uuid4().hex for _ in calls]
         requests: list[tuple[str, list[Any] | dict[str, Any]]] = []
         for task, (method, params) in zip(ids, calls, strict=True):
-            args: dict[str, Any] = {
-                "client_id": me,
-                "method": method,
-                "params": params,
-                "task_id": task,
-            }
-            if self.auth_id is not None:
-                args.update(auth_id=self.auth_id, auth_password=self.auth_password)
-            requests.append(("client_new_task", args))
+            requests.append(("client_new_task", self._new_task_args(me, method, params, task)))
         for answer in self._calls_each(requests, window):
             if isinstance(answer, TaskError):
                 raise answer
