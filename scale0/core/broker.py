@@ -102,7 +102,7 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
  F13 A disabled broker keeps saying HELLO and HEARTBEAT (state disabled) and forwards nothing.
  F14 A family whose config says family_topology: gossip keeps F1, F2, F4 and F6-F12, but its
      links carry no HEARTBEAT and no TABLE: liveness (F3) and tables (F5) are SWIM membership,
-     G1-G11 of scale0/core/gossip.py (tests/core/test_gossip.py).
+     G1-G12 of scale0/core/gossip.py (tests/core/test_gossip.py).
 
 Management (MANAGEMENTREQ and the HTTP server) has its own rules, M1-M6, in
 scale0/core/admin.py; it sees the broker through the narrow ``Managed`` interface of commands.py
@@ -118,7 +118,7 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
                               (R4-R11, R14, R15); the hot path
   scale0/core/guard.py        error scores and bans (R13)
   scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13)
-  scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G11, F14)
+  scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G12, F14)
   scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9)
   scale0/core/replication.py  config offers, what an applied config does (F4, F10, F11)
   scale0/core/lifecycle.py    the broker's state and moving work away (R3, R17-R19)
