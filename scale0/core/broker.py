@@ -216,6 +216,7 @@ class Broker:
         boot_id: bytes,
         signature: str | None,
         now: float,
+        view_signature: str | None = None,
         trusted_keys: Sequence[Ed25519PublicKey] = (),
         family: str | None = None,
         seeds: Sequence[str] = (),
@@ -231,12 +232,21 @@ class Broker:
         wanted = BrokerState.DISABLED if asked is BrokerState.DISABLED else BrokerState.ACTIVE
         current = None
         if network is not None:
-            current = SignedConfig(network, config_sha256(network), signature or "", identity)
+            current = SignedConfig(
+                network, config_sha256(network), signature or "", identity, view_signature
+            )
         else:
             network = NetworkConfig(family=family or "unknown", config_version=0, brokers=())
             asked = BrokerState.JOINING
         core = self.core = Core(
-            identity, network, signature, state=asked, wanted=wanted, boot_id=boot_id, now=now
+            identity,
+            network,
+            signature,
+            view_signature=view_signature,
+            state=asked,
+            wanted=wanted,
+            boot_id=boot_id,
+            now=now,
         )
         self.sessions = Sessions(core)
         self.dispatch = Dispatch(core)
