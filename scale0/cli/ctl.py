@@ -379,7 +379,9 @@ def sign(out: Output, file: str, key: str, output: str | None) -> None:
     """Sign the network config FILE: write its signature file (default FILE.sig).
 
     The signature covers the family, config_version and canonical sha256, so it holds for
-    the same config in any format. Broker files are not signed.
+    the same config in any format; the file also holds the signature of the config's client
+    view (view_signature), which clients that check signatures verify. Broker files are not
+    signed.
     """
     target = Path(output) if output is not None else default_signature_path(file)
     for taken in (file, key):
