@@ -128,7 +128,7 @@ class Conflict:
     origin: str
 
 
-#: How the replica judged an offer (K1-K5); management answers with it (set_config, reload).
+#: How the replica judged an offer (K1-K6); management answers with it (set_config, reload).
 Verdict = Applied | Unchanged | Refused | Conflict
 
 
@@ -164,7 +164,7 @@ def plan_change(old: NetworkConfig | None, new: NetworkConfig, identity: str) ->
 
 
 class Replica:
-    """The running network config of one broker and the rules that replace it (K1-K5)."""
+    """The running network config of one broker and the rules that replace it (K1-K6)."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """Config replication: offers judged by the replica; what an applied config does (F4, F10, F11).
 
 A config is offered from the config SUB, a peer's CONFIG, the disk, the broker's file or an
-admin; :class:`~scale0.core.replica.Replica` judges it (K1-K5). An applied config is persisted,
+admin; :class:`~scale0.core.replica.Replica` judges it (K1-K6). An applied config is persisted,
 published by a config source, its plan performed (links, subscriptions), every client and worker
 told FORCENEGOTIATE, and a joining broker becomes active (or disabled, as its file says).
 """

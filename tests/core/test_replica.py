@@ -1,4 +1,4 @@
-"""Config replication rules K1-K5 (scale0/core/replica.py), pure: offers in, outcomes out."""
+"""Config replication rules K1-K6 (scale0/core/replica.py), pure: offers in, outcomes out."""
 
 from __future__ import annotations
 
