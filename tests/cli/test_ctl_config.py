@@ -484,9 +484,7 @@ def test_verify_fails_with_a_tampered_signature(signed: tuple[Path, Path, Path])
     assert "the signature is for sha256" in tamper(sha256="0" * 64)
     assert "family 'other'" in tamper(family="other")
     assert "config_version must be" in tamper(config_version="1")
-    assert "view_signature: no trusted key verifies" in tamper(
-        view_signature=original["signature"]
-    )
+    assert "view_signature: no trusted key verifies" in tamper(view_signature=original["signature"])
 
     sig_path.write_text(json.dumps({**original, "extra": 1}))
     assert "unknown key(s) extra" in verify_fails(config, public)
