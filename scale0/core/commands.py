@@ -372,6 +372,8 @@ def config_outcome(
                 "changed": list(outcome.plan.changed),
                 "restart_needed": list(outcome.plan.restart_needed),
                 "conflict": outcome.conflict,
+                # K6: the running config only gained its client view's signature.
+                "view_signed": outcome.view_signed,
             },
         )
     if isinstance(outcome, Unchanged):
