@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -431,6 +432,26 @@ def ctl(*args: str) -> str:
     )
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done.stdout
+
+
+def test_the_view_signature_reaches_a_joined_broker_by_config_and_pub_and_is_saved(
+    tmp_path: Path,
+) -> None:
+    """b2 is no config source: it got version 1 from its seed's CONFIG (§5.5) and version 2
+    from the PUB (§6.1); a verifying client served by b2 alone verifies both, and b2's saved
+    config holds the view signature (§6.3 rule 6)."""
+    trusted = tmp_path / "keys" / "signing.pub"
+    # No republish within the test: b2 has version 1 from the CONFIG alone, version 2 from the
+    # one publish that follows its SIGHUP.
+    with running_brokers(tmp_path, 2, sources=[0], config_republish_s=600.0, **FAST) as (b1, b2):
+        with Client(b2.endpoints["frontend"], timeout=5.0, trusted_key=trusted) as client:
+            assert client.connect(timeout=WAIT_S).version == 1
+            raise_version(b1, 2)
+            wait_until(lambda: verified_version(client) == 2, what="v2 verified at b2")
+            assert client.endpoint == b2.endpoints["frontend"]
+        saved = json.loads((tmp_path / "b2" / "data" / "network-config.json").read_text())
+        assert saved["document"]["config_version"] == 2
+        assert re.fullmatch(r"[0-9a-f]{128}", saved["view_signature"])
 
 
 def test_scale0_worker_refuses_a_trusted_key_it_cannot_read(tmp_path: Path) -> None:
