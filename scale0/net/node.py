@@ -211,6 +211,7 @@ class BrokerNode:
         network: NetworkConfig | None,
         *,
         signature: str | None,
+        view_signature: str | None = None,
         loop: IOLoop | None = None,
         boot_id: bytes | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -243,6 +244,7 @@ class BrokerNode:
             state=broker_config.state,
             boot_id=boot_id if boot_id is not None else os.urandom(8),
             signature=signature,
+            view_signature=view_signature,
             now=time.monotonic(),
             trusted_keys=trusted_keys,
             family=broker_config.family,
@@ -661,7 +663,13 @@ class BrokerNode:
         try:
             write_last_good(
                 self._data_dir,
-                LastGood(effect.document, effect.sha256, effect.signature, effect.origin),
+                LastGood(
+                    effect.document,
+                    effect.sha256,
+                    effect.signature,
+                    effect.origin,
+                    effect.view_signature,
+                ),
             )
         except OSError as exc:
             self._counters["persist_failed"] += 1
@@ -973,6 +981,7 @@ class BrokerNode:
                         origin=published.origin,
                         family=published.family,
                         config_version=published.config_version,
+                        view_signature=published.view_signature,
                     )
                     event = ConfigOffered(offer, "pub")
                 else:
