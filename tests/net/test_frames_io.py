@@ -511,7 +511,7 @@ class _Zap:
 
 
 def _curve_router(ctx: zmq.Context[Any], server: tuple[bytes, bytes]) -> zmq.Socket[Any]:
-    router = ctx.socket(zmq.ROUTER)
+    router: zmq.Socket[Any] = ctx.socket(zmq.ROUTER)
     router.linger = 0
     router.curve_server = True
     router.curve_publickey, router.curve_secretkey = server
@@ -621,9 +621,9 @@ def test_recv_batch_keyed_without_a_user_id_gives_an_empty_key(impl: Impl) -> No
     other.linger = 0
     other.setsockopt(zmq.IDENTITY, b"plain")
     try:
-        endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()  # type: ignore[union-attr]
+        endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
         dealer, _public = _curve_dealer(ctx, endpoint, server[0], b"nozap")
-        other.connect(plain.getsockopt(zmq.LAST_ENDPOINT).decode())  # type: ignore[union-attr]
+        other.connect(plain.getsockopt_string(zmq.LAST_ENDPOINT))
         for n in range(6):
             dealer.send_multipart([b"", b"%d" % n, b"tail"])
             other.send_multipart([b"", b"%d" % n, b"tail"])
