@@ -15,7 +15,7 @@
  *       authenticator), "" when the message has none (no ZAP, not CURVE) or when it is not
  *       UTF-8, as scale0.net.frames_io's fallback reads it. batch_fds() names its connections.
  *   batch_fds() -> list[int]
- *       for each message of the last recv_batch call, the file descriptor of the connection it
+ *       for each message of the last recv_batch (or _keyed) call, the fd of the connection it
  *       came over (libzmq's ZMQ_SRCFD of its first frame; -1 if libzmq did not say). The broker
  *       tells connections apart by it (R20, docs/protocol.md §8); it costs one int per message.
  *   send_batch(items) -> (sent, [errno, ...])
@@ -50,7 +50,7 @@
 #define S0_ZMQ_SNDMORE 2
 #define S0_ZMQ_SRCFD 2
 
-/* The fds of the last recv_batch's messages (batch_fds), in order. */
+/* The fds of the last recv_batch's (or recv_batch_keyed's) messages (batch_fds), in order. */
 static int *fds_buf = NULL;
 static Py_ssize_t fds_cap = 0;
 static Py_ssize_t fds_len = 0;
@@ -696,7 +696,8 @@ static PyMethodDef methods[] = {
     {"recv_batch_keyed", recv_batch_keyed, METH_VARARGS,
      "recv_batch_keyed(handle, limit) -> (messages, [sender's CURVE key (User-Id) or '', ...])"},
     {"batch_fds", batch_fds, METH_NOARGS,
-     "batch_fds() -> the connection fd of each message of the last recv_batch (-1: unknown)"},
+     "batch_fds() -> the connection fd of each message of the last recv_batch or\n"
+     "recv_batch_keyed (-1: unknown)"},
     {"send_batch", send_batch, METH_O,
      "send_batch([(handle, first, rest), ...]) -> (sent, [errno of each failed message])"},
     {"setup", setup, METH_O, "setup(error_class): the exception raised, called with an errno"},
