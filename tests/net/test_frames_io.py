@@ -520,9 +520,13 @@ def _curve_router(ctx: zmq.Context[Any], server: tuple[bytes, bytes]) -> zmq.Soc
 
 
 def _curve_dealer(
-    ctx: zmq.Context[Any], endpoint: str, server_public: bytes, name: bytes
+    ctx: zmq.Context[Any],
+    endpoint: str,
+    server_public: bytes,
+    name: bytes,
+    pair: tuple[bytes, bytes] | None = None,
 ) -> tuple[zmq.Socket[Any], str]:
-    public, secret = zmq.curve_keypair()
+    public, secret = pair if pair is not None else zmq.curve_keypair()
     dealer = ctx.socket(zmq.DEALER)
     dealer.linger = 0
     dealer.setsockopt(zmq.IDENTITY, name)
@@ -567,16 +571,17 @@ def test_recv_batch_keyed_gives_each_message_its_sender_s_key(impl: Impl) -> Non
     frames_io._py_tracked.add(router)  # what track_connections does on the fallback
     dealers: dict[bytes, tuple[zmq.Socket[Any], str]] = {}
     try:
-        endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()  # type: ignore[union-attr]
-        for name in names:
-            dealers[name] = _curve_dealer(ctx, endpoint, server[0], name)
+        endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        pairs = {name: zmq.curve_keypair() for name in names}
         user_ids = {
-            dealers[b"good"][1].encode(): dealers[b"good"][1].encode(),
-            dealers[b"garbage"][1].encode(): b"\xff\xfe\x80 not UTF-8",
-            dealers[b"empty"][1].encode(): b"",
-            dealers[b"text"][1].encode(): "not a key é".encode(),
+            pairs[b"good"][0]: pairs[b"good"][0],
+            pairs[b"garbage"][0]: b"\xff\xfe\x80 not UTF-8",
+            pairs[b"empty"][0]: b"",
+            pairs[b"text"][0]: "not a key é".encode(),
         }
-        zap = _Zap(ctx, user_ids)
+        zap = _Zap(ctx, user_ids)  # bound before any handshake: else libzmq asks no one
+        for name in names:
+            dealers[name] = _curve_dealer(ctx, endpoint, server[0], name, pairs[name])
         sent = []
         for n in range(12):
             name = names[n % len(names)]
