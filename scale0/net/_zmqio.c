@@ -218,8 +218,9 @@ static void discard_rest(void *sock) {
 
 /* The sender's key of a message whose first frame is `msg`: a new reference to a str, "" when
  * the frame has no User-Id or it is not UTF-8 (pyzmq's Frame.get would raise: the fallback
- * reads those as "" too). The last key made is kept, with its bytes: a batch mostly comes from
- * a few connections, so most messages cost a strcmp, not a new str. NULL: MemoryError. */
+ * reads those as "" too). The last key made is kept, with its bytes: a run of messages from one
+ * connection (a client's window of requests) costs a memcmp each, not a new str. NULL:
+ * MemoryError. */
 #define S0_KEY_CACHE 128
 static char key_bytes[S0_KEY_CACHE];
 static PyObject *key_last = NULL; /* the str of key_bytes, or NULL */
