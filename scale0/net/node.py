@@ -80,6 +80,7 @@ from scale0.net.frames_io import (
     batch_fds,
     io_key,
     recv_batch,
+    recv_batch_keyed,
     send_batch,
     send_frames,
     track_connections,
@@ -92,7 +93,6 @@ from scale0.net.security import (
     make_client,
     make_server,
     plain_client,
-    recv_batch_keyed,
     server_key_for,
 )
 from scale0.trend.eventlog import EventLogWriter
@@ -877,9 +877,10 @@ class BrokerNode:
         if limit <= 0 or _is_closed(port):  # (closed by an effect: nothing more to read)
             return 0
         try:
-            fds: list[int] | None = None  # the keyed read names each message's connection
+            fds: list[int] | None = None
             if port.keyed:
-                batch, keys, fds = recv_batch_keyed(port.socket, limit)
+                batch, keys = recv_batch_keyed(port.io, limit)
+                fds = batch_fds()  # before the core hears of the keys: nothing reads between
                 self._note_keys(port, batch, keys)
             else:
                 batch = recv_batch(port.io, limit)
