@@ -34,6 +34,7 @@ from scale0.wire.client import (
 from scale0.wire.frames import SIG_BROKER, Message
 from scale0.wire.gossip import Ack, MemberStatus, Ping, PingReq
 from scale0.wire.peer import (
+    FORWARD_WITH_NAME,
     BrokerState,
     Forward,
     ForwardPartial,
@@ -50,6 +51,8 @@ __all__ = ["TABLE_COMMIT_S", "Family"]
 
 #: Worker changes are gathered this long into one table version before peers hear of them.
 TABLE_COMMIT_S = 0.05
+#: The peer commands beyond the brief's that this broker decodes, said in every HELLO (§5.1).
+UNDERSTANDS = frozenset({FORWARD_WITH_NAME})
 
 M = TypeVar("M", bound=Message)
 #: A message from a peer that said HELLO: (peer, its routing id here, message, now, wall, out).
@@ -175,6 +178,7 @@ class Family:
             config_version=self.replication.replica.version,
             endpoints=self._endpoints(),
             table_mode=mode,
+            understands=UNDERSTANDS,
         )
 
     def say_hello(self, now: float, wall: float, out: list[Effect]) -> None:
@@ -387,6 +391,7 @@ class Family:
         self.broker_of[routing_id] = peer.broker_id
         peer.state = msg.state
         peer.config_version = msg.config_version
+        peer.understands = msg.understands  # a restart may be a downgrade: replaced, not merged
         peer.push_to = msg.table_mode is TableMode.PUSH and not self.gossiping
         self._heard(peer, now, out)
         mode = peer.wants if peer.pull else TableMode.PULL
@@ -434,6 +439,7 @@ class Family:
         self._heard(peer, now, out)
         peer.state = message.state
         peer.config_version = message.config_version
+        peer.understands = message.understands
         if peer.step(PeerInput.HELLO_ANSWERED) is not PeerLink.LINKED:
             out.append(Log("info", "peer_linked", {"peer": peer.broker_id}))
             if self.gossiping:

@@ -17,6 +17,9 @@ from scale0.wire.client import ClientReply
 # client negotiated with, so a retry over a new connection still finds its request.
 RequestKey = tuple[bytes, bytes]
 
+#: How many others (peers' forwards, a client's other connection) one request answers at most.
+MAX_JOINED = 16
+
 
 @dataclass(slots=True, eq=False)
 class Pending:
@@ -38,6 +41,29 @@ class Pending:
     # then the origin link's routing id on our peer ROUTER, and the answer is a FORWARDREPLY
     started: float = 0.0  # when the client asked (monotonic): the latency histogram's origin
     caller: str = ""  # the client's CURVE key, carried by FORWARD (§5.4), "" without CURVE
+    # ``key`` is the client's own (client_id, request_id): a Scale0 client's request, or one a
+    # peer forwarded with FORWARDWITH's ids. Such a request is joined by a resend however it
+    # comes (R10) and its worker REPLY cached; it is the ids an IDREQUEST worker is told.
+    # False for a Majordomo request (its ids are this broker's own) and a FORWARD without ids.
+    ids: bool = True
+    via: str = ""  # forwarded to us: the origin broker's id (records, logs)
+    limit: float = float("inf")  # forwarded to us: the origin's deadline as FORWARDWITH said
+    # Who else waits for this request's answer (R10 across brokers, §5.4): each a routing id
+    # and the FORWARD ticket to answer on our peer ROUTER, or None for our own frontend client.
+    also: list[tuple[bytes, bytes | None]] | None = None
+
+    def join(self, routing_id: bytes, ticket: bytes | None) -> None:
+        """Someone else asks for this very request (R10): answer it too. A frontend client
+        (``ticket`` None) is answered on the connection it asked from last; at most
+        :data:`MAX_JOINED` others wait, the oldest dropped (their origin times it out)."""
+        also = self.also
+        if also is None:
+            also = self.also = []
+        elif ticket is None:
+            also[:] = [entry for entry in also if entry[1] is not None]
+        if len(also) >= MAX_JOINED:
+            del also[0]
+        also.append((routing_id, ticket))
 
 
 class ReplyCache:
