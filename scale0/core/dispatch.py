@@ -290,6 +290,12 @@ class Dispatch:
 
     def route(self, pending: Pending, now: float, out: list[Effect], *, front: bool) -> None:
         """R5, R6, F6: a ready worker here; else a peer; else wait here (bounded)."""
+        if pending.prefer is not None:
+            if now < pending.prefer_until:  # F15: back to the peer that held it, or wait
+                if not self.forwarding.send_back(pending, out):
+                    self.waiting.push(pending, front=True)
+                return
+            pending.prefer = None
         worker = self.pool.take(pending.service)
         if worker is not None:
             self.dispatch_to(worker, pending, now, out)
@@ -560,6 +566,11 @@ class Dispatch:
             return
         if pending.deadline > now:
             self.core.timers.push(pending.deadline, key)  # moved on by a PARTIAL or a retry
+            if pending.prefer is not None and now >= pending.prefer_until:
+                # F15: its peer did not come back in time: it may go anywhere now.
+                pending.prefer = None
+                if pending.ticket is None and self.waiting.take_out(pending):
+                    self.route(pending, now, out, front=True)
             return
         if pending.ticket is None:
             self.waiting.expired(pending)

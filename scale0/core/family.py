@@ -273,10 +273,19 @@ class Family:
             self._route_forwarded_again(peer, now, out)
 
     def _route_forwarded_again(self, peer: Peer, now: float, out: list[Effect]) -> None:
-        """F3: what ``peer`` (now down) held is routed again, or answered 504."""
+        """F3: what ``peer`` (now down) held is routed again, or answered 504. F15: what it
+        holds under the client's ids goes back to it alone for a while (it may still run it,
+        and would join the resend), so a link that flaps does not run a request twice."""
+        sticky = FORWARD_WITH_NAME in peer.understands
+        core = self.core
+        until = now + min(core.interval_s * core.network.liveness, core.timeout_s / 2)
         for ticket in sorted(peer.forwarded):
             pending = self.dispatch.inflight.pop(ticket, None)
             if pending is not None:
+                if sticky and pending.ids:
+                    pending.prefer = peer.broker_id
+                    pending.prefer_until = until
+                    self.core.timers.push(until, pending.seq)  # then it may go anywhere
                 self.dispatch.route_again(pending, now, out, 504, f"peer {peer.broker_id} lost")
         peer.forwarded.clear()
 

@@ -81,6 +81,17 @@ class Forwarding:
             )
         out.append(Send(Channel.LINK, peer.broker_id.encode(), forward))
 
+    def send_back(self, pending: Pending, out: list[Effect]) -> bool:
+        """F15: forward ``pending`` to the peer that held it when that peer was lost, if it is
+        usable again and offers the service (its slots do not matter: it joins the request
+        to the run it may still be doing, or answers from its cache). True if sent."""
+        peer = self.family.peers.get(pending.prefer or "")
+        if peer is None or not peer.usable() or not peer.offers(pending.service):
+            return False
+        pending.prefer = None  # lost again, it prefers it again (F3); refused, it goes on (F8)
+        self.forward_to(peer, pending, out)
+        return True
+
     def drain_to_peers(self, now: float, out: list[Effect]) -> None:
         """F9: requests waiting here go to peers whose tables now show free slots.
 
@@ -99,6 +110,12 @@ class Forwarding:
                 if pending.origin is not None:
                     kept.append(pending)
                     continue
+                if pending.prefer is not None:
+                    if now < pending.prefer_until:  # F15: its own peer, or it keeps waiting
+                        if not self.send_back(pending, out):
+                            kept.append(pending)
+                        continue
+                    pending.prefer = None
                 peer = self.pick_peer(service, free=True)
                 if peer is None and not offers(service):
                     peer = self.pick_peer(service, free=False)

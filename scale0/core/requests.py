@@ -51,6 +51,10 @@ class Pending:
     # Who else waits for this request's answer (R10 across brokers, §5.4): each a routing id
     # and the FORWARD ticket to answer on our peer ROUTER, or None for our own frontend client.
     also: list[tuple[bytes, bytes | None]] | None = None
+    # F15: the peer that held this request when it was lost, and until when the request goes
+    # back only to it (it joins the run it may still be doing), never to another broker.
+    prefer: str | None = None
+    prefer_until: float = 0.0
 
     def join(self, routing_id: bytes, ticket: bytes | None) -> None:
         """Someone else asks for this very request (R10): answer it too. A frontend client
@@ -175,6 +179,15 @@ class WaitQueue:
     def expired(self, pending: Pending) -> None:
         """``pending`` no longer waits (it is being answered): its entry is skipped later."""
         self.counts[pending.service] -= 1
+
+    def take_out(self, pending: Pending) -> bool:
+        """Remove ``pending`` from its queue if it waits there (True if it did)."""
+        queue = self._queues.get(pending.service)
+        if not queue or pending not in queue:
+            return False
+        queue.remove(pending)
+        self.counts[pending.service] -= 1
+        return True
 
     def forwarded_to_us(self, service: str) -> Iterator[Pending]:
         """Take out, in order, the live requests peers forwarded us that wait for ``service``."""

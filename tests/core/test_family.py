@@ -385,7 +385,9 @@ def test_f3_requests_forwarded_to_a_peer_that_dies_are_routed_again() -> None:
     fabric.worker("b", b"worker-b", capacity=5)
     fabric.kill("c")
     fabric.outbox["c"].clear()  # what c's worker was given dies with c
-    fabric.advance(4.0)  # c is down: what it held goes to b
+    fabric.advance(4.0)  # c is down: what it held waits for it to come back (F15)...
+    assert fabric.serve("b") == 0
+    fabric.advance(2.6)  # ...for min(liveness x interval, request_timeout_ms / 2); then to b
     assert fabric.serve("b") == 4
     replies = fabric.replies("a")
     assert sorted(r.request_id for _, r in replies) == [b"r0", b"r1", b"r2", b"r3"]
@@ -824,3 +826,59 @@ def test_f15_a_malformed_forwardwith_gets_400_and_counts_towards_the_error_score
     assert isinstance(refusal, DisconnectError) and refusal.code == 400
     assert "request_id" in refusal.message
     assert c.counters["malformed"] == 1 and c.counters["forwards_served"] == 0
+
+
+def _held_by(fabric: Fabric, name: str) -> str:
+    ((_, pending),) = [(t, p) for t, p in fabric.brokers[name].dispatch.inflight.items() if p.peer]
+    assert pending.peer is not None
+    return pending.peer
+
+
+def test_f15_f3_what_a_lost_peer_held_goes_back_to_it_when_it_comes_back() -> None:
+    """A flapping link (tools/partitions): a finds b silent while b's worker runs r1. r1 waits
+    for b (not c, where it would run a second time) and goes back to b when b is heard again;
+    b joins it to the run, and the client is answered once, by the one run."""
+    fabric = started()
+    _id_worker(fabric, "b", b"worker-b")
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    held = _held_by(fabric, "a")
+    other = "c" if held == "b" else "b"
+    ((worker, first),) = fabric.take(held, WorkerIdRequest)
+    fabric.pause(held)
+    fabric.advance(4.1)  # liveness (3 x 1 s): a finds it silent and takes r1 back
+    lost = [e for e in fabric.effects["a"] if isinstance(e, Log) and e.event == "peer_lost"]
+    assert [e.fields["peer"] for e in lost] == [held]
+    assert fabric.take(other, WorkerIdRequest) == []  # not run a second time elsewhere
+    fabric.resume(held)
+    fabric.advance(1.1)  # heard again: its table comes, and r1 goes back to it
+    assert fabric.take(held, WorkerIdRequest) == []  # joined to the run, not run again
+    assert fabric.brokers[held].counters["duplicates_joined"] == 1
+    _answer(fabric, held, worker, first.ticket)
+    ((_, reply),) = fabric.replies("a")
+    assert reply.status == 200 and reply.body == (b"paid",)
+    assert fabric.take(other, WorkerIdRequest) == []
+
+
+def test_f15_f3_a_lost_peer_that_does_not_come_back_in_time_leaves_it_to_another() -> None:
+    fabric = started()
+    _id_worker(fabric, "b", b"worker-b")
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    held = _held_by(fabric, "a")
+    other = "c" if held == "b" else "b"
+    fabric.kill(held)
+    fabric.advance(4.1)  # found silent (after 3 s, at a 1 s check): r1 waits for it...
+    lost = [e for e in fabric.effects["a"] if isinstance(e, Log) and e.event == "peer_lost"]
+    assert [e.fields["peer"] for e in lost] == [held]
+    assert fabric.take(other, WorkerIdRequest) == []
+    fabric.advance(2.6)  # ...at most min(liveness window 3 s, request_timeout_ms / 2 = 2.5 s)
+    ((worker, request),) = fabric.take(other, WorkerIdRequest)
+    assert (request.client_id, request.request_id) == ("alice", b"r1")
+    _answer(fabric, other, worker, request.ticket)
+    ((_, reply),) = fabric.replies("a")
+    assert reply.status == 200
