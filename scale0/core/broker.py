@@ -113,7 +113,9 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      it by any way (another origin, or the client itself) joins it while it waits or runs,
      every asker answered, or gets its cached worker REPLY (R10); an IDREQUEST worker is told
      the client's ids. A FORWARDREPLY 404/503 arriving past the request's deadline is relayed,
-     not routed again (F8).
+     not routed again (F8). What a lost FORWARDWITH peer held under the client's ids (F3) goes
+     back to that peer alone when it is usable again within min(liveness x interval,
+     request_timeout_ms / 2) (it joins them to its run), and only after that anywhere.
 
 Management (MANAGEMENTREQ and the HTTP server) has its own rules, M1-M6, in
 scale0/core/admin.py; it sees the broker through the narrow ``Managed`` interface of commands.py

@@ -228,7 +228,7 @@ class Family:
         for peer in silent:
             self._peer_down(peer, now, out, PeerInput.SILENT, "silent", reroute=False)
         for peer in silent:
-            self._route_forwarded_again(peer, now, out)
+            self._route_forwarded_again(peer, now, out, sticky=True)
         self.say_hello(now, wall, out)
         self.core.timers.push(now + self.core.interval_s, Periodic.PEERS)
 
@@ -270,13 +270,16 @@ class Family:
             details = {"peer": peer.broker_id, "reason": reason, "silent_ms": silent_ms}
             out.append(Log("warning", "peer_lost", details))
         if reroute:
-            self._route_forwarded_again(peer, now, out)
+            self._route_forwarded_again(peer, now, out, sticky=event is PeerInput.SILENT)
 
-    def _route_forwarded_again(self, peer: Peer, now: float, out: list[Effect]) -> None:
-        """F3: what ``peer`` (now down) held is routed again, or answered 504. F15: what it
-        holds under the client's ids goes back to it alone for a while (it may still run it,
-        and would join the resend), so a link that flaps does not run a request twice."""
-        sticky = FORWARD_WITH_NAME in peer.understands
+    def _route_forwarded_again(
+        self, peer: Peer, now: float, out: list[Effect], *, sticky: bool
+    ) -> None:
+        """F3: what ``peer`` (now down) held is routed again, or answered 504. F15: when it was
+        only found silent (a suspicion, not a DISCONNECT or a restart), what it holds under the
+        client's ids goes back to it alone for a while (it may still run it, and would join
+        the resend), so a link that flaps does not run a request twice."""
+        sticky = sticky and FORWARD_WITH_NAME in peer.understands
         core = self.core
         until = now + min(core.interval_s * core.network.liveness, core.timeout_s / 2)
         for ticket in sorted(peer.forwarded):
@@ -587,7 +590,7 @@ class Family:
         self._peer_down(peer, now, out, PeerInput.SILENT, reason, reroute=reroute)
 
     def member_reroute(self, peer: Peer, now: float, out: list[Effect]) -> None:
-        self._route_forwarded_again(peer, now, out)
+        self._route_forwarded_again(peer, now, out, sticky=True)
 
     def member_back(self, peer: Peer, now: float, out: list[Effect]) -> None:
         out.append(Log("info", "peer_up", {"peer": peer.broker_id}))

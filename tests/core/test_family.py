@@ -1,4 +1,4 @@
-"""The family rules F1-F13 (scale0/core/broker.py): several pure cores wired in memory.
+"""The family rules F1-F13 and F15 (scale0/core/broker.py): several pure cores wired in memory.
 
 No sockets and no sleeps: scale0/sim/fabric.py delivers what one core sends to another and
 moves one fake clock, so liveness, republish and repair are checked with exact numbers.
@@ -882,3 +882,18 @@ def test_f15_f3_a_lost_peer_that_does_not_come_back_in_time_leaves_it_to_another
     _answer(fabric, other, worker, request.ticket)
     ((_, reply),) = fabric.replies("a")
     assert reply.status == 200
+
+
+def test_f15_f12_what_a_peer_that_said_disconnect_held_goes_elsewhere_at_once() -> None:
+    """Waiting for a peer is for a suspicion (found silent); one that said DISCONNECT is gone."""
+    fabric = started()
+    _id_worker(fabric, "b", b"worker-b")
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    held = _held_by(fabric, "a")
+    other = "c" if held == "b" else "b"
+    fabric.shutdown(held)
+    ((_, request),) = fabric.take(other, WorkerIdRequest)
+    assert (request.client_id, request.request_id) == ("alice", b"r1")
