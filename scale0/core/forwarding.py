@@ -57,6 +57,7 @@ class Forwarding:
         pending.ticket = ticket
         pending.peer = peer.broker_id
         pending.attempt += 1
+        pending.prefer = None  # lost again, it prefers it again (F3); refused, it goes on (F8)
         peer.forwarded.add(ticket)
         peer.free[pending.service] = peer.free.get(pending.service, 0) - 1
         self.dispatch.inflight[ticket] = pending
@@ -88,7 +89,6 @@ class Forwarding:
         peer = self.family.peers.get(pending.prefer or "")
         if peer is None or not peer.usable() or not peer.offers(pending.service):
             return False
-        pending.prefer = None  # lost again, it prefers it again (F3); refused, it goes on (F8)
         self.forward_to(peer, pending, out)
         return True
 
