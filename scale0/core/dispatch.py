@@ -500,8 +500,11 @@ class Dispatch:
 
     def _answer_also(self, pending: Pending, reply: ClientReply, out: list[Effect]) -> None:
         """The same final answer to everyone who joined ``pending`` (R10, F15): a peer's
-        forward as FORWARDREPLY, our own client's other connection as REPLY."""
+        forward as FORWARDREPLY, our own client's other connection as REPLY. Each is one
+        reply to one request taken on (docs/management.md "Counters")."""
+        metrics = self.core.metrics
         for routing_id, ticket in pending.also or ():
+            metrics.reply(reply.status)
             if ticket is not None:
                 answer = ForwardReply(ticket, reply.status, reply.body)
                 out.append(Send(Channel.PEER, routing_id, answer))

@@ -173,6 +173,7 @@ class Forwarding:
             key = (msg.client_id.encode(), msg.request_id)
             cached = dispatch.cache.get(key, now)
             if cached is not None:
+                core.counters["requests"] += 1  # taken on and answered (docs/management.md)
                 core.counters["cache_hits"] += 1
                 core.metrics.reply(cached.status)
                 answer = ForwardReply(msg.ticket, cached.status, cached.body)
@@ -180,6 +181,7 @@ class Forwarding:
                 return
             live = dispatch.live.get(key)
             if live is not None and live.ids:
+                core.counters["requests"] += 1  # answered with the one it joined
                 core.counters["duplicates_joined"] += 1
                 live.join(routing_id, msg.ticket)
                 live.deadline = max(live.deadline, deadline)  # the timer finds it moved (R9)
@@ -210,10 +212,8 @@ class Forwarding:
     def _refuse(
         self, routing_id: bytes, msg: Forward, status: int, why: str, out: list[Effect]
     ) -> None:
-        """FORWARDREPLY ``status`` at once, with the broker's JSON body (§3.3)."""
-        core = self.core
-        core.counters[f"errors_{status}"] = core.counters.get(f"errors_{status}", 0) + 1
-        core.metrics.reply(status)
+        """FORWARDREPLY ``status`` at once, with the broker's JSON body (§3.3); like the 503 of
+        a broker that is not active, a request refused before it is taken (not counted)."""
         failure = ClientReply.failure(msg.service, msg.request_id, status, why)
         out.append(Send(Channel.PEER, routing_id, ForwardReply(msg.ticket, status, failure.body)))
 

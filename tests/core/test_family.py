@@ -666,6 +666,8 @@ def test_f15_r10_a_resend_via_another_broker_joins_the_request_running_at_the_ta
     _answer(fabric, "c", W1, first.ticket)
     ((rid, reply),) = fabric.replies("b")
     assert rid == c2 and reply.request_id == b"r1" and reply.body == (b"paid",)
+    c = fabric.brokers["c"]  # at rest, requests taken on = replies given (docs/management.md)
+    assert c.counters["requests"] == sum(c.core.metrics.replies.values()) == 2
 
 
 def test_f15_r10_a_resend_via_another_broker_after_the_answer_gets_the_targets_cached_reply() -> (
@@ -693,6 +695,8 @@ def test_f15_r10_a_resend_via_another_broker_after_the_answer_gets_the_targets_c
     assert fabric.take("c", WorkerIdRequest) == []
     ((_, reply),) = fabric.replies("c")
     assert reply.body == (b"paid",)
+    c = fabric.brokers["c"]
+    assert c.counters["requests"] == sum(c.core.metrics.replies.values()) == 3
 
 
 def test_f15_r10_a_resend_straight_to_the_target_joins_a_forwarded_request() -> None:
