@@ -34,6 +34,7 @@ from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, SIG_WORKER, ConfigType
 from scale0.wire.peer import (
     BrokerState,
     Forward,
+    ForwardPartial,
     ForwardReply,
     Hello,
     PeerHeartbeat,
@@ -41,7 +42,7 @@ from scale0.wire.peer import (
     TableMode,
     TableReq,
 )
-from scale0.wire.worker import Ready, WorkerIdRequest, WorkerReply
+from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerReply
 
 C1 = b"client-1"
 W1 = b"worker-1"
@@ -901,3 +902,37 @@ def test_f15_f12_what_a_peer_that_said_disconnect_held_goes_elsewhere_at_once() 
     fabric.shutdown(held)
     ((_, request),) = fabric.take(other, WorkerIdRequest)
     assert (request.client_id, request.request_id) == ("alice", b"r1")
+
+
+def test_f15_r10_every_forward_joined_to_a_request_gets_its_partials_and_its_reply() -> None:
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    c = fabric.brokers["c"]
+    a_rid, b_rid = _peer_rid(fabric, "c", "a"), _peer_rid(fabric, "c", "b")
+    sends: list[Send] = []
+    for rid, ticket, origin in ((a_rid, b"TA", "a"), (b_rid, b"TB", "b")):
+        forward = Forward(
+            ticket, "echo", origin, (b"x",), client_id="alice", request_id=b"r1", deadline_ms=3000
+        )
+        out = c.handle(Received(Channel.PEER, rid, forward), fabric.now, fabric.wall)
+        sends += [e for e in out if isinstance(e, Send)]
+    (run,) = [s for s in sends if isinstance(s.message, WorkerIdRequest)]
+    assert len(sends) == 1  # the second forward joined the first: nothing else went out
+    ticket = run.message.ticket
+    partial = WorkerPartial(ticket=ticket, body=(b"half",))
+    out = c.handle(Received(Channel.BACKEND, W1, partial), fabric.now, fabric.wall)
+    got = sorted(
+        (e.routing_id, e.message.ticket)
+        for e in out
+        if isinstance(e, Send) and isinstance(e.message, ForwardPartial)
+    )
+    assert got == sorted([(a_rid, b"TA"), (b_rid, b"TB")])
+    reply = WorkerReply(ticket=ticket, status=200, body=(b"paid",))
+    out = c.handle(Received(Channel.BACKEND, W1, reply), fabric.now, fabric.wall)
+    got_replies = sorted(
+        (e.routing_id, e.message.ticket, e.message.body)
+        for e in out
+        if isinstance(e, Send) and isinstance(e.message, ForwardReply)
+    )
+    assert got_replies == sorted([(a_rid, b"TA", (b"paid",)), (b_rid, b"TB", (b"paid",))])
