@@ -29,7 +29,8 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
  R9  A request in flight past its deadline is answered 504 and not retried (the worker may
      still be running it); a PARTIAL from the worker moves the deadline on.
  R10 A request_id the client already used gets the cached reply, or joins the request still
-     in flight: it is never executed a second time.
+     in flight: it is never executed a second time. The key is the client's (client_id,
+     request_id), here and for a request a peer forwarded with those ids (F15).
  R11 A READY asking for an interval shorter than default_heartbeat_interval_ms gets the default;
      every broker HEARTBEAT to a worker carries the interval it enforces.
  R12 READY or HEARTBEAT whose time is more than max_clock_skew_s from ours gets
@@ -84,9 +85,10 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
  F6  A request with no ready local worker goes to the usable peer with the most free slots for
      its service; else it waits here if a local worker offers the service; else it goes to a
      usable peer that offers it at all. A forwarded request is never forwarded again.
- F7  A FORWARD is dispatched like a local request under our own deadline; with no local worker
-     offering the service it gets FORWARDREPLY 404 at once, 503 if we are not active; its
-     PARTIALs and REPLY go back as FORWARDPARTIAL and FORWARDREPLY.
+ F7  A FORWARD is dispatched like a local request under our own deadline (F15: or the one it
+     carries, if shorter); with no local worker offering the service it gets FORWARDREPLY 404
+     at once, 503 if we are not active; its PARTIALs and REPLY go back as FORWARDPARTIAL and
+     FORWARDREPLY.
  F8  A FORWARDREPLY 404 or 503 routes the request again (within max_retries; the peer's slots
      for it count as none until its next table), else the client gets that status.
  F9  Requests waiting for a service are forwarded as soon as a peer's table shows free slots
@@ -105,6 +107,17 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
  F14 A family whose config says family_topology: gossip keeps F1, F2, F4 and F6-F12, but its
      links carry no HEARTBEAT and no TABLE: liveness (F3) and tables (F5) are SWIM membership,
      G1-G12 of scale0/core/gossip.py (tests/core/test_gossip.py).
+ F15 Every HELLO says `understands: ["FORWARDWITH"]`; a request goes to a peer whose last HELLO
+     said so as FORWARDWITH, carrying the client's client_id and request_id (not a Majordomo
+     client's), what is left of its deadline and its CURVE key; to any other peer as FORWARD
+     or FORWARDAS. The target holds it until min(request_timeout_ms, the carried deadline) (0
+     left: FORWARDREPLY 504 at once, not run), under the client's own key: a resend reaching
+     it by any way (another origin, or the client itself) joins it while it waits or runs,
+     every asker answered, or gets its cached worker REPLY (R10); an IDREQUEST worker is told
+     the client's ids. A FORWARDREPLY 404/503 arriving past the request's deadline is relayed,
+     not routed again (F8). What a lost FORWARDWITH peer held under the client's ids (F3) goes
+     back to that peer alone when it is usable again within min(liveness x interval,
+     request_timeout_ms / 2) (it joins them to its run), and only after that anywhere.
 
 Management (MANAGEMENTREQ and the HTTP server) has its own rules, M1-M6, in
 scale0/core/admin.py; it sees the broker through the narrow ``Managed`` interface of commands.py
@@ -121,7 +134,7 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
   scale0/core/guard.py        error scores and bans (R13)
   scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13)
   scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G12, F14)
-  scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9)
+  scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9, F15)
   scale0/core/replication.py  config offers, what an applied config does (F4, F10, F11)
   scale0/core/lifecycle.py    the broker's state and moving work away (R3, R17-R19)
   scale0/core/majordomo.py    Majordomo clients and workers, an adapter at the edge (D1-D4)

@@ -226,7 +226,10 @@ class Dispatch:
         live = self.live.get(key)
         if live is not None:
             core.counters["duplicates_joined"] += 1
-            live.client = routing_id  # answer wherever the client asks from now
+            if live.origin is None:
+                live.client = routing_id  # answer wherever the client asks from now
+            else:
+                live.join(routing_id, None)  # a peer forwarded it here with its ids (§5.4)
             return
         if is_reserved_service(service):
             self._reserved(routing_id, service, request_id, body, out)
@@ -256,14 +259,20 @@ class Dispatch:
         pending = Pending(core.next_seq(), routing_id, key, service, request_id, body, deadline)
         pending.started = now
         pending.caller = session.key
+        speaks = self.majordomo.speaks
+        if speaks and (Channel.FRONTEND, routing_id) in speaks:
+            pending.ids = False  # a Majordomo client's ids are ours (mdp.N), not its own
         self.requests[pending.seq] = pending
         self.live[key] = pending
         core.timers.push(deadline, pending.seq)
         self.route(pending, now, out, front=False)
 
     def take(self, pending: Pending, now: float, out: list[Effect]) -> None:
-        """A request a peer forwarded us (F7): held and routed like our own, never forwarded."""
+        """A request a peer forwarded us (F7): held and routed like our own, never forwarded.
+        With the client's ids (FORWARDWITH, F15) a resend joins it however it comes (R10)."""
         self.requests[pending.seq] = pending
+        if pending.ids:
+            self.live[pending.key] = pending
         self.core.timers.push(pending.deadline, pending.seq)
         self.route(pending, now, out, front=False)
 
@@ -281,6 +290,12 @@ class Dispatch:
 
     def route(self, pending: Pending, now: float, out: list[Effect], *, front: bool) -> None:
         """R5, R6, F6: a ready worker here; else a peer; else wait here (bounded)."""
+        if pending.prefer is not None:
+            if now < pending.prefer_until:  # F15: back to the peer that held it, or wait
+                if not self.forwarding.send_back(pending, out):
+                    self.waiting.push(pending, front=True)
+                return
+            pending.prefer = None
         worker = self.pool.take(pending.service)
         if worker is not None:
             self.dispatch_to(worker, pending, now, out)
@@ -313,7 +328,7 @@ class Dispatch:
         pending.ticket = pending.worker = pending.peer = None
         if pending.attempt <= self.core.network.max_retries:
             self.core.counters["retries"] += 1
-            pending.deadline = now + self.core.timeout_s
+            pending.deadline = min(now + self.core.timeout_s, pending.limit)
             self.core.timers.push(pending.deadline, pending.seq)
             self.route(pending, now, out, front=True)
         else:
@@ -326,7 +341,7 @@ class Dispatch:
         pending.attempt += 1
         if pending.attempt > 1:
             # A retry gets a whole deadline of its own on the new worker.
-            pending.deadline = max(pending.deadline, now + self.core.timeout_s)
+            pending.deadline = max(pending.deadline, min(now + self.core.timeout_s, pending.limit))
         worker.in_flight.add(ticket)
         self.inflight[ticket] = pending
         if self.family.peers:
@@ -339,8 +354,8 @@ class Dispatch:
         elif worker.ids:
             # §4.3: the client's ids, so an idempotent handler (and the worker library's
             # recent-requests memory) can tell a request it already ran. A forwarded request
-            # (F7) names no client here: empty ids.
-            own = pending.origin is None
+            # names its client when FORWARDWITH carried the ids (F15), else empty ids.
+            own = pending.origin is None or pending.ids
             request = WorkerIdRequest(
                 ticket,
                 pending.service,
@@ -402,14 +417,28 @@ class Dispatch:
             self.core.counters["dropped"] += 1
             return
         pending.deadline = now + self.core.timeout_s  # progress: the deadline moves on (R9)
+        if pending.origin is not None:
+            pending.limit = pending.deadline  # so does the origin's, on our FORWARDPARTIAL
         self.relay_partial(pending, msg.body, out)
 
     def relay_partial(self, pending: Pending, body: tuple[bytes, ...], out: list[Effect]) -> None:
+        partial: ClientPartial | None = None
         if pending.origin is not None:
             out.append(Send(Channel.PEER, pending.client, ForwardPartial(pending.origin, body)))
-            return
-        partial = ClientPartial(service=pending.service, request_id=pending.request_id, body=body)
-        out.append(Send(Channel.FRONTEND, pending.client, partial))
+        else:
+            partial = ClientPartial(
+                service=pending.service, request_id=pending.request_id, body=body
+            )
+            out.append(Send(Channel.FRONTEND, pending.client, partial))
+        for routing_id, ticket in pending.also or ():
+            if ticket is not None:
+                out.append(Send(Channel.PEER, routing_id, ForwardPartial(ticket, body)))
+            else:
+                if partial is None:
+                    partial = ClientPartial(
+                        service=pending.service, request_id=pending.request_id, body=body
+                    )
+                out.append(Send(Channel.FRONTEND, routing_id, partial))
 
     def retire(self, pending: Pending) -> None:
         """The request has its final answer: forget it everywhere but the reply cache."""
@@ -421,7 +450,9 @@ class Dispatch:
                 self.per_client[client] = held
             else:
                 self.per_client.pop(client, None)
-        self.live.pop(pending.key, None)
+        live = self.live
+        if live.get(pending.key) is pending:
+            del live[pending.key]
 
     def finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
         core = self.core
@@ -430,7 +461,9 @@ class Dispatch:
             request_done(out, pending, reply.status, reply.body, now)
         core.metrics.observe(pending.service, reply.status, now - pending.started)
         core.counters["replies"] += 1
-        if pending.origin is not None:  # F7: the origin broker caches; we only answer it
+        if pending.origin is not None:  # F7: the origin broker caches; so do we, with its ids
+            if pending.ids:
+                self.cache.put(pending.key, reply, now)  # F15: a resend via any broker finds it
             answer = ForwardReply(pending.origin, reply.status, reply.body)
             out.append(Send(Channel.PEER, pending.client, answer))
         else:
@@ -442,6 +475,8 @@ class Dispatch:
                 answer_to = reply
             # else not cached: a Majordomo request has no id a retry could repeat (D1)
             out.append(Send(Channel.FRONTEND, pending.client, answer_to))
+        if pending.also is not None:
+            self._answer_also(pending, reply, out)
         if core.draining:
             self.lifecycle.answered(pending, out)
 
@@ -458,8 +493,34 @@ class Dispatch:
             out.append(Send(Channel.PEER, pending.client, answer))
         else:
             out.append(Send(Channel.FRONTEND, pending.client, failure))
+        if pending.also is not None:
+            self._answer_also(pending, failure, out)
         if core.draining:
             self.lifecycle.answered(pending, out)
+
+    def _answer_also(self, pending: Pending, reply: ClientReply, out: list[Effect]) -> None:
+        """The same final answer to everyone who joined ``pending`` (R10, F15): a peer's
+        forward as FORWARDREPLY, our own client's other connection as REPLY. Each is one
+        reply to one request taken on (docs/management.md "Counters")."""
+        metrics = self.core.metrics
+        for routing_id, ticket in pending.also or ():
+            metrics.reply(reply.status)
+            if ticket is not None:
+                answer = ForwardReply(ticket, reply.status, reply.body)
+                out.append(Send(Channel.PEER, routing_id, answer))
+            else:
+                out.append(Send(Channel.FRONTEND, routing_id, reply))
+
+    def let_go(self, pending: Pending, why: str, out: list[Effect]) -> None:
+        """R18: our own client's waiting request leaves (the client resends it elsewhere);
+        peers' forwards that joined it get FORWARDREPLY 503 so their origins route them again."""
+        joined = pending.also
+        pending.also = None
+        self.retire(pending)
+        for routing_id, ticket in joined or ():
+            if ticket is not None:
+                failure = ClientReply.failure(pending.service, pending.request_id, 503, why)
+                out.append(Send(Channel.PEER, routing_id, ForwardReply(ticket, 503, failure.body)))
 
     def _reserved(
         self,
@@ -508,6 +569,11 @@ class Dispatch:
             return
         if pending.deadline > now:
             self.core.timers.push(pending.deadline, key)  # moved on by a PARTIAL or a retry
+            if pending.prefer is not None and now >= pending.prefer_until:
+                # F15: its peer did not come back in time: it may go anywhere now.
+                pending.prefer = None
+                if pending.ticket is None and self.waiting.take_out(pending):
+                    self.route(pending, now, out, front=True)
             return
         if pending.ticket is None:
             self.waiting.expired(pending)

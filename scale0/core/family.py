@@ -35,6 +35,7 @@ from scale0.wire.client import (
 from scale0.wire.frames import SIG_BROKER, Message
 from scale0.wire.gossip import Ack, MemberStatus, Ping, PingReq
 from scale0.wire.peer import (
+    FORWARD_WITH_NAME,
     BrokerState,
     Forward,
     ForwardPartial,
@@ -51,6 +52,8 @@ __all__ = ["TABLE_COMMIT_S", "Family"]
 
 #: Worker changes are gathered this long into one table version before peers hear of them.
 TABLE_COMMIT_S = 0.05
+#: The peer commands beyond the brief's that this broker decodes, said in every HELLO (§5.1).
+UNDERSTANDS = frozenset({FORWARD_WITH_NAME})
 
 M = TypeVar("M", bound=Message)
 #: A message from a peer that said HELLO: (peer, its routing id here, message, now, wall, out).
@@ -176,6 +179,7 @@ class Family:
             config_version=self.replication.replica.version,
             endpoints=self._endpoints(),
             table_mode=mode,
+            understands=UNDERSTANDS,
         )
 
     def say_hello(self, now: float, wall: float, out: list[Effect]) -> None:
@@ -225,7 +229,7 @@ class Family:
         for peer in silent:
             self._peer_down(peer, now, out, PeerInput.SILENT, "silent", reroute=False)
         for peer in silent:
-            self._route_forwarded_again(peer, now, out)
+            self._route_forwarded_again(peer, now, out, sticky=True)
         self.say_hello(now, wall, out)
         self.core.timers.push(now + self.core.interval_s, Periodic.PEERS)
 
@@ -269,13 +273,25 @@ class Family:
             details = {"peer": peer.broker_id, "reason": reason, "silent_ms": silent_ms}
             out.append(Log("warning", "peer_lost", details))
         if reroute:
-            self._route_forwarded_again(peer, now, out)
+            self._route_forwarded_again(peer, now, out, sticky=event is PeerInput.SILENT)
 
-    def _route_forwarded_again(self, peer: Peer, now: float, out: list[Effect]) -> None:
-        """F3: what ``peer`` (now down) held is routed again, or answered 504."""
+    def _route_forwarded_again(
+        self, peer: Peer, now: float, out: list[Effect], *, sticky: bool
+    ) -> None:
+        """F3: what ``peer`` (now down) held is routed again, or answered 504. F15: when it was
+        only found silent (a suspicion, not a DISCONNECT or a restart), what it holds under the
+        client's ids goes back to it alone for a while (it may still run it, and would join
+        the resend), so a link that flaps does not run a request twice."""
+        sticky = sticky and FORWARD_WITH_NAME in peer.understands
+        core = self.core
+        until = now + min(core.interval_s * core.network.liveness, core.timeout_s / 2)
         for ticket in sorted(peer.forwarded):
             pending = self.dispatch.inflight.pop(ticket, None)
             if pending is not None:
+                if sticky and pending.ids:
+                    pending.prefer = peer.broker_id
+                    pending.prefer_until = until
+                    self.core.timers.push(until, pending.seq)  # then it may go anywhere
                 self.dispatch.route_again(pending, now, out, 504, f"peer {peer.broker_id} lost")
         peer.forwarded.clear()
 
@@ -390,6 +406,7 @@ class Family:
         self.broker_of[routing_id] = peer.broker_id
         peer.state = msg.state
         peer.config_version = msg.config_version
+        peer.understands = msg.understands  # a restart may be a downgrade: replaced, not merged
         peer.push_to = msg.table_mode is TableMode.PUSH and not self.gossiping
         self._heard(peer, now, out)
         mode = peer.wants if peer.pull else TableMode.PULL
@@ -437,6 +454,7 @@ class Family:
         self._heard(peer, now, out)
         peer.state = message.state
         peer.config_version = message.config_version
+        peer.understands = message.understands
         if peer.step(PeerInput.HELLO_ANSWERED) is not PeerLink.LINKED:
             out.append(Log("info", "peer_linked", {"peer": peer.broker_id}))
             if self.gossiping:
@@ -575,7 +593,7 @@ class Family:
         self._peer_down(peer, now, out, PeerInput.SILENT, reason, reroute=reroute)
 
     def member_reroute(self, peer: Peer, now: float, out: list[Effect]) -> None:
-        self._route_forwarded_again(peer, now, out)
+        self._route_forwarded_again(peer, now, out, sticky=True)
 
     def member_back(self, peer: Peer, now: float, out: list[Effect]) -> None:
         out.append(Log("info", "peer_up", {"peer": peer.broker_id}))

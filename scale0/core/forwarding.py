@@ -18,7 +18,13 @@ from scale0.core.ports import DispatchPort, FamilyPort
 from scale0.core.requests import Pending
 from scale0.core.trust import allowed, may
 from scale0.wire.client import ClientReply
-from scale0.wire.peer import BrokerState, Forward, ForwardPartial, ForwardReply
+from scale0.wire.peer import (
+    FORWARD_WITH_NAME,
+    BrokerState,
+    Forward,
+    ForwardPartial,
+    ForwardReply,
+)
 
 __all__ = ["Forwarding"]
 
@@ -51,14 +57,40 @@ class Forwarding:
         pending.ticket = ticket
         pending.peer = peer.broker_id
         pending.attempt += 1
+        pending.prefer = None  # lost again, it prefers it again (F3); refused, it goes on (F8)
         peer.forwarded.add(ticket)
         peer.free[pending.service] = peer.free.get(pending.service, 0) - 1
         self.dispatch.inflight[ticket] = pending
         self.core.counters["forwarded"] += 1
-        forward = Forward(
-            ticket, pending.service, self.core.identity, pending.body, caller=pending.caller
-        )
+        if FORWARD_WITH_NAME in peer.understands:
+            # F15: the client's ids and what is left of its deadline travel with it.
+            ids = pending.ids
+            remaining_ms = max(0, int((pending.deadline - self.core.clock) * 1000))
+            forward = Forward(
+                ticket,
+                pending.service,
+                self.core.identity,
+                pending.body,
+                caller=pending.caller,
+                client_id=pending.key[0].decode("utf-8", "replace") if ids else "",
+                request_id=pending.request_id if ids else b"",
+                deadline_ms=remaining_ms,
+            )
+        else:  # a peer of an older version: FORWARD, or FORWARDAS with a CURVE caller
+            forward = Forward(
+                ticket, pending.service, self.core.identity, pending.body, caller=pending.caller
+            )
         out.append(Send(Channel.LINK, peer.broker_id.encode(), forward))
+
+    def send_back(self, pending: Pending, out: list[Effect]) -> bool:
+        """F15: forward ``pending`` to the peer that held it when that peer was lost, if it is
+        usable again and offers the service (its slots do not matter: it joins the request
+        to the run it may still be doing, or answers from its cache). True if sent."""
+        peer = self.family.peers.get(pending.prefer or "")
+        if peer is None or not peer.usable() or not peer.offers(pending.service):
+            return False
+        self.forward_to(peer, pending, out)
+        return True
 
     def drain_to_peers(self, now: float, out: list[Effect]) -> None:
         """F9: requests waiting here go to peers whose tables now show free slots.
@@ -78,6 +110,12 @@ class Forwarding:
                 if pending.origin is not None:
                     kept.append(pending)
                     continue
+                if pending.prefer is not None:
+                    if now < pending.prefer_until:  # F15: its own peer, or it keeps waiting
+                        if not self.send_back(pending, out):
+                            kept.append(pending)
+                        continue
+                    pending.prefer = None
                 peer = self.pick_peer(service, free=True)
                 if peer is None and not offers(service):
                     peer = self.pick_peer(service, free=False)
@@ -118,20 +156,66 @@ class Forwarding:
             details = {"peer": peer.broker_id, "key": msg.caller, "service": msg.service}
             out.append(Log("warning", "request_refused", details))
             return
+        limit = float("inf")
+        if msg.deadline_ms is not None:
+            if msg.deadline_ms == 0:
+                # F15: the client's deadline passed on the way; 504, so the origin does not
+                # route it again (a 503 would, F8).
+                why = f"the request's deadline passed before it reached {core.identity}"
+                self._refuse(routing_id, msg, 504, why, out)
+                return
+            limit = now + msg.deadline_ms / 1000
+        deadline = min(now + core.timeout_s, limit)
+        dispatch = self.dispatch
+        if msg.client_id:
+            # F15, R10 across brokers: the client's own ids find its request here however it
+            # came (directly, or forwarded by any peer), running or answered.
+            key = (msg.client_id.encode(), msg.request_id)
+            cached = dispatch.cache.get(key, now)
+            if cached is not None:
+                core.counters["requests"] += 1  # taken on and answered (docs/management.md)
+                core.counters["cache_hits"] += 1
+                core.metrics.reply(cached.status)
+                answer = ForwardReply(msg.ticket, cached.status, cached.body)
+                out.append(Send(Channel.PEER, routing_id, answer))
+                return
+            live = dispatch.live.get(key)
+            if live is not None and live.ids:
+                core.counters["requests"] += 1  # answered with the one it joined
+                core.counters["duplicates_joined"] += 1
+                live.join(routing_id, msg.ticket)
+                live.deadline = max(live.deadline, deadline)  # the timer finds it moved (R9)
+                if live.origin is not None:
+                    live.limit = max(live.limit, limit)
+                return
+        else:
+            key = (b"\x00" + peer.broker_id.encode(), msg.ticket)
         core.counters["forwards_served"] += 1
         core.counters["requests"] += 1  # one definition: docs/management.md "Counters"
         pending = Pending(
             core.next_seq(),
             routing_id,
-            (b"\x00" + peer.broker_id.encode(), msg.ticket),
+            key,
             msg.service,
-            b"",
+            msg.request_id,
             msg.body,
-            now + core.timeout_s,
+            deadline,
             origin=msg.ticket,
             started=now,
+            caller=msg.caller,
+            ids=bool(msg.client_id),
+            via=peer.broker_id,
+            limit=limit,
         )
-        self.dispatch.take(pending, now, out)
+        dispatch.take(pending, now, out)
+
+    def _refuse(
+        self, routing_id: bytes, msg: Forward, status: int, why: str, out: list[Effect]
+    ) -> None:
+        """FORWARDREPLY ``status`` at once, with the broker's JSON body (§3.3); like the 503 of
+        a broker that is not active, a request refused before it is taken (not counted)."""
+        failure = ClientReply.failure(msg.service, msg.request_id, status, why)
+        out.append(Send(Channel.PEER, routing_id, ForwardReply(msg.ticket, status, failure.body)))
 
     def reply_in(self, peer: Peer, msg: ForwardReply, now: float, out: list[Effect]) -> None:
         dispatch = self.dispatch
@@ -147,7 +231,10 @@ class Forwarding:
             if msg.status == 404:
                 peer.table.pop(pending.service, None)
             why = f"peer {peer.broker_id} refused"
-            dispatch.route_again(pending, now, out, msg.status, why)
+            if pending.deadline <= now:  # F15: its deadline is spent: not routed again
+                dispatch.fail(pending, msg.status, f"{why} at the request's deadline", out)
+            else:
+                dispatch.route_again(pending, now, out, msg.status, why)
             return
         service = pending.service
         peer.free[service] = peer.free.get(service, 0) + 1

@@ -67,7 +67,7 @@ class Lifecycle:
                     forwarding.forward_to(peer, pending, out)
                     continue
                 # Nobody here will run it: its client resends it where it is told to go.
-                dispatch.retire(pending)
+                dispatch.let_go(pending, f"broker {core.identity} is {core.state.value}", out)
                 moved.add(pending.client)
         for routing_id in moved:
             self.move_client(routing_id, now, out)

@@ -44,6 +44,7 @@ class Peer:
     table: dict[str, list[TableWorker]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)  # service -> free slots, our estimate
     forwarded: set[bytes] = field(default_factory=set)  # our tickets it holds
+    understands: frozenset[str] = frozenset()  # its last HELLO's ``understands`` (§5.1)
     # A gossip family only (scale0/core/gossip.py): its liveness as members gossip it, at which
     # incarnation, and the services it offers with their capacity (its last alive row).
     gossip: bool = False

@@ -17,7 +17,7 @@ from scale0.core.connections import Session
 from scale0.core.effects import Channel, Effect
 from scale0.core.peers import Peer
 from scale0.core.replica import Plan, Replica
-from scale0.core.requests import Pending, ReplyCache, WaitQueue
+from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
 from scale0.core.states import BrokerInput, Change
 from scale0.core.timers import RequestDue
 from scale0.core.workers import WorkerPool
@@ -80,6 +80,7 @@ class DispatchPort(Protocol):
     waiting: WaitQueue
     requests: dict[RequestDue, Pending]
     inflight: dict[bytes, Pending]
+    live: dict[RequestKey, Pending]
     cache: ReplyCache
 
     def worker_lost(
@@ -99,6 +100,8 @@ class DispatchPort(Protocol):
     def fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None: ...
 
     def retire(self, pending: Pending) -> None: ...
+
+    def let_go(self, pending: Pending, why: str, out: list[Effect]) -> None: ...
 
     def relay_partial(
         self, pending: Pending, body: tuple[bytes, ...], out: list[Effect]
@@ -192,6 +195,8 @@ class ForwardingPort(Protocol):
     def forward_to(self, peer: Peer, pending: Pending, out: list[Effect]) -> None: ...
 
     def drain_to_peers(self, now: float, out: list[Effect]) -> None: ...
+
+    def send_back(self, pending: Pending, out: list[Effect]) -> bool: ...
 
     def orphaned(self, services: Sequence[str], now: float, out: list[Effect]) -> None: ...
 

@@ -37,8 +37,7 @@ def request_done(
     if pending.origin is not None:
         if status in (404, 503):
             return
-        # A forwarded request's key is (NUL + the forwarding broker's id, its ticket).
-        forwarded_from = pending.key[0][1:].decode("utf-8", "replace")
+        forwarded_from = pending.via
         client = None
     out.append(
         RequestDone(

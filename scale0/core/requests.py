@@ -17,6 +17,9 @@ from scale0.wire.client import ClientReply
 # client negotiated with, so a retry over a new connection still finds its request.
 RequestKey = tuple[bytes, bytes]
 
+#: How many others (peers' forwards, a client's other connection) one request answers at most.
+MAX_JOINED = 16
+
 
 @dataclass(slots=True, eq=False)
 class Pending:
@@ -38,6 +41,33 @@ class Pending:
     # then the origin link's routing id on our peer ROUTER, and the answer is a FORWARDREPLY
     started: float = 0.0  # when the client asked (monotonic): the latency histogram's origin
     caller: str = ""  # the client's CURVE key, carried by FORWARD (§5.4), "" without CURVE
+    # ``key`` is the client's own (client_id, request_id): a Scale0 client's request, or one a
+    # peer forwarded with FORWARDWITH's ids. Such a request is joined by a resend however it
+    # comes (R10) and its worker REPLY cached; it is the ids an IDREQUEST worker is told.
+    # False for a Majordomo request (its ids are this broker's own) and a FORWARD without ids.
+    ids: bool = True
+    via: str = ""  # forwarded to us: the origin broker's id (records, logs)
+    limit: float = float("inf")  # forwarded to us: the origin's deadline as FORWARDWITH said
+    # Who else waits for this request's answer (R10 across brokers, §5.4): each a routing id
+    # and the FORWARD ticket to answer on our peer ROUTER, or None for our own frontend client.
+    also: list[tuple[bytes, bytes | None]] | None = None
+    # F15: the peer that held this request when it was lost, and until when the request goes
+    # back only to it (it joins the run it may still be doing), never to another broker.
+    prefer: str | None = None
+    prefer_until: float = 0.0
+
+    def join(self, routing_id: bytes, ticket: bytes | None) -> None:
+        """Someone else asks for this very request (R10): answer it too. A frontend client
+        (``ticket`` None) is answered on the connection it asked from last; at most
+        :data:`MAX_JOINED` others wait, the oldest dropped (their origin times it out)."""
+        also = self.also
+        if also is None:
+            also = self.also = []
+        elif ticket is None:
+            also[:] = [entry for entry in also if entry[1] is not None]
+        if len(also) >= MAX_JOINED:
+            del also[0]
+        also.append((routing_id, ticket))
 
 
 class ReplyCache:
@@ -149,6 +179,15 @@ class WaitQueue:
     def expired(self, pending: Pending) -> None:
         """``pending`` no longer waits (it is being answered): its entry is skipped later."""
         self.counts[pending.service] -= 1
+
+    def take_out(self, pending: Pending) -> bool:
+        """Remove ``pending`` from its queue if it waits there (True if it did)."""
+        queue = self._queues.get(pending.service)
+        if not queue or pending not in queue:
+            return False
+        queue.remove(pending)
+        self.counts[pending.service] -= 1
+        return True
 
     def forwarded_to_us(self, service: str) -> Iterator[Pending]:
         """Take out, in order, the live requests peers forwarded us that wait for ``service``."""

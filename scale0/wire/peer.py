@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, Final, Self
+from typing import ClassVar, Final, Self, cast
 
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import (
     EMPTY,
+    MAX_ID_BYTES,
     SIG_BROKER,
     JsonValue,
     Message,
     control_frames,
     control_options,
     decode_json,
+    decode_options,
     encode_json,
+    encode_options,
     encode_status,
     name_frame,
     name_problem,
@@ -36,6 +40,9 @@ from scale0.wire.frames import (
 #: Bounds that keep one TABLE from describing more than a broker could plausibly run.
 MAX_ENDPOINTS: Final = 16
 MAX_TABLE_WORKERS: Final = 100_000
+#: HELLO's ``understands``: at most this many command names, each 1..32 upper-case letters.
+MAX_UNDERSTANDS: Final = 32
+_COMMAND_NAME: Final = re.compile(r"[A-Z]{1,32}")
 
 
 class BrokerState(StrEnum):
@@ -66,9 +73,13 @@ class Hello(Message):
     config_version: int
     endpoints: dict[str, str]
     table_mode: TableMode
+    #: Peer commands beyond the brief's that the sender decodes (§5.1 ``understands``), e.g.
+    #: FORWARDWITH: a peer sends them only to a broker that listed them.
+    understands: frozenset[str] = frozenset()
 
     def to_frames(self) -> list[bytes]:
         endpoints: dict[str, JsonValue] = dict(self.endpoints)
+        understands: list[JsonValue] | None = [*sorted(self.understands)] or None
         return control_frames(
             SIG_BROKER,
             self.COMMAND,
@@ -79,6 +90,7 @@ class Hello(Message):
                 "config_version": self.config_version,
                 "endpoints": endpoints,
                 "table_mode": self.table_mode.value,
+                "understands": understands,
             },
         )
 
@@ -108,7 +120,26 @@ class Hello(Message):
             opt_int(opts, "config_version", minimum=0),
             endpoints,
             opt_enum(opts, "table_mode", TableMode),
+            _understands(opts.get("understands")),
         )
+
+
+def _understands(raw: JsonValue) -> frozenset[str]:
+    """HELLO's ``understands``: absent (an older broker), or an array of command names."""
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list) or len(raw) > MAX_UNDERSTANDS:
+        raise ProtocolError.malformed(
+            3, f"option 'understands' must be an array of at most {MAX_UNDERSTANDS} commands"
+        )
+    for position, command in enumerate(raw):
+        if not isinstance(command, str) or _COMMAND_NAME.fullmatch(command) is None:
+            raise ProtocolError.malformed(
+                3,
+                f"option 'understands[{position}]' is not a command name (A-Z, 1..32): "
+                f"{str(command)[:40]!r}",
+            )
+    return frozenset(cast(list[str], raw))
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,24 +302,37 @@ class TableReq(Message):
 
 #: The command of a FORWARD that carries its caller's CURVE key (§5.4).
 FORWARD_AS: Final = b"FORWARDAS"
+#: The command of a FORWARD that carries an options object: the client's ids, the remaining
+#: deadline and the caller's key (§5.4). Sent only to a peer whose HELLO lists it (``understands``).
+FORWARD_WITH: Final = b"FORWARDWITH"
+#: Its name as a HELLO's ``understands`` lists it (§5.1).
+FORWARD_WITH_NAME: Final = FORWARD_WITH.decode("ascii")
+#: FORWARDWITH's ``request_id`` option: the client's request id as lower-case hex (§2.3).
+_HEX_ID: Final = re.compile(rf"(?:[0-9a-f]{{2}}){{1,{MAX_ID_BYTES}}}")
 
 
 @dataclass(frozen=True, slots=True)
 class Forward(Message):
-    """A request for a peer's worker (§5.4), in one of two commands:
+    """A request for a peer's worker (§5.4), in one of three commands:
 
     - FORWARD ``ticket, service, origin_broker, body...`` (the brief's layout) when ``caller``
-      is empty, as it is in every family without CURVE;
+      is empty and ``deadline_ms`` is None, as for a peer that does not understand FORWARDWITH
+      in a family without CURVE;
     - FORWARDAS ``ticket, service, origin_broker, caller, body...`` when the calling client
-      has a CURVE key (Z85), so the serving broker judges it by the same grants.
+      has a CURVE key (Z85) and ``deadline_ms`` is None, so the serving broker judges it by the
+      same grants;
+    - FORWARDWITH ``ticket, service, origin_broker, options, body...`` whenever ``deadline_ms``
+      is set: the options carry ``deadline_ms`` (what is left of the request's deadline),
+      ``client_id`` and ``request_id`` (the client's own, both or neither) and ``caller``. An
+      extensible form: a later option is ignored by a broker that does not know it (§2.2).
 
-    A second command rather than a new frame in FORWARD: a broker of an older version reads
-    FORWARD positionally and would take a caller frame for the first body frame; FORWARDAS is
-    to it an unknown command, refused, never a corrupted body."""
+    New commands rather than new frames in FORWARD: a broker of an older version reads FORWARD
+    positionally and would take an extra frame for the first body frame; FORWARDAS and
+    FORWARDWITH are to it unknown commands, refused, never a corrupted body."""
 
     COMMAND: ClassVar[bytes] = b"FORWARD"
-    #: The other command this class is registered under and encodes (wire/registry.py).
-    ALSO: ClassVar[tuple[bytes, ...]] = (FORWARD_AS,)
+    #: The other commands this class is registered under and encodes (wire/registry.py).
+    ALSO: ClassVar[tuple[bytes, ...]] = (FORWARD_AS, FORWARD_WITH)
     PROTOCOL: ClassVar[bytes] = SIG_BROKER
 
     ticket: bytes
@@ -296,16 +340,30 @@ class Forward(Message):
     origin_broker: str
     body: tuple[bytes, ...] = ()
     caller: str = ""
+    client_id: str = ""  # FORWARDWITH only: the client's negotiated client_id ("" = not said)
+    request_id: bytes = b""  # FORWARDWITH only: the client's request_id (b"" = not said)
+    deadline_ms: int | None = None  # set: FORWARDWITH, what is left of the request's deadline
 
     def to_frames(self) -> list[bytes]:
         head = [self.ticket, self.service.encode("utf-8"), self.origin_broker.encode("utf-8")]
+        if self.deadline_ms is not None:
+            options: dict[str, JsonValue] = {"deadline_ms": self.deadline_ms}
+            if self.client_id:
+                options["client_id"] = self.client_id
+                options["request_id"] = self.request_id.hex()
+            if self.caller:
+                options["caller"] = self.caller
+            return [EMPTY, SIG_BROKER, FORWARD_WITH, *head, encode_options(options), *self.body]
         if not self.caller:
             return [EMPTY, SIG_BROKER, b"FORWARD", *head, *self.body]
         return [EMPTY, SIG_BROKER, FORWARD_AS, *head, self.caller.encode("ascii"), *self.body]
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
-        if frames[2] != FORWARD_AS:
+        command = frames[2]
+        if command == FORWARD_WITH:
+            return cls._with(frames)
+        if command != FORWARD_AS:
             if len(frames) < 6:
                 need_frames(frames, ("ticket", "service", "origin_broker"))
             return cls(
@@ -324,14 +382,60 @@ class Forward(Message):
             caller=_caller_frame(frames[6]),
         )
 
+    @classmethod
+    def _with(cls, frames: Sequence[bytes]) -> Self:
+        """FORWARDWITH: every frame and option checked before anything is built (§5.4)."""
+        if len(frames) < 7:
+            need_frames(frames, ("ticket", "service", "origin_broker", "options"))
+        ticket = opaque_id(frames[3], 3, "ticket")
+        service = name_frame(frames[4], 4, "service")
+        origin = name_frame(frames[5], 5, "origin_broker")
+        opts = decode_options(frames[6], 6)
+        deadline_ms = opt_int(opts, "deadline_ms", frame=6, minimum=0)
+        client_id = opt_name(opts, "client_id", "", frame=6)
+        raw_id = opts.get("request_id")
+        if raw_id is None:
+            request_id = b""
+        elif not isinstance(raw_id, str) or _HEX_ID.fullmatch(raw_id) is None:
+            raise ProtocolError.malformed(
+                6,
+                f"option 'request_id' is not 1..{MAX_ID_BYTES} bytes as lower-case hex: "
+                f"{str(raw_id)[:40]!r}",
+            )
+        else:
+            request_id = bytes.fromhex(raw_id)
+        if bool(client_id) != bool(request_id):
+            missing = "request_id" if client_id else "client_id"
+            raise ProtocolError.malformed(
+                6, f"option {missing!r} missing: client_id and request_id go together"
+            )
+        caller = opts.get("caller")
+        if caller is not None and not isinstance(caller, str):
+            raise ProtocolError.malformed(6, "option 'caller' is not a string")
+        return cls(
+            ticket,
+            service,
+            origin,
+            tuple(frames[7:]),
+            caller="" if caller is None else _caller_key(caller.encode("utf-8"), 6),
+            client_id=client_id,
+            request_id=request_id,
+            deadline_ms=deadline_ms,
+        )
+
 
 def _caller_frame(frame: bytes) -> str:
     """FORWARDAS's frame 6: a CURVE key as 40 Z85 characters (§5.4)."""
-    if len(frame) != CALLER_KEY_LEN or not frame.isascii() or not set(frame) <= _Z85_BYTES:
+    return _caller_key(frame, 6)
+
+
+def _caller_key(raw: bytes, index: int) -> str:
+    """A caller's CURVE key as 40 Z85 characters, or a 400 naming frame ``index``."""
+    if len(raw) != CALLER_KEY_LEN or not raw.isascii() or not set(raw) <= _Z85_BYTES:
         raise ProtocolError.malformed(
-            6, f"caller is not a CURVE key (40 Z85 characters): {show(frame)}"
+            index, f"caller is not a CURVE key (40 Z85 characters): {show(raw)}"
         )
-    return frame.decode("ascii")
+    return raw.decode("ascii")
 
 
 #: FORWARD's ``caller``: a CURVE public key in Z85 (ZeroMQ RFC 32), 40 characters.

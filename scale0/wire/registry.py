@@ -38,6 +38,7 @@ from scale0.wire.frames import (
 from scale0.wire.gossip import Ack, Ping, PingReq
 from scale0.wire.peer import (
     FORWARD_AS,
+    FORWARD_WITH,
     Forward,
     ForwardPartial,
     ForwardReply,
@@ -122,6 +123,8 @@ _TABLE: Final[dict[_Key, type[Message]]] = {
     **{(SIG_BROKER, cls.COMMAND, way): cls for cls in _PEER_CLASSES for way in (TO, FROM)},
     (SIG_BROKER, FORWARD_AS, TO): Forward,  # FORWARD with its caller's CURVE key (§5.4)
     (SIG_BROKER, FORWARD_AS, FROM): Forward,
+    (SIG_BROKER, FORWARD_WITH, TO): Forward,  # FORWARD with an options object (§5.4)
+    (SIG_BROKER, FORWARD_WITH, FROM): Forward,
     # --- 7/MDP, §10 (MDPC01 has no command frame: implicit b"") ---
     (mdp.MDPC01, b"", TO): mdp.MdpClientRequest,
     (mdp.MDPC01, b"", FROM): mdp.MdpClientReply,

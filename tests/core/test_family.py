@@ -1,4 +1,4 @@
-"""The family rules F1-F13 (scale0/core/broker.py): several pure cores wired in memory.
+"""The family rules F1-F13 and F15 (scale0/core/broker.py): several pure cores wired in memory.
 
 No sockets and no sleeps: scale0/sim/fabric.py delivers what one core sends to another and
 moves one fake clock, so liveness, republish and repair are checked with exact numbers.
@@ -10,14 +10,31 @@ import dataclasses
 import json
 
 from scale0.config.model import PeerLink
-from scale0.core.effects import Channel, ConfigOffered, Log, Persist, Received, Send
+from scale0.core.effects import (
+    Channel,
+    ConfigOffered,
+    Log,
+    Malformed,
+    Persist,
+    Received,
+    Send,
+    Tick,
+)
 from scale0.core.replica import Applied, Refused
 from scale0.sim.fabric import OTHER_KEY, Fabric, family_config, offer_of
-from scale0.wire.client import CheckConfig, Disconnect, DisconnectError, ForceNegotiate
-from scale0.wire.frames import SIG_BROKER, SIG_WORKER, ConfigType
+from scale0.wire.client import (
+    CheckConfig,
+    ClientReply,
+    ClientRequest,
+    Disconnect,
+    DisconnectError,
+    ForceNegotiate,
+)
+from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, SIG_WORKER, ConfigType
 from scale0.wire.peer import (
     BrokerState,
     Forward,
+    ForwardPartial,
     ForwardReply,
     Hello,
     PeerHeartbeat,
@@ -25,6 +42,7 @@ from scale0.wire.peer import (
     TableMode,
     TableReq,
 )
+from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerReply
 
 C1 = b"client-1"
 W1 = b"worker-1"
@@ -368,7 +386,9 @@ def test_f3_requests_forwarded_to_a_peer_that_dies_are_routed_again() -> None:
     fabric.worker("b", b"worker-b", capacity=5)
     fabric.kill("c")
     fabric.outbox["c"].clear()  # what c's worker was given dies with c
-    fabric.advance(4.0)  # c is down: what it held goes to b
+    fabric.advance(4.0)  # c is down: what it held waits for it to come back (F15)...
+    assert fabric.serve("b") == 0
+    fabric.advance(2.6)  # ...for min(liveness x interval, request_timeout_ms / 2); then to b
     assert fabric.serve("b") == 4
     replies = fabric.replies("a")
     assert sorted(r.request_id for _, r in replies) == [b"r0", b"r1", b"r2", b"r3"]
@@ -518,3 +538,401 @@ def test_f3_a_peer_heard_again_on_the_same_link_after_a_silence_is_up_for_good()
     assert fabric.serve("c") == 1
     ((_, reply),) = fabric.replies("a")
     assert reply.status == 200
+
+
+# ---- F15: FORWARDWITH carries the client's ids and deadline --------------------------------
+
+
+def _client_as(fabric: Fabric, name: str, rid: bytes, client_id: str) -> None:
+    """A client of ``name`` that negotiates the client_id ``client_id`` (the same client
+    moving from broker to broker keeps it, §3.9)."""
+    version = fabric.brokers[name].network.config_version
+    check = CheckConfig(
+        config_type=ConfigType.JSON,
+        config_version=version,
+        client_id=client_id,
+        protocol=SIG_CLIENT,
+    )
+    fabric.feed(name, Received(Channel.FRONTEND, rid, check))
+    fabric.settle()
+
+
+def _id_worker(fabric: Fabric, name: str, rid: bytes) -> None:
+    """A worker of ``name`` whose READY asked for request_ids (§4.3): it gets IDREQUEST."""
+    version = fabric.brokers[name].network.config_version
+    for message in (
+        CheckConfig(config_type=ConfigType.JSON, config_version=version, protocol=SIG_WORKER),
+        Ready(
+            services=("echo",),
+            heartbeat=False,
+            hbeatinterval_ms=1000,
+            time=fabric.wall,
+            config_version=version,
+            capacity=1,
+            request_ids=True,
+        ),
+    ):
+        fabric.feed(name, Received(Channel.BACKEND, rid, message))
+    fabric.settle()
+
+
+def _ask(fabric: Fabric, name: str, rid: bytes, request_id: bytes) -> None:
+    message = ClientRequest(service="echo", request_id=request_id, body=(b"pay",))
+    fabric.feed(name, Received(Channel.FRONTEND, rid, message))
+    fabric.settle()
+
+
+def _answer(fabric: Fabric, name: str, rid: bytes, ticket: bytes) -> None:
+    reply = WorkerReply(ticket=ticket, status=200, body=(b"paid",))
+    fabric.feed(name, Received(Channel.BACKEND, rid, reply))
+    fabric.settle()
+
+
+def _forwards(fabric: Fabric, name: str) -> list[Forward]:
+    return [m for m in sent(fabric, name, Forward) if isinstance(m, Forward)]
+
+
+def _peer_rid(fabric: Fabric, at: str, of: str) -> bytes:
+    """The routing id of ``of``'s link on ``at``'s peer ROUTER."""
+    family = fabric.brokers[at].family
+    return next(rid for rid, name in family.broker_of.items() if name == of)
+
+
+def test_f15_brokers_say_they_understand_forwardwith_and_forward_with_the_clients_ids() -> None:
+    fabric = started()
+    assert all(
+        m.understands == {"FORWARDWITH"}  # type: ignore[attr-defined]
+        for m in sent(fabric, "a", Hello)
+    )
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    (forward,) = _forwards(fabric, "a")
+    assert forward.to_frames()[2] == b"FORWARDWITH"
+    assert (forward.client_id, forward.request_id) == ("alice", b"r1")
+    assert forward.deadline_ms is not None and 4900 <= forward.deadline_ms <= 5000
+    # F15: the worker behind the peer is told the client's own ids (§4.3), not empty ones.
+    ((_, request),) = fabric.take("c", WorkerIdRequest)
+    assert (request.client_id, request.request_id, request.body) == ("alice", b"r1", (b"pay",))
+
+
+def test_f15_a_peer_whose_hello_does_not_list_it_gets_the_briefs_forward() -> None:
+    """Rollout (docs/operations.md): a broker of an older version says HELLO without
+    ``understands``; it is sent FORWARD (or FORWARDAS), never a command it would refuse."""
+    fabric = started()
+    fabric.worker("c", W1)
+    fabric.advance(1.1)
+    old_hello = Hello("c", "fam", BrokerState.ACTIVE, 1, {}, TableMode.PULL)
+    fabric.feed("a", Received(Channel.LINK, b"c", old_hello))
+    fabric.settle()
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"r1")
+    (forward,) = _forwards(fabric, "a")
+    assert forward.deadline_ms is None and forward.to_frames()[2] == b"FORWARD"
+    assert fabric.serve("c") == 1
+    # c restarts as the newer version: its HELLO lists FORWARDWITH again, and it is used.
+    fabric.feed(
+        "a",
+        Received(
+            Channel.LINK,
+            b"c",
+            dataclasses.replace(old_hello, understands=frozenset({"FORWARDWITH"})),
+        ),
+    )
+    fabric.settle()
+    fabric.effects["a"].clear()
+    fabric.request("a", C1, b"r2")
+    (forward,) = _forwards(fabric, "a")
+    assert forward.deadline_ms is not None
+
+
+def test_f15_r10_a_resend_via_another_broker_joins_the_request_running_at_the_target() -> None:
+    """The client's broker a forwarded r1 to c and died; the client resends r1 via b, which
+    forwards it to c too: c joins it to the request its worker runs, nothing runs twice, and
+    the answer goes to b (and to a's dead link)."""
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    ((_, first),) = fabric.take("c", WorkerIdRequest)
+    fabric.kill("a")
+    c2 = b"client-1-at-b"
+    _client_as(fabric, "b", c2, "alice")
+    _ask(fabric, "b", c2, b"r1")
+    assert len(_forwards(fabric, "b")) == 1  # b has no worker: it forwarded the resend to c
+    assert fabric.take("c", WorkerIdRequest) == []  # joined at c: not run again
+    assert fabric.brokers["c"].counters["duplicates_joined"] == 1
+    _answer(fabric, "c", W1, first.ticket)
+    ((rid, reply),) = fabric.replies("b")
+    assert rid == c2 and reply.request_id == b"r1" and reply.body == (b"paid",)
+    c = fabric.brokers["c"]  # at rest, requests taken on = replies given (docs/management.md)
+    assert c.counters["requests"] == sum(c.core.metrics.replies.values()) == 2
+
+
+def test_f15_r10_a_resend_via_another_broker_after_the_answer_gets_the_targets_cached_reply() -> (
+    None
+):
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    ((_, first),) = fabric.take("c", WorkerIdRequest)
+    _answer(fabric, "c", W1, first.ticket)
+    assert [r.body for _, r in fabric.replies("a")] == [(b"paid",)]
+    c2 = b"client-1-at-b"
+    _client_as(fabric, "b", c2, "alice")
+    _ask(fabric, "b", c2, b"r1")  # the reply to a was lost with a, say: resent via b
+    assert fabric.take("c", WorkerIdRequest) == []
+    assert fabric.brokers["c"].counters["cache_hits"] == 1
+    ((_, reply),) = fabric.replies("b")
+    assert reply.status == 200 and reply.body == (b"paid",) and reply.request_id == b"r1"
+    # Sent straight to c, the resend finds the same cached reply (one key for both ways).
+    c3 = b"client-1-at-c"
+    _client_as(fabric, "c", c3, "alice")
+    _ask(fabric, "c", c3, b"r1")
+    assert fabric.take("c", WorkerIdRequest) == []
+    ((_, reply),) = fabric.replies("c")
+    assert reply.body == (b"paid",)
+    c = fabric.brokers["c"]
+    assert c.counters["requests"] == sum(c.core.metrics.replies.values()) == 3
+
+
+def test_f15_r10_a_resend_straight_to_the_target_joins_a_forwarded_request() -> None:
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    ((_, first),) = fabric.take("c", WorkerIdRequest)
+    fabric.kill("a")
+    c3 = b"client-1-at-c"
+    _client_as(fabric, "c", c3, "alice")
+    _ask(fabric, "c", c3, b"r1")
+    assert fabric.take("c", WorkerIdRequest) == []
+    _answer(fabric, "c", W1, first.ticket)
+    ((rid, reply),) = fabric.replies("c")
+    assert rid == c3 and reply.body == (b"paid",)
+
+
+def test_f15_without_ids_two_forwards_of_one_request_run_twice() -> None:
+    """The rule's other side: FORWARD (no ids, an older origin) is keyed on its ticket, so
+    the target cannot tell a resend; that is what FORWARDWITH's ids are for."""
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    c = fabric.brokers["c"]
+    a_rid, b_rid = _peer_rid(fabric, "c", "a"), _peer_rid(fabric, "c", "b")
+    for rid, ticket, origin in ((a_rid, b"T1", "a"), (b_rid, b"T2", "b")):
+        c.handle(
+            Received(Channel.PEER, rid, Forward(ticket, "echo", origin, (b"pay",))),
+            fabric.now,
+            fabric.wall,
+        )
+    assert c.counters["duplicates_joined"] == 0
+    assert c.counters["forwards_served"] == 2
+
+
+def test_f15_the_carried_deadline_bounds_the_wait_at_the_target() -> None:
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    c = fabric.brokers["c"]
+    a_rid = _peer_rid(fabric, "c", "a")
+    busy = Forward(
+        b"T0", "echo", "a", (b"x",), client_id="bob", request_id=b"r0", deadline_ms=60_000
+    )
+    short = Forward(
+        b"T1", "echo", "a", (b"x",), client_id="alice", request_id=b"r1", deadline_ms=500
+    )
+    long = Forward(
+        b"T2", "echo", "a", (b"x",), client_id="carol", request_id=b"r2", deadline_ms=60_000
+    )
+    answers: list[ForwardReply] = []
+    for forward in (busy, short, long):  # c's one worker takes T0: T1 and T2 wait
+        out = c.handle(Received(Channel.PEER, a_rid, forward), fabric.now, fabric.wall)
+        answers += [
+            e.message for e in out if isinstance(e, Send) and isinstance(e.message, ForwardReply)
+        ]
+    assert answers == []
+    for _ in range(12):  # 0.6 s: past T1's 500 ms, well within c's own 5 s
+        fabric.now += 0.05
+        out = c.handle(Tick(), fabric.now, fabric.wall)
+        answers += [
+            e.message for e in out if isinstance(e, Send) and isinstance(e.message, ForwardReply)
+        ]
+    assert [(a.ticket, a.status) for a in answers] == [(b"T1", 503)]
+    for _ in range(100):  # T0 and T2 are held under c's own request_timeout_ms (5 s), not 60 s
+        fabric.now += 0.05
+        out = c.handle(Tick(), fabric.now, fabric.wall)
+        answers += [
+            e.message for e in out if isinstance(e, Send) and isinstance(e.message, ForwardReply)
+        ]
+    assert [(a.ticket, a.status) for a in answers] == [(b"T1", 503), (b"T0", 504), (b"T2", 503)]
+
+
+def test_f15_a_forward_whose_deadline_is_spent_gets_504_at_once_and_is_not_run() -> None:
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    c = fabric.brokers["c"]
+    spent = Forward(b"T1", "echo", "a", (b"x",), client_id="alice", request_id=b"r1", deadline_ms=0)
+    out = c.handle(
+        Received(Channel.PEER, _peer_rid(fabric, "c", "a"), spent), fabric.now, fabric.wall
+    )
+    (answer,) = [e.message for e in out if isinstance(e, Send)]
+    assert isinstance(answer, ForwardReply) and (answer.ticket, answer.status) == (b"T1", 504)
+    assert json.loads(answer.body[0])["code"] == 504
+    assert fabric.take("c", WorkerIdRequest) == []
+
+
+def test_f15_f8_a_refusal_that_arrives_after_the_deadline_is_not_routed_again() -> None:
+    fabric = started()
+    fabric.worker("c", W1)
+    fabric.worker("b", b"worker-b")
+    fabric.advance(1.1)
+    fabric.client("a", C1)
+    fabric.drops.append(lambda src, dst, m: isinstance(m, Forward))  # held: answered by hand
+    fabric.request("a", C1, b"r1")
+    a = fabric.brokers["a"]
+    ((ticket, pending),) = [(t, p) for t, p in a.dispatch.inflight.items() if p.peer]
+    peer = pending.peer
+    fabric.now = pending.deadline  # the 503 reaches a just as the request's deadline passes
+    refusal = ForwardReply(ticket, 503, ())
+    out = a.handle(Received(Channel.LINK, peer.encode(), refusal), fabric.now, fabric.wall)
+    assert not [e for e in out if isinstance(e, Send) and isinstance(e.message, Forward)]
+    (reply,) = [
+        e.message for e in out if isinstance(e, Send) and isinstance(e.message, ClientReply)
+    ]
+    assert reply.status == 503
+
+
+def test_f15_a_malformed_forwardwith_gets_400_and_counts_towards_the_error_score() -> None:
+    from scale0.wire.errors import ProtocolError
+    from scale0.wire.registry import decode_to_broker
+
+    fabric = started()
+    c = fabric.brokers["c"]
+    a_rid = _peer_rid(fabric, "c", "a")
+    frames = Forward(
+        b"T1", "echo", "a", (b"x",), client_id="alice", request_id=b"r1", deadline_ms=10
+    ).to_frames()
+    frames[6] = b'{"deadline_ms":10,"client_id":"alice"}'  # request_id missing
+    try:
+        decode_to_broker(frames, max_frame_bytes=1 << 20, signatures={SIG_BROKER})
+    except ProtocolError as exc:
+        error = exc
+    else:
+        raise AssertionError("a FORWARDWITH with a client_id and no request_id decoded")
+    out = c.handle(Malformed(Channel.PEER, a_rid, error), fabric.now, fabric.wall)
+    (refusal,) = [e.message for e in out if isinstance(e, Send)]
+    assert isinstance(refusal, DisconnectError) and refusal.code == 400
+    assert "request_id" in refusal.message
+    assert c.counters["malformed"] == 1 and c.counters["forwards_served"] == 0
+
+
+def _held_by(fabric: Fabric, name: str) -> str:
+    ((_, pending),) = [(t, p) for t, p in fabric.brokers[name].dispatch.inflight.items() if p.peer]
+    assert pending.peer is not None
+    return pending.peer
+
+
+def test_f15_f3_what_a_lost_peer_held_goes_back_to_it_when_it_comes_back() -> None:
+    """A flapping link (tools/partitions): a finds b silent while b's worker runs r1. r1 waits
+    for b (not c, where it would run a second time) and goes back to b when b is heard again;
+    b joins it to the run, and the client is answered once, by the one run."""
+    fabric = started()
+    _id_worker(fabric, "b", b"worker-b")
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    held = _held_by(fabric, "a")
+    other = "c" if held == "b" else "b"
+    ((worker, first),) = fabric.take(held, WorkerIdRequest)
+    fabric.pause(held)
+    fabric.advance(4.1)  # liveness (3 x 1 s): a finds it silent and takes r1 back
+    lost = [e for e in fabric.effects["a"] if isinstance(e, Log) and e.event == "peer_lost"]
+    assert [e.fields["peer"] for e in lost] == [held]
+    assert fabric.take(other, WorkerIdRequest) == []  # not run a second time elsewhere
+    fabric.resume(held)
+    fabric.advance(1.1)  # heard again: its table comes, and r1 goes back to it
+    assert fabric.take(held, WorkerIdRequest) == []  # joined to the run, not run again
+    assert fabric.brokers[held].counters["duplicates_joined"] == 1
+    _answer(fabric, held, worker, first.ticket)
+    ((_, reply),) = fabric.replies("a")
+    assert reply.status == 200 and reply.body == (b"paid",)
+    assert fabric.take(other, WorkerIdRequest) == []
+
+
+def test_f15_f3_a_lost_peer_that_does_not_come_back_in_time_leaves_it_to_another() -> None:
+    fabric = started()
+    _id_worker(fabric, "b", b"worker-b")
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    held = _held_by(fabric, "a")
+    other = "c" if held == "b" else "b"
+    fabric.kill(held)
+    fabric.advance(4.1)  # found silent (after 3 s, at a 1 s check): r1 waits for it...
+    lost = [e for e in fabric.effects["a"] if isinstance(e, Log) and e.event == "peer_lost"]
+    assert [e.fields["peer"] for e in lost] == [held]
+    assert fabric.take(other, WorkerIdRequest) == []
+    fabric.advance(2.6)  # ...at most min(liveness window 3 s, request_timeout_ms / 2 = 2.5 s)
+    ((worker, request),) = fabric.take(other, WorkerIdRequest)
+    assert (request.client_id, request.request_id) == ("alice", b"r1")
+    _answer(fabric, other, worker, request.ticket)
+    ((_, reply),) = fabric.replies("a")
+    assert reply.status == 200
+
+
+def test_f15_f12_what_a_peer_that_said_disconnect_held_goes_elsewhere_at_once() -> None:
+    """Waiting for a peer is for a suspicion (found silent); one that said DISCONNECT is gone."""
+    fabric = started()
+    _id_worker(fabric, "b", b"worker-b")
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    held = _held_by(fabric, "a")
+    other = "c" if held == "b" else "b"
+    fabric.shutdown(held)
+    ((_, request),) = fabric.take(other, WorkerIdRequest)
+    assert (request.client_id, request.request_id) == ("alice", b"r1")
+
+
+def test_f15_r10_every_forward_joined_to_a_request_gets_its_partials_and_its_reply() -> None:
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    c = fabric.brokers["c"]
+    a_rid, b_rid = _peer_rid(fabric, "c", "a"), _peer_rid(fabric, "c", "b")
+    sends: list[Send] = []
+    for rid, ticket, origin in ((a_rid, b"TA", "a"), (b_rid, b"TB", "b")):
+        forward = Forward(
+            ticket, "echo", origin, (b"x",), client_id="alice", request_id=b"r1", deadline_ms=3000
+        )
+        out = c.handle(Received(Channel.PEER, rid, forward), fabric.now, fabric.wall)
+        sends += [e for e in out if isinstance(e, Send)]
+    (run,) = [s for s in sends if isinstance(s.message, WorkerIdRequest)]
+    assert len(sends) == 1  # the second forward joined the first: nothing else went out
+    ticket = run.message.ticket
+    partial = WorkerPartial(ticket=ticket, body=(b"half",))
+    out = c.handle(Received(Channel.BACKEND, W1, partial), fabric.now, fabric.wall)
+    got = sorted(
+        (e.routing_id, e.message.ticket)
+        for e in out
+        if isinstance(e, Send) and isinstance(e.message, ForwardPartial)
+    )
+    assert got == sorted([(a_rid, b"TA"), (b_rid, b"TB")])
+    reply = WorkerReply(ticket=ticket, status=200, body=(b"paid",))
+    out = c.handle(Received(Channel.BACKEND, W1, reply), fabric.now, fabric.wall)
+    got_replies = sorted(
+        (e.routing_id, e.message.ticket, e.message.body)
+        for e in out
+        if isinstance(e, Send) and isinstance(e.message, ForwardReply)
+    )
+    assert got_replies == sorted([(a_rid, b"TA", (b"paid",)), (b_rid, b"TB", (b"paid",))])

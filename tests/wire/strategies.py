@@ -182,13 +182,27 @@ MESSAGES: dict[type[Message], st.SearchStrategy[Message]] = {
         versions0,
         st.dictionaries(names, names, max_size=4),
         st.sampled_from(TableMode),
+        st.frozensets(st.from_regex(r"[A-Z]{1,32}", fullmatch=True), max_size=4),
     ),
     PeerHeartbeat: st.builds(
         PeerHeartbeat, names, times, st.sampled_from(BrokerState), versions0, versions0
     ),
     Table: st.builds(Table, names, versions0, st.booleans(), table_services),
     TableReq: st.builds(TableReq, names, st.none() | versions0),
-    Forward: st.builds(Forward, ids, services, names, bodies),
+    Forward: st.builds(Forward, ids, services, names, bodies)
+    | st.builds(  # FORWARDWITH (§5.4): ids both or neither, a deadline, maybe a caller
+        lambda head, who, deadline_ms, caller: Forward(
+            *head,
+            caller=caller,
+            client_id=who[0] if who else "",
+            request_id=who[1] if who else b"",
+            deadline_ms=deadline_ms,
+        ),
+        st.tuples(ids, services, names, bodies),
+        st.none() | st.tuples(names, ids),
+        st.integers(0, 2**40),
+        st.just("") | st.just("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"),
+    ),
     ForwardPartial: st.builds(ForwardPartial, ids, bodies),
     ForwardReply: st.builds(ForwardReply, ids, statuses, bodies),
     # gossip (§5.6)
