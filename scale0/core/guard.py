@@ -63,6 +63,7 @@ __all__ = [
     "Forget",
     "Guard",
     "address_key",
+    "peer_address_key",
 ]
 
 #: Ends a sender's session: (channel, routing_id, now, out, reason).
@@ -84,6 +85,13 @@ def address_key(address: str) -> bytes:
     """The sender key of an address (a NUL first byte, which no ZeroMQ routing id may have,
     keeps it apart from routing ids); the HTTP server and MANAGEMENTREQ share it (§8)."""
     return b"\x00addr:" + address.encode()
+
+
+def peer_address_key(address: str) -> bytes:
+    """The sender key of an address on the peer port (R22): a score and a ban of their own, so
+    a stranger's garbage on the peer port never locks an admin on the same host out of
+    management (whose key is :func:`address_key`), nor the reverse."""
+    return b"\x00peer:" + address.encode()
 
 
 @dataclass(slots=True)
@@ -255,7 +263,7 @@ class Guard:
         towards the address's score, and ``refusal`` sent unless the address is banned (then
         nothing is sent) or this error bans it (then DISCONNECTERROR 429, and every connection
         from the address that has not negotiated is hung up)."""
-        sender = address_key(address)
+        sender = peer_address_key(address)
         if self.is_banned(sender, now):
             self.core.counters["banned_dropped"] = self.core.counters.get("banned_dropped", 0) + 1
             return
@@ -275,7 +283,7 @@ class Guard:
         record = self.conns.get((Channel.PEER, conn))
         if record is None or record.negotiated or not record.address:
             return False
-        return self.is_banned(address_key(record.address), now)
+        return self.is_banned(peer_address_key(record.address), now)
 
     def sweep(self, now: float) -> None:
         """Bound memory: forget old error scores and ended bans."""

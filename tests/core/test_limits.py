@@ -22,6 +22,7 @@ from scale0.core.guard import (
     AUTH_FREE_FAILURES,
     AuthThrottle,
     address_key,
+    peer_address_key,
 )
 from scale0.sim.fabric import Fabric, family_config
 from scale0.wire.admin import ManagementReply, ManagementRequest
@@ -366,7 +367,8 @@ def test_r22_refused_hellos_and_garbage_ban_the_address_and_a_member_still_joins
     assert _codes(out) == [429]  # the fourth error bans the address, once
     assert sorted(e.conn for e in out if isinstance(e, Hangup)) == [10, 11, 12, 13]
     assert a.counters["unnegotiated_banned"] == 4
-    assert a.guard.is_banned(address_key(STRANGER), fabric.now)
+    assert a.guard.is_banned(peer_address_key(STRANGER), fabric.now)
+    assert not a.guard.is_banned(address_key(STRANGER), fabric.now)  # management: its own
     # Banned: from its connections only a HELLO is read, and refusals go unanswered.
     _at(fabric, a, Connected(PEER, 15, STRANGER))
     assert a.peer_unread(b"s4", 15, b"HEARTBEAT", fabric.now)
@@ -394,7 +396,7 @@ def test_r22_a_members_link_is_scored_by_routing_id_not_by_address() -> None:
     garbage = ProtocolError(400, "frame 2: garbage")
     for _ in range(3):  # a member's bug: its routing id is scored (R13), never its host
         _at(fabric, a, Malformed(PEER, b"b-link", garbage, conn=20))
-    assert not a.guard.is_banned(address_key(MEMBER_HOST), fabric.now)
+    assert not a.guard.is_banned(peer_address_key(MEMBER_HOST), fabric.now)
     assert a.guard.is_banned(b"b-link", fabric.now)
 
 
