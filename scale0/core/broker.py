@@ -67,9 +67,9 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      whenever more than max_unnegotiated wait (a pool apart from the frontend's and
      backend's). A HELLO refused with 401 and an undecodable message from a routing id with
      no accepted HELLO count one error against the connection's source address (R13's
-     threshold, window and ban): the ban says DISCONNECTERROR 429 once, hangs up that
-     address's peer connections that have not negotiated, and until it ends such connections
-     from it are read for HELLO only (the rest dropped unread) and refusals are not answered.
+     threshold, window and ban): the ban says DISCONNECTERROR 429 once, and until it ends
+     that address's peer connections that have not negotiated are read for HELLO only (the
+     rest dropped unread) and refusals are not answered.
      A member's accepted HELLO is never refused for its address, and its link, once heard,
      is never hung up or scored by address.
 

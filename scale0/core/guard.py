@@ -18,8 +18,8 @@ gone or hung up are forgotten at once.
 The peer port (R22): a refused HELLO (401) or an undecodable message from a routing id that has
 not said an accepted HELLO counts against the connection's source address (a stranger opens a
 new connection, so a new routing id, for every try); over the threshold the address is banned,
-its connections that have not negotiated are hung up, and while the ban lasts only a HELLO is
-read from it (:meth:`Guard.peer_unread`), so a member on the same host still joins.
+and while the ban lasts only a HELLO is read from its connections that have not negotiated
+(:meth:`Guard.peer_unread`), so a member on the same host still joins.
 
 Guessing (:class:`AuthThrottle`): after ``AUTH_FREE_FAILURES`` failed logins as one configured
 ``auth_id`` (from anywhere), each further try as that ``auth_id`` waits 1, 2, 4... s after the
@@ -261,16 +261,16 @@ class Guard:
         """R22: a refused HELLO or undecodable message on the peer port from ``routing_id``,
         which has not said an accepted HELLO, over a connection from ``address``: one error
         towards the address's score, and ``refusal`` sent unless the address is banned (then
-        nothing is sent) or this error bans it (then DISCONNECTERROR 429, and every connection
-        from the address that has not negotiated is hung up)."""
+        nothing is sent) or this error bans it (then DISCONNECTERROR 429 once)."""
         sender = peer_address_key(address)
         if self.is_banned(sender, now):
             self.core.counters["banned_dropped"] = self.core.counters.get("banned_dropped", 0) + 1
             return
         if self.count_error(Channel.PEER, sender, routing_id, now, out):
+            # Its connections are not hung up here: they go as any that does not negotiate
+            # (timeout, pool). Hanging up a connection while its sender is mid-message can
+            # abort the sender's libzmq (session_base.cpp clean_pipes, seen with tools/fuzz).
             out.append(Log("warning", "peer_address_banned", {"address": address}))
-            for key in [k for k in self.unnegotiated_peers if self.conns[k].address == address]:
-                self.hangup(key, out, "unnegotiated_banned")
             return
         out.append(Send(Channel.PEER, routing_id, refusal))
 

@@ -914,10 +914,18 @@ class BrokerNode:
         now = time.monotonic()
         wall = time.time()
         if port.kind == "router":
-            # The connection of each message (R20, R22, §8): read right after its batch.
-            for frames, conn in zip(batch, batch_fds() if fds is None else fds, strict=False):
+            # The connection of each message (R20, R22, §8): read right after its batch (a
+            # list of our own: reading the monitor below is another batch).
+            conns = list(batch_fds()) if fds is None else fds
+            known = self._conn_channels
+            for frames, conn in zip(batch, conns, strict=False):
                 if _is_closed(port):
                     break
+                if conn >= 0 and conn not in known:
+                    # Accepted after this round read the monitor: libzmq queued the event
+                    # before the connection's first message, so it is there now. Without it
+                    # the message would have no address, and a stranger's 401 no score.
+                    self._read_monitor(channel)
                 self._dispatch(port, channel, frames, now, wall, conn)
             return len(batch)
         for frames in batch:
@@ -925,6 +933,13 @@ class BrokerNode:
                 break
             self._dispatch(port, channel, frames, now, wall)
         return len(batch)
+
+    def _read_monitor(self, channel: Channel) -> None:
+        """Handle what ``channel``'s connection monitor has queued now (R20, R22)."""
+        monitor = self._ports.get("monitor:" + channel.value)
+        if monitor is not None:
+            while self._drain(monitor, self._batch_size) >= self._batch_size:
+                pass
 
     def _dispatch(
         self,

@@ -365,8 +365,6 @@ def test_r22_refused_hellos_and_garbage_ban_the_address_and_a_member_still_joins
     _at(fabric, a, Connected(PEER, 14, MEMBER_HOST))  # another address: not touched
     out = _at(fabric, a, Received(PEER, b"s3", _hello("zed"), 13))
     assert _codes(out) == [429]  # the fourth error bans the address, once
-    assert sorted(e.conn for e in out if isinstance(e, Hangup)) == [10, 11, 12, 13]
-    assert a.counters["unnegotiated_banned"] == 4
     assert a.guard.is_banned(peer_address_key(STRANGER), fabric.now)
     assert not a.guard.is_banned(address_key(STRANGER), fabric.now)  # management: its own
     # Banned: from its connections only a HELLO is read, and refusals go unanswered.
