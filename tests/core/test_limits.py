@@ -349,6 +349,8 @@ def test_r22_the_peer_port_has_its_own_pool_of_max_unnegotiated() -> None:
     assert set(a.guard.unnegotiated_peers) == {(PEER, 2), (PEER, 3)}
     _at(fabric, a, Received(PEER, b"b-link", _hello(), 3))
     assert set(a.guard.unnegotiated_peers) == {(PEER, 2)}
+    stats = a.stats()  # what status shows: both pools, and every connection open
+    assert (stats["unnegotiated"], stats["unnegotiated_peers"], stats["connections"]) == (2, 1, 4)
 
 
 def test_r22_refused_hellos_and_garbage_ban_the_address_and_a_member_still_joins() -> None:
