@@ -28,7 +28,8 @@ these setups, each with the client, the workers and the middle process in separa
 - ``base`` (with ``--base-tree DIR``): the same broker run from another source tree, e.g. the
   commit before a change (``git archive HEAD~1 scale0 | tar -x -C DIR``), so a change is timed
   against its own "before" in the same invocation; ``base-mdp`` is that broker on the
-  Majordomo drivers (beside ``scale0-mdp``).
+  Majordomo drivers (beside ``scale0-mdp``), and ``base-solo``, ``base-solo-curve``,
+  ``base-family``, ``base-family-curve`` those cases' brokers from that tree (when named).
 
 Drivers: ``proxy``, ``c-lru`` and ``majortomo`` are driven by the same Majordomo client
 (tools/mdp.py, ``--mdp`` picks its framing; default majortomo's MDP/0.2, the only one majortomo
@@ -57,6 +58,7 @@ and clients speak raw frames so the numbers measure the broker, not Scale0's cli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import multiprocessing
@@ -64,7 +66,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -477,13 +479,20 @@ def case_scale0_mdp(
 
 
 def case_family(
-    workers: int, capacity: int, *, curve: bool = False, **client: Any
+    workers: int,
+    capacity: int,
+    *,
+    curve: bool = False,
+    tree: Path | None = None,
+    **client: Any,
 ) -> dict[str, float]:
     """Two brokers of one family: the client at b1, every worker at b2 (docs/protocol.md §5.4).
 
-    CPU is both brokers' together; "main" is b1's main thread.
+    CPU is both brokers' together; "main" is b1's main thread. ``tree``: the brokers import
+    scale0 from that source tree (``base-family``: a change's before).
     """
     with (
+        _brokers_from(tree),
         tempfile.TemporaryDirectory() as tmp,
         running_brokers(
             Path(tmp),
@@ -514,6 +523,22 @@ def case_family(
                 p.kill()
 
 
+@contextlib.contextmanager
+def _brokers_from(tree: Path | None) -> Iterator[None]:
+    """Brokers started inside import scale0 from ``tree`` (None: this one). They are the
+    installed script, so PYTHONPATH picks their tree; restored on the way out."""
+    saved = os.environ.get("PYTHONPATH")
+    if tree is not None:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), saved]))
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 def case_family_both(
     workers: int, capacity: int, *, tree: Path | None = None, **client: Any
 ) -> dict[str, float]:
@@ -521,49 +546,41 @@ def case_family_both(
     workers can take, forwards to b2 while b2's table (or b2's answers, F9) show a free slot,
     and holds the rest until one of the two frees. CPU is both brokers'. ``tree``: the brokers
     import scale0 from that source tree (``base-family-both``: a change's before)."""
-    saved = os.environ.get("PYTHONPATH")
-    if tree is not None:  # the brokers are the installed script: PYTHONPATH picks their tree
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), saved]))
-    try:
-        with (
-            tempfile.TemporaryDirectory() as tmp,
-            running_brokers(
-                Path(tmp),
-                2,
-                broker_overrides=[{"log_level": "info", "event_log_dir": None}] * 2,
-                max_queued_requests=100_000,
-            ) as (b1, b2),
-        ):
-            procs = [
-                start(s0p_worker, broker.endpoints["backend"], capacity)
-                for broker in (b1, b2)
-                for _ in range(workers)
-            ]
-            try:
-                time.sleep(1.5)  # b1 learns b2's table from b2's next HEARTBEAT (pull)
-                result = run_client(
-                    [b1.endpoints["frontend"]],
-                    negotiate=True,
-                    middle_pid=b1.pid,
-                    also=(b2.pid,),
-                    drivers=tuple(p.pid or 0 for p in procs),
-                    **client,
-                )
-            finally:
-                for p in procs:
-                    p.kill()
-            b1.stop()
-            for line in b1.logs():
-                stats = line.get("stats") if line.get("event") == "broker_stopped" else None
-                if isinstance(stats, dict) and stats.get("requests"):
-                    # How much of the work b2's workers took (warm-up included).
-                    result["forwarded_share"] = stats["forwarded"] / stats["requests"]
-            return result
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    with (
+        _brokers_from(tree),
+        tempfile.TemporaryDirectory() as tmp,
+        running_brokers(
+            Path(tmp),
+            2,
+            broker_overrides=[{"log_level": "info", "event_log_dir": None}] * 2,
+            max_queued_requests=100_000,
+        ) as (b1, b2),
+    ):
+        procs = [
+            start(s0p_worker, broker.endpoints["backend"], capacity)
+            for broker in (b1, b2)
+            for _ in range(workers)
+        ]
+        try:
+            time.sleep(1.5)  # b1 learns b2's table from b2's next HEARTBEAT (pull)
+            result = run_client(
+                [b1.endpoints["frontend"]],
+                negotiate=True,
+                middle_pid=b1.pid,
+                also=(b2.pid,),
+                drivers=tuple(p.pid or 0 for p in procs),
+                **client,
+            )
+        finally:
+            for p in procs:
+                p.kill()
+        b1.stop()
+        for line in b1.logs():
+            stats = line.get("stats") if line.get("event") == "broker_stopped" else None
+            if isinstance(stats, dict) and stats.get("requests"):
+                # How much of the work b2's workers took (warm-up included).
+                result["forwarded_share"] = stats["forwarded"] / stats["requests"]
+        return result
 
 
 def _keys(broker: Any, who: str) -> tuple[str, str, str] | None:
@@ -575,11 +592,18 @@ def _keys(broker: Any, who: str) -> tuple[str, str, str] | None:
 
 
 def case_solo(
-    workers: int, capacity: int, *, curve: bool = False, **client: Any
+    workers: int,
+    capacity: int,
+    *,
+    curve: bool = False,
+    tree: Path | None = None,
+    **client: Any,
 ) -> dict[str, float]:
     """A family of one broker (its own config source), with CURVE on every socket or not: the
-    pair whose ratio is what CURVE costs one broker (docs/performance.md "CURVE")."""
+    pair whose ratio is what CURVE costs one broker (docs/performance.md "CURVE"). ``tree``:
+    the broker imports scale0 from that source tree (``base-solo``: a change's before)."""
     with (
+        _brokers_from(tree),
         tempfile.TemporaryDirectory() as tmp,
         running_brokers(
             Path(tmp),
@@ -615,6 +639,10 @@ def case_solo_curve(workers: int, capacity: int, **client: Any) -> dict[str, flo
 def case_family_curve(workers: int, capacity: int, **client: Any) -> dict[str, float]:
     """``family`` with CURVE on every socket of both brokers (and the forwarding link)."""
     return case_family(workers, capacity, curve=True, **client)
+
+
+#: The family cases that also run from ``--base-tree`` (as ``base-<name>``) when named.
+TREE_CASES = ("solo", "solo-curve", "family", "family-curve")
 
 
 def base_case(tree: Path, dialect_key: str | None = None) -> Callable[..., dict[str, float]]:
@@ -774,6 +802,7 @@ DRIVERS = {
     "family-curve": "S0P",
     "base": "S0P",
     "base-mdp": "MDP",
+    **{f"base-{name}": "S0P" for name in TREE_CASES},
 }
 
 
@@ -894,6 +923,10 @@ def main() -> int:
             if "family-both" in cases:
                 tree = args.base_tree.resolve()
                 cases["base-family-both"] = functools.partial(case_family_both, tree=tree)
+            for name in TREE_CASES:  # CURVE's cost before the change, in the same run
+                if name in cases:
+                    tree = args.base_tree.resolve()
+                    cases[f"base-{name}"] = functools.partial(CASES[name], tree=tree)
             if "scale0-mdp" in cases:  # the same broker's before, on the same MDP drivers
                 cases["base-mdp"] = base_case(args.base_tree.resolve(), args.mdp)
         header = notes(args, list(cases), skipped)

@@ -467,12 +467,15 @@ def config_set_args(path: Path, signature_path: Path | None) -> dict[str, JsonVa
             f"{signed.sha256[:12]}…, but {path} is {network.family} v{network.config_version} "
             f"{sha256[:12]}… (sign it again: scale0ctl config sign)"
         )
-    return {
+    args: dict[str, JsonValue] = {
         "document": canonical_json(network).decode("utf-8"),
         "config_type": "json",
         "sha256": sha256,
         "signature": signed.signature,
     }
+    if signed.view_signature is not None:  # a file made before views were signed has none
+        args["view_signature"] = signed.view_signature
+    return args
 
 
 def _config_set(output: Callable[[], Output], json_param: click.Parameter) -> click.Command:

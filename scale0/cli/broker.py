@@ -43,14 +43,15 @@ import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from scale0.cli.options import config_option
-from scale0.config.canonical import canonical_json, config_sha256
+from scale0.config.canonical import canonical_json
 from scale0.config.errors import ConfigError
 from scale0.config.lastgood import read_last_good
 from scale0.config.loader import load, loads, write_atomic
 from scale0.config.model import BrokerConfig, NetworkConfig
+from scale0.config.signature import signature_for
 from scale0.core.replica import Offer
 from scale0.crypto.curve import CurveKeyPair, load_curve_secret_key
-from scale0.crypto.keys import CryptoError, load_private_key, load_public_key, sign_config
+from scale0.crypto.keys import CryptoError, load_private_key, load_public_key
 from scale0.mgmt.server import ManagementServer, TlsError, tls_context
 from scale0.net.logs import LOGGER_NAME, configure, log_event
 from scale0.net.node import BindError, BrokerNode
@@ -82,6 +83,7 @@ class Prepared:
     config_path: Path
     event_log_dir: Path | None = None
     curve: CurveKeyPair | None = None  # curve_secret_key, loaded: its sockets serve CURVE
+    view_signature: str | None = None  # a config source's: its client view's signature
 
 
 def _resolve(base: Path, path: str) -> Path:
@@ -199,15 +201,16 @@ def source_offer(prepared: Prepared, broker: BrokerConfig | None = None) -> Offe
         key = load_private_key(_resolve(base, broker.signing_key))
     except CryptoError as exc:
         raise StartError(f"{prepared.config_path}: signing_key: {exc}") from None
-    sha256 = config_sha256(network)
+    signed = signature_for(network, key)  # the config and its client view (§6.2)
     return Offer(
         config_type=ConfigType.JSON,
         document=canonical_json(network),
-        sha256=sha256,
-        signature=sign_config(key, network.family, network.config_version, sha256),
+        sha256=signed.sha256,
+        signature=signed.signature,
         origin=broker.identity,
         family=network.family,
         config_version=network.config_version,
+        view_signature=signed.view_signature,
     )
 
 
@@ -278,9 +281,11 @@ def prepare(config_path: Path) -> Prepared:
             origin=saved.origin,
             family=claimed[0],
             config_version=claimed[1],
+            view_signature=saved.view_signature,
         )
     network: NetworkConfig | None = None
     signature: str | None = None
+    view_signature: str | None = None
     prepared = Prepared(
         broker, None, None, tuple(trusted), data_dir, last_good, config_path, event_log_dir, curve
     )
@@ -288,6 +293,7 @@ def prepare(config_path: Path) -> Prepared:
         offer = source_offer(prepared)
         network = load(_resolve(base, broker.network_config or ""), kind="network")
         signature = offer.signature
+        view_signature = offer.view_signature
         members = [entry.identity for entry in network.brokers]
         if broker.identity not in members:
             raise StartError(
@@ -321,6 +327,7 @@ def prepare(config_path: Path) -> Prepared:
         config_path,
         event_log_dir,
         curve,
+        view_signature,
     )
 
 
@@ -388,6 +395,7 @@ async def _serve(prepared: Prepared, config_path: Path, endpoints_file: Path | N
         prepared.broker,
         prepared.network,
         signature=prepared.signature,
+        view_signature=prepared.view_signature,
         trusted_keys=prepared.trusted,
         data_dir=prepared.data_dir,
         event_log_dir=prepared.event_log_dir,

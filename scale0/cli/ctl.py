@@ -379,7 +379,9 @@ def sign(out: Output, file: str, key: str, output: str | None) -> None:
     """Sign the network config FILE: write its signature file (default FILE.sig).
 
     The signature covers the family, config_version and canonical sha256, so it holds for
-    the same config in any format. Broker files are not signed.
+    the same config in any format; the file also holds the signature of the config's client
+    view (view_signature), which clients that check signatures verify. Broker files are not
+    signed.
     """
     target = Path(output) if output is not None else default_signature_path(file)
     for taken in (file, key):
@@ -425,7 +427,9 @@ def verify(out: Output, file: str, trusted: Sequence[str], sig: str | None) -> N
     """Verify that FILE, as it is now, carries a signature by one of the --trusted keys.
 
     Fails (exit 1, saying why) when the config changed since it was signed (other sha256 or
-    config_version), when the signature file was altered, or when no trusted key made it.
+    config_version), when the signature file was altered, or when no trusted key made it. The
+    client view's signature is checked too; a file without one (made before views were
+    signed) verifies, with a note that clients which check signatures will refuse it.
     """
     target = Path(sig) if sig is not None else default_signature_path(file)
     loaded = _load_network(file)
@@ -438,8 +442,18 @@ def verify(out: Output, file: str, trusted: Sequence[str], sig: str | None) -> N
     out.line(
         f"{file}: signature ok ({_describe(loaded)}, sha256 {signature.sha256}, key {verified_by})"
     )
+    if signature.view_signature is None:
+        # Still a valid config signature, but clients that verify (trusted_key) will refuse
+        # this config: its client view is not signed (docs/protocol.md §6.2).
+        out.line(f"{target}: no view_signature (clients that verify refuse it): sign it again")
     out.result(
-        {"file": file, "signature_file": str(target), **_identity(loaded), "key_id": verified_by}
+        {
+            "file": file,
+            "signature_file": str(target),
+            **_identity(loaded),
+            "key_id": verified_by,
+            "view_signed": signature.view_signature is not None,
+        }
     )
 
 

@@ -28,6 +28,7 @@ class LastGood:
     sha256: str
     signature: str
     origin: str
+    view_signature: str | None = None  # the client view's (§6.2); absent in older files
 
 
 def write_last_good(data_dir: str | os.PathLike[str], last: LastGood) -> Path:
@@ -41,6 +42,8 @@ def write_last_good(data_dir: str | os.PathLike[str], last: LastGood) -> Path:
         "origin": last.origin,
         "document": json.loads(last.document),
     }
+    if last.view_signature is not None:
+        record["view_signature"] = last.view_signature
     write_atomic(path, json.dumps(record, sort_keys=True, indent=1).encode() + b"\n", mode=0o600)
     return path
 
@@ -63,7 +66,10 @@ def read_last_good(data_dir: str | os.PathLike[str]) -> LastGood | None:
         )
     if not all(isinstance(record[key], str) for key in fields[:3]):
         raise ConfigError.single("sha256, signature and origin must be strings", file=str(path))
+    view = record.get("view_signature")
+    if view is not None and not isinstance(view, str):
+        raise ConfigError.single("view_signature must be a string", file=str(path))
     document = json.dumps(record["document"], sort_keys=True, separators=(",", ":"))
     return LastGood(
-        document.encode("utf-8"), record["sha256"], record["signature"], record["origin"]
+        document.encode("utf-8"), record["sha256"], record["signature"], record["origin"], view
     )

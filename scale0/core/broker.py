@@ -8,7 +8,9 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
  R1  A client or worker must CHECKCONFIG first; any other command from a sender with no
      negotiation on record gets FORCENEGOTIATE (and is not acted on).
  R2  CHECKCONFIG naming our config_version gets CONFIGACK, anything else gets CONFIG: the
-     client view of the network config in the asked config_type, with sha256 and signature.
+     client view of the network config in the asked config_type, with its sha256; a
+     ``signed`` one also gets the view's signature and the whole config's sha256 (never the
+     whole config: docs/protocol.md §2.5).
  R3  A broker that is not active answers CHECKCONFIG and REQUEST with DISCONNECTERROR 503; a
      disabled or draining one answers 301 naming an active peer's frontend (clients) or
      backend (workers) when it knows one, so one seed is enough (docs/operations.md).
@@ -105,16 +107,16 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      forwarded to us that wait for it get FORWARDREPLY 404 at once (their origin routes them
      again).
  F10 A config offered (config SUB, a peer's CONFIG, the disk, the file, an admin) is judged by
-     the replica (scale0/core/replica.py, K1-K5). An applied config is persisted, published by a
+     the replica (scale0/core/replica.py, K1-K6). An applied config is persisted, published by a
      config source, its plan performed (links, subscriptions), every client and worker is told
      FORCENEGOTIATE, and a joining broker becomes active. A refusal is logged, nothing changes.
- F11 CHECKCONFIG from a peer gets CONFIGACK or CONFIG with the whole config and its signature;
+ F11 CHECKCONFIG from a peer gets CONFIGACK or CONFIG with the whole config and its signatures;
      503 while we are not active. A config source republishes every config_republish_s.
  F12 DISCONNECT from a peer marks it down at once.
  F13 A disabled broker keeps saying HELLO and HEARTBEAT (state disabled) and forwards nothing.
  F14 A family whose config says family_topology: gossip keeps F1, F2, F4 and F6-F12, but its
      links carry no HEARTBEAT and no TABLE: liveness (F3) and tables (F5) are SWIM membership,
-     G1-G11 of scale0/core/gossip.py (tests/core/test_gossip.py).
+     G1-G12 of scale0/core/gossip.py (tests/core/test_gossip.py).
 
 Management (MANAGEMENTREQ and the HTTP server) has its own rules, M1-M6, in
 scale0/core/admin.py; it sees the broker through the narrow ``Managed`` interface of commands.py
@@ -130,7 +132,7 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
                               (R4-R11, R14, R15); the hot path
   scale0/core/guard.py        error scores and bans (R13)
   scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13)
-  scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G11, F14)
+  scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G12, F14)
   scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9)
   scale0/core/replication.py  config offers, what an applied config does (F4, F10, F11)
   scale0/core/lifecycle.py    the broker's state and moving work away (R3, R17-R19)
@@ -229,6 +231,7 @@ class Broker:
         boot_id: bytes,
         signature: str | None,
         now: float,
+        view_signature: str | None = None,
         trusted_keys: Sequence[Ed25519PublicKey] = (),
         family: str | None = None,
         seeds: Sequence[str] = (),
@@ -244,12 +247,21 @@ class Broker:
         wanted = BrokerState.DISABLED if asked is BrokerState.DISABLED else BrokerState.ACTIVE
         current = None
         if network is not None:
-            current = SignedConfig(network, config_sha256(network), signature or "", identity)
+            current = SignedConfig(
+                network, config_sha256(network), signature or "", identity, view_signature
+            )
         else:
             network = NetworkConfig(family=family or "unknown", config_version=0, brokers=())
             asked = BrokerState.JOINING
         core = self.core = Core(
-            identity, network, signature, state=asked, wanted=wanted, boot_id=boot_id, now=now
+            identity,
+            network,
+            signature,
+            view_signature=view_signature,
+            state=asked,
+            wanted=wanted,
+            boot_id=boot_id,
+            now=now,
         )
         self.sessions = Sessions(core)
         self.dispatch = Dispatch(core)

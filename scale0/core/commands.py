@@ -323,12 +323,14 @@ def _set_config(call: Call) -> Outcome:
         config_type = ConfigType(str(args.get("config_type", "json")))
     except ValueError:
         return Outcome(400, None, "argument 'config_type' must be json, xml or zfl")
+    view = args.get("view_signature")
     offer = Offer(
         config_type=config_type,
         document=str(args["document"]).encode("utf-8"),
         sha256=str(args["sha256"]),
         signature=str(args["signature"]),
         origin=f"admin:{call.auth_id}",
+        view_signature=None if view is None else str(view),
     )
     return config_outcome(call.broker, offer, "admin", call.now, call.wall, call.out)
 
@@ -370,6 +372,8 @@ def config_outcome(
                 "changed": list(outcome.plan.changed),
                 "restart_needed": list(outcome.plan.restart_needed),
                 "conflict": outcome.conflict,
+                # K6: the running config only gained its client view's signature.
+                "view_signed": outcome.view_signed,
             },
         )
     if isinstance(outcome, Unchanged):
@@ -461,6 +465,11 @@ COMMANDS: Final[dict[str, Command]] = {
                 "config_type": Arg(str, "json (default), xml or zfl."),
                 "sha256": Arg(str, "sha256 of the config's canonical JSON (§6.2)."),
                 "signature": Arg(str, "Ed25519 signature over family|config_version|sha256."),
+                "view_signature": Arg(
+                    str,
+                    "Ed25519 signature over the client view (§6.2), by the same key; without "
+                    "it, clients that check signatures refuse the config.",
+                ),
             },
             required=("document", "sha256", "signature"),
         ),

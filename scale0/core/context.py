@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scale0.config.canonical import canonical_json, config_sha256, tree_sha256
+from scale0.config.canonical import (
+    canonical_json,
+    client_view_sha256,
+    client_view_tree,
+    config_sha256,
+)
 from scale0.config.formats import CONFIG_TYPE_FORMATS, render
 from scale0.config.model import BrokerEntry, NetworkConfig
 from scale0.config.schema import to_tree
@@ -59,6 +64,7 @@ class Core:
         network: NetworkConfig,
         signature: str | None,
         *,
+        view_signature: str | None = None,
         state: BrokerState,
         wanted: BrokerState,
         boot_id: bytes,
@@ -89,13 +95,17 @@ class Core:
         self.started = now
         self._seq = 0
         self._ticket_seq = 0
-        self.apply_network(network, signature)
+        self.apply_network(network, signature, view_signature)
 
     # ---- the config it runs ----------------------------------------------------------------
 
-    def apply_network(self, network: NetworkConfig, signature: str | None) -> None:
+    def apply_network(
+        self, network: NetworkConfig, signature: str | None, view_signature: str | None = None
+    ) -> None:
         self.network = network
         self.signature = signature
+        #: The client view's signature (§6.2), sent with the view to a ``signed`` CHECKCONFIG.
+        self.view_signature = view_signature
         self.sha256 = config_sha256(network)
         self.max_frame_bytes = network.max_frame_bytes
         self.interval_s = network.default_heartbeat_interval_ms / 1000
@@ -121,7 +131,8 @@ class Core:
         if document is None:
             typed = config_type is ConfigType.JSON
             tree = to_tree(self.network, typed=typed)
-            view = {key: tree[key] for key in self.network.client_view if key in tree}
+            keys = client_view_tree(self.network)  # the keys signed (never admins)
+            view = {key: tree[key] for key in keys if key in tree}
             document = render(view, CONFIG_TYPE_FORMATS[config_type], kind="network")
             self._views[config_type] = document
         return document
@@ -130,10 +141,7 @@ class Core:
     def client_view_sha256(self) -> str:
         """sha256 of the client view's canonical JSON, whatever format carries it (§3.2)."""
         if self._view_sha256 is None:
-            tree = to_tree(self.network, typed=True)
-            self._view_sha256 = tree_sha256(
-                {key: tree[key] for key in self.network.client_view if key in tree}
-            )
+            self._view_sha256 = client_view_sha256(self.network)
         return self._view_sha256
 
     def whole_document(self, config_type: ConfigType) -> bytes:

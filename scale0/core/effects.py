@@ -260,6 +260,7 @@ class Persist:
     sha256: str
     signature: str
     origin: str
+    view_signature: str | None = None  # the client view's (§6.2), if the config has one
 
 
 @dataclass(frozen=True, slots=True)

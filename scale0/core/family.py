@@ -1,7 +1,7 @@
 """The family: links to the other brokers, HELLO, heartbeat tables, forwarding (F1-F9, F12, F13).
 
 In a gossip family (``family_topology: gossip``) liveness and tables are scale0/core/gossip.py's
-(G1-G11): links still open with HELLO, but carry no HEARTBEAT and no TABLE.
+(G1-G12): links still open with HELLO, but carry no HEARTBEAT and no TABLE.
 
 Each other member is a :class:`~scale0.core.peers.Peer`, whose link state moves by the table in
 scale0/core/states.py. Messages from peers arrive on two channels: our peer ROUTER
@@ -12,6 +12,7 @@ scale0/core/states.py. Messages from peers arrive on two channels: our peer ROUT
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -107,7 +108,7 @@ class Family:
 
     @property
     def gossiping(self) -> bool:
-        """The running config says ``family_topology: gossip`` (G1-G11)."""
+        """The running config says ``family_topology: gossip`` (G1-G12)."""
         return self.core.network.family_topology == "gossip"
 
     def _peer_handles(
@@ -269,7 +270,9 @@ class Family:
         peer.forget_table()
         if up:
             self.core.counters["peers_lost"] += 1
-            silent_ms = round((now - peer.last_seen) * 1000)
+            # A member gossip declares dead before we ever heard it (G12) has no silence to time.
+            heard = math.isfinite(peer.last_seen)
+            silent_ms = round((now - peer.last_seen) * 1000) if heard else None
             details = {"peer": peer.broker_id, "reason": reason, "silent_ms": silent_ms}
             out.append(Log("warning", "peer_lost", details))
         if reroute:
@@ -536,7 +539,7 @@ class Family:
             return True
         return False
 
-    # ---- gossip (G1-G11, scale0/core/gossip.py) ------------------------------------------
+    # ---- gossip (G1-G12, scale0/core/gossip.py) ------------------------------------------
 
     def _ping_in(
         self, peer: Peer, routing_id: bytes, msg: Ping, now: float, wall: float, out: list[Effect]

@@ -41,6 +41,11 @@ Rules (tests/core/test_gossip.py names a test after each):
      counted as free slots (F6); then waiting requests may go to it (F9).
  G11 No HEARTBEAT on links and no TABLE: F3's silence rule and F5 are replaced by G1-G10. HELLO
      still opens every link (F1, F2); once answered, a PING goes on it at once (join).
+ G12 A member whose link has not answered HELLO for liveness x interval since we first held it
+     (it never started, or cannot be reached from here) is probed in its turn too: no PING can
+     go, so others are asked (G4) and, unanswered, the probe fails as any other: a member of
+     the config that never came up ends dead, not alive for ever. Its first alive row, at the
+     incarnation it starts with (G7), brings it back.
 """
 
 from __future__ import annotations
@@ -146,6 +151,7 @@ class Gossip:
         self.rows: dict[str, tuple[MemberRow, int]] = {}  # broker_id -> (row, times sent)
         self.suspects: dict[str, float] = {}  # broker_id -> since
         self._asked: dict[int, float] = {}  # config version -> when we CHECKCONFIGed for it
+        self._held_since: dict[str, float] = {}  # broker_id -> when a period first held it (G12)
         # Members declared dead in one pass (a period's verdicts, one message's rows): what
         # they held is routed again only once all are down (F3), never to one of them.
         self._downed: list[Peer] | None = None
@@ -294,12 +300,21 @@ class Gossip:
 
     # ---- probing (G1, G4, G5) --------------------------------------------------------------
 
-    def _next_target(self) -> Peer | None:
+    def _next_target(self, now: float) -> Peer | None:
+        """G1, G12: the next member in the shuffled order we may probe now."""
         peers = self.host.peers
+        held = self._held_since
+        for broker_id in peers:
+            held.setdefault(broker_id, now)
+        for broker_id in [b for b in held if b not in peers]:
+            del held[broker_id]
+        grace = self.core.network.liveness * self.core.interval_s
         for _ in range(2):
             while self._order:
                 peer = peers.get(self._order.pop())
-                if peer is not None and peer.linked and peer.member is not DE:
+                if peer is None or peer.member is DE:
+                    continue
+                if peer.linked or now - held[peer.broker_id] >= grace:
                     return peer
             self._order = sorted(peers)
             self.rng.shuffle(self._order)
@@ -342,9 +357,14 @@ class Gossip:
         for seq in [s for s, r in self.relays.items() if now - r.at >= self.core.interval_s]:
             del self.relays[seq]
         self.probe = None
-        target = self._next_target()
+        target = self._next_target(now)
         if target is not None:
-            self.probe = _Probe(target.broker_id, self._ping(target, wall, out))
+            if target.linked:
+                seq = self._ping(target, wall, out)
+            else:  # G12: no link to PING on; the others are asked at half interval (G4)
+                self._seq += 1
+                seq = self._seq
+            self.probe = _Probe(target.broker_id, seq)
             self.core.timers.push(now + self.core.interval_s / 2, Periodic.GOSSIP)
         self._fan_out(wall, out)
 

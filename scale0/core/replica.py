@@ -17,6 +17,10 @@ Rules (tests/core/test_replica.py names a test after each):
      broker, whichever arrived first; the conflict is recorded (bounded) for management.
  K5  Applying a config yields a plan: peers to connect and close, and the changes that cannot
      take effect without a restart (this broker's own endpoints), never silently ignored.
+ K6  A ``view_signature`` (the client view's signature, docs/protocol.md §6.2) that comes with
+     a config must verify against a trusted key, or the whole offer is refused (K1). A config
+     without one still applies (a source that signs no view). The running config offered again
+     with a view_signature it lacks gains it (verified), so the family converges on it.
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from scale0.config.canonical import canonical_json, config_sha256
+from scale0.config.canonical import canonical_json, client_view_sha256, config_sha256
 from scale0.config.errors import ConfigError
 from scale0.config.formats import CONFIG_TYPE_FORMATS
 from scale0.config.loader import loads
 from scale0.config.model import BrokerEntry, NetworkConfig
-from scale0.crypto.keys import SignatureError, verify_config
+from scale0.crypto.keys import SignatureError, verify_config, verify_view
 from scale0.wire.frames import ConfigType
 
 __all__ = [
@@ -60,6 +64,7 @@ class SignedConfig:
     sha256: str
     signature: str
     origin: str
+    view_signature: str | None = None  # the client view's, K6; None: the source made none
 
     @property
     def version(self) -> int:
@@ -81,6 +86,7 @@ class Offer:
     origin: str
     family: str | None = None  # the family the sender claims (PUB options), if any
     config_version: int | None = None  # the version the sender claims, if any
+    view_signature: str | None = None  # the client view's signature, if it came with one
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +105,7 @@ class Applied:
     previous_version: int
     plan: Plan
     conflict: bool = False  # True when it won an equal-version conflict (K4)
+    view_signed: bool = False  # True when only a view_signature was added (K6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +128,7 @@ class Conflict:
     origin: str
 
 
-#: How the replica judged an offer (K1-K5); management answers with it (set_config, reload).
+#: How the replica judged an offer (K1-K6); management answers with it (set_config, reload).
 Verdict = Applied | Unchanged | Refused | Conflict
 
 
@@ -157,7 +164,7 @@ def plan_change(old: NetworkConfig | None, new: NetworkConfig, identity: str) ->
 
 
 class Replica:
-    """The running network config of one broker and the rules that replace it (K1-K5)."""
+    """The running network config of one broker and the rules that replace it (K1-K6)."""
 
     def __init__(
         self,
@@ -203,6 +210,8 @@ class Replica:
             and offer.config_version == current.version
             and offer.sha256 == current.sha256
         ):
+            if offer.view_signature is not None and current.view_signature is None:
+                return self._add_view_signature(current, offer.view_signature)
             return Unchanged(f"config_version {current.version} is already running")
         if offer.family is not None and self.family is not None and offer.family != self.family:
             return Refused(f"family {offer.family!r} is not ours ({self.family!r})")
@@ -240,7 +249,13 @@ class Replica:
             )
         except SignatureError as exc:
             return Refused(f"signature: {exc}")
-        candidate = SignedConfig(network, sha256, offer.signature, offer.origin)
+        if offer.view_signature is not None:
+            problem = self._view_problem(network, sha256, offer.view_signature)
+            if problem is not None:
+                return Refused(problem)
+        candidate = SignedConfig(
+            network, sha256, offer.signature, offer.origin, offer.view_signature
+        )
         if current is None or candidate.version > current.version:
             return self._apply(candidate, conflict=False)
         if candidate.version < current.version:
@@ -250,6 +265,8 @@ class Replica:
         if candidate.sha256 == current.sha256:
             # K3 again, for an offer that named no version (a saved config, some peers): the
             # same document, however signed, is the running config, not a conflict with it.
+            if candidate.view_signature is not None and current.view_signature is None:
+                return self._apply_view_signature(current, candidate.view_signature)
             return Unchanged(f"config_version {current.version} is already running")
         # K4: equal version, other digest. Everybody keeps the smaller sha256.
         if candidate.sha256 < current.sha256:
@@ -260,6 +277,34 @@ class Replica:
         lost = Conflict(current.version, current.sha256, candidate.sha256, offer.origin)
         self.conflicts.append(lost)
         return lost
+
+    def _view_problem(self, network: NetworkConfig, sha256: str, signature: str) -> str | None:
+        """K6: why a view_signature does not hold for ``network`` (None: it does)."""
+        try:
+            verify_view(
+                signature,
+                network.family,
+                network.config_version,
+                sha256,
+                client_view_sha256(network),
+                self._trusted,
+            )
+        except SignatureError as exc:
+            return f"view_signature: {exc}"
+        return None
+
+    def _add_view_signature(self, current: SignedConfig, signature: str) -> Verdict:
+        """K6: the running config offered again with the view_signature it lacks."""
+        problem = self._view_problem(current.network, current.sha256, signature)
+        if problem is not None:
+            return Refused(problem)
+        return self._apply_view_signature(current, signature)
+
+    def _apply_view_signature(self, current: SignedConfig, signature: str) -> Applied:
+        self.current = SignedConfig(
+            current.network, current.sha256, current.signature, current.origin, signature
+        )
+        return Applied(self.current, current.version, Plan(), view_signed=True)
 
     def _apply(self, candidate: SignedConfig, *, conflict: bool) -> Applied:
         previous = self.current

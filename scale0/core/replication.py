@@ -1,7 +1,7 @@
 """Config replication: offers judged by the replica; what an applied config does (F4, F10, F11).
 
 A config is offered from the config SUB, a peer's CONFIG, the disk, the broker's file or an
-admin; :class:`~scale0.core.replica.Replica` judges it (K1-K5). An applied config is persisted,
+admin; :class:`~scale0.core.replica.Replica` judges it (K1-K6). An applied config is persisted,
 published by a config source, its plan performed (links, subscriptions), every client and worker
 told FORCENEGOTIATE, and a joining broker becomes active (or disabled, as its file says).
 """
@@ -124,6 +124,7 @@ class Replication:
                 client_id=peer.broker_id,
                 document=self.core.whole_document(msg.config_type),
                 signature=current.signature,
+                view_signature=current.view_signature,
                 protocol=SIG_BROKER,
             )
         out.append(Send(Channel.PEER, routing_id, answer))
@@ -141,6 +142,7 @@ class Replication:
             signature=msg.signature,
             origin=origin,
             config_version=msg.config_version,
+            view_signature=msg.view_signature,
         )
         self.offered(ConfigOffered(offer, "peer"), now, wall, out)
 
@@ -150,7 +152,9 @@ class Replication:
         counters = self.core.counters
         outcome = self.replica.offer(event.offer)
         where = {"source": event.source, "origin": event.offer.origin}
-        if isinstance(outcome, Applied):
+        if isinstance(outcome, Applied) and outcome.view_signed:
+            self._view_signed(outcome, event.source, out)
+        elif isinstance(outcome, Applied):
             self._applied(outcome, event.source, now, wall, out)
         elif isinstance(outcome, Conflict):
             counters["config_conflicts"] += 1
@@ -168,6 +172,28 @@ class Replication:
             out.append(Log("warning", "config_refused", {**details, "sha256": offer.sha256}))
         return outcome
 
+    def _view_signed(self, applied: Applied, source: str, out: list[Effect]) -> None:
+        """K6: the running config gained its client view's signature; nothing else changes
+        (the sessions keep their config: the view they hold is the one now signed)."""
+        config = applied.config
+        self.core.view_signature = config.view_signature
+        details: dict[str, JsonValue] = {
+            "source": source,
+            "origin": config.origin,
+            "version": config.version,
+        }
+        out.append(Log("info", "config_view_signed", details))
+        if source != "disk" and config.signature:
+            out.append(self._persist(config))
+        if self.config_source:
+            self.publish(out)
+
+    @staticmethod
+    def _persist(config: SignedConfig) -> Persist:
+        return Persist(
+            config.document(), config.sha256, config.signature, config.origin, config.view_signature
+        )
+
     def _applied(
         self, applied: Applied, source: str, now: float, wall: float, out: list[Effect]
     ) -> None:
@@ -178,7 +204,7 @@ class Replication:
         if applied.conflict:
             core.counters["config_conflicts"] += 1
         was_joining = core.state is BrokerState.JOINING
-        core.apply_network(config.network, config.signature or None)
+        core.apply_network(config.network, config.signature or None, config.view_signature)
         details: dict[str, JsonValue] = {
             "source": source,
             "origin": config.origin,
@@ -200,7 +226,7 @@ class Replication:
             problems: list[JsonValue] = list(mismatches)
             out.append(Log("error", "own_endpoint_mismatch", {"problems": problems}))
         if source != "disk" and config.signature:
-            out.append(Persist(config.document(), config.sha256, config.signature, config.origin))
+            out.append(self._persist(config))
         self.family.plan_links(config.network, applied.plan, out)
         if was_joining:
             core.started = now  # give workers a request timeout to show up (R7)
@@ -264,6 +290,7 @@ class Replication:
             origin=self.core.identity,
             signature=current.signature,
             document=current.document(),
+            view_signature=current.view_signature,
         )
         out.append(Publish(published))
 
@@ -288,6 +315,7 @@ class Replication:
             "config_version": self.replica.version,
             "sha256": current.sha256 if current else None,
             "origin": current.origin if current else None,
+            "view_signed": current is not None and current.view_signature is not None,
             "conflicts": [
                 {"version": c.version, "kept": c.kept, "dropped": c.dropped, "origin": c.origin}
                 for c in self.replica.conflicts

@@ -244,31 +244,23 @@ class Sessions:
             ack = ConfigAck(config_version=version, client_id=client_id, protocol=protocol)
             out.append(Send(channel, routing_id, ack))
             return
-        if msg.signed and core.curve and core.signature is not None:
-            # §2.5: a client or worker that checks the signature itself gets the whole signed
-            # config, as a peer does; only over CURVE, where only granted keys connect (the
-            # whole config carries the admins' scrypt hashes).
-            config = Config(
-                config_type=msg.config_type,
-                config_version=version,
-                sha256=core.sha256,
-                client_id=client_id,
-                document=core.whole_document(msg.config_type),
-                signature=core.signature,
-                protocol=protocol,
-            )
-        else:
-            config = Config(
-                config_type=msg.config_type,
-                config_version=version,
-                # §3.2: the digest covers the view sent; the signature covers the whole
-                # config, so it goes only with the whole config (peers; §2.5 signed clients).
-                sha256=core.client_view_sha256,
-                client_id=client_id,
-                document=core.client_view(msg.config_type),
-                signature=None,
-                protocol=protocol,
-            )
+        # §3.2: the client view, whose sha256 is the view's. A client or worker that checks
+        # signatures itself (``signed``) also gets the view's signature and the whole config's
+        # sha256 it binds (§2.5, §6.2); never the whole config, whose admins' scrypt hashes
+        # are for brokers only. A config whose source signed no view has no view_signature:
+        # the client refuses it, naming that option (scale0/session/trust.py S1).
+        signed = msg.signed and core.view_signature is not None
+        config = Config(
+            config_type=msg.config_type,
+            config_version=version,
+            sha256=core.client_view_sha256,
+            client_id=client_id,
+            document=core.client_view(msg.config_type),
+            signature=None,
+            view_signature=core.view_signature if signed else None,
+            config_sha256=core.sha256 if msg.signed else None,
+            protocol=protocol,
+        )
         out.append(Send(channel, routing_id, config))
 
     def skewed(

@@ -18,7 +18,7 @@ tests/core/test_trust.py names a test after each):
      peer ROUTER and config PUB: it has nothing to judge by, nothing to protect (no config,
      no admins), and libzmq never retries a connection ZAP refused, so refusing its future
      peers' links now would cut them off for good. Membership is checked by HELLO (F2) and
-     every config by its signature (K1-K5), as without CURVE.
+     every config by its signature (K1-K6), as without CURVE.
 """
 
 from __future__ import annotations

@@ -28,8 +28,11 @@ __all__ = [
     "parse_public_key_text",
     "public_key_text",
     "sign_config",
+    "sign_view",
     "signed_bytes",
     "verify_config",
+    "verify_view",
+    "view_signed_bytes",
     "write_key_files",
 ]
 
@@ -398,6 +401,39 @@ def sign_config(
     return private_key.sign(signed_bytes(family, config_version, sha256)).hex()
 
 
+#: First field of what a client-view signature covers (docs/protocol.md §6.2): it has five
+#: fields where a config signature has three, so neither can ever stand for the other.
+VIEW_SIGNING_PREFIX = "client_view"
+
+
+def view_signed_bytes(
+    family: str, config_version: int, config_sha256: str, view_sha256: str
+) -> bytes:
+    """What a client-view signature covers:
+    ``client_view|{family}|{config_version}|{config_sha256}|{view_sha256}``.
+
+    ``config_sha256`` is the whole config's digest (the view belongs to that one config),
+    ``view_sha256`` the view's (canonical JSON of the keys ``client_view`` names). The same
+    checks as :func:`signed_bytes`; CryptoError when a field is not of its form.
+    """
+    if not isinstance(view_sha256, str) or not _SHA256_HEX_RE.fullmatch(view_sha256):
+        raise CryptoError(f"view sha256 must be 64 lowercase hex characters, got {view_sha256!r}")
+    whole = signed_bytes(family, config_version, config_sha256)
+    return VIEW_SIGNING_PREFIX.encode() + b"|" + whole + b"|" + view_sha256.encode()
+
+
+def sign_view(
+    private_key: Ed25519PrivateKey,
+    family: str,
+    config_version: int,
+    config_sha256: str,
+    view_sha256: str,
+) -> str:
+    """Sign :func:`view_signed_bytes`; 128 lowercase hex digits, as :func:`sign_config`."""
+    message = view_signed_bytes(family, config_version, config_sha256, view_sha256)
+    return private_key.sign(message).hex()
+
+
 def verify_config(
     signature_hex: str,
     family: str,
@@ -410,6 +446,33 @@ def verify_config(
     Raises SignatureError, saying why, whenever it does not return: not 128 lowercase hex
     digits, invalid signed fields, or no trusted key verifies (an empty trusted set never does).
     """
+    try:
+        message = signed_bytes(family, config_version, sha256)
+    except CryptoError as exc:
+        raise SignatureError(f"cannot verify: {exc}") from None
+    return _verify(signature_hex, message, trusted)
+
+
+def verify_view(
+    signature_hex: str,
+    family: str,
+    config_version: int,
+    config_sha256: str,
+    view_sha256: str,
+    trusted: Iterable[Ed25519PublicKey],
+) -> str:
+    """Verify a client-view signature (:func:`view_signed_bytes`); the key_id that verified.
+
+    SignatureError as :func:`verify_config`.
+    """
+    try:
+        message = view_signed_bytes(family, config_version, config_sha256, view_sha256)
+    except CryptoError as exc:
+        raise SignatureError(f"cannot verify: {exc}") from None
+    return _verify(signature_hex, message, trusted)
+
+
+def _verify(signature_hex: str, message: bytes, trusted: Iterable[Ed25519PublicKey]) -> str:
     if not isinstance(signature_hex, str):
         raise SignatureError("signature must be a hex string")
     if _SIGNATURE_HEX.fullmatch(signature_hex) is None:
@@ -418,10 +481,6 @@ def verify_config(
             f"(got {len(signature_hex)} characters)"
         )
     signature = bytes.fromhex(signature_hex)
-    try:
-        message = signed_bytes(family, config_version, sha256)
-    except CryptoError as exc:
-        raise SignatureError(f"cannot verify: {exc}") from None
     keys = list(trusted)
     for key in keys:
         try:

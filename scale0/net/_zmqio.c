@@ -9,8 +9,13 @@
  *       up to `limit` whole messages waiting on the socket, [] when none is; stops at EAGAIN,
  *       which also lets libzmq process the socket's pending commands (so an edge-triggered
  *       ZMQ_FD is safe to sleep on afterwards).
+ *   recv_batch_keyed(handle, limit) -> (list[list[bytes]], list[str])
+ *       recv_batch, and for each message its sender's CURVE key: the `User-Id` property of
+ *       its first frame (zmq_msg_gets; the key ZAP set for the connection, Z85 from pyzmq's
+ *       authenticator), "" when the message has none (no ZAP, not CURVE) or when it is not
+ *       UTF-8, as scale0.net.frames_io's fallback reads it. batch_fds() names its connections.
  *   batch_fds() -> list[int]
- *       for each message of the last recv_batch call, the file descriptor of the connection it
+ *       for each message of the last recv_batch (or _keyed) call, the fd of the connection it
  *       came over (libzmq's ZMQ_SRCFD of its first frame; -1 if libzmq did not say). The broker
  *       tells connections apart by it (R20, docs/protocol.md §8); it costs one int per message.
  *   send_batch(items) -> (sent, [errno, ...])
@@ -45,7 +50,7 @@
 #define S0_ZMQ_SNDMORE 2
 #define S0_ZMQ_SRCFD 2
 
-/* The fds of the last recv_batch's messages (batch_fds), in order. */
+/* The fds of the last recv_batch's (or recv_batch_keyed's) messages (batch_fds), in order. */
 static int *fds_buf = NULL;
 static Py_ssize_t fds_cap = 0;
 static Py_ssize_t fds_len = 0;
@@ -61,6 +66,7 @@ static size_t (*p_msg_size)(const s0_zmq_msg_t *);
 static int (*p_msg_more)(const s0_zmq_msg_t *);
 static int (*p_msg_close)(s0_zmq_msg_t *);
 static int (*p_msg_get)(const s0_zmq_msg_t *, int);
+static const char *(*p_msg_gets)(const s0_zmq_msg_t *, const char *);
 static int (*p_send)(void *, const void *, size_t, int);
 static int (*p_errno)(void);
 static void (*p_version)(int *, int *, int *);
@@ -123,6 +129,7 @@ static int load_libzmq(void) {
         resolve(lib, "zmq_msg_more", (void **)&p_msg_more) < 0 ||
         resolve(lib, "zmq_msg_close", (void **)&p_msg_close) < 0 ||
         resolve(lib, "zmq_msg_get", (void **)&p_msg_get) < 0 ||
+        resolve(lib, "zmq_msg_gets", (void **)&p_msg_gets) < 0 ||
         resolve(lib, "zmq_send", (void **)&p_send) < 0 ||
         resolve(lib, "zmq_errno", (void **)&p_errno) < 0 ||
         resolve(lib, "zmq_version", (void **)&p_version) < 0) {
@@ -209,6 +216,124 @@ static void discard_rest(void *sock) {
     }
 }
 
+/* The sender's key of a message whose first frame is `msg`: a new reference to a str, "" when
+ * the frame has no User-Id or it is not UTF-8 (pyzmq's Frame.get would raise: the fallback
+ * reads those as "" too). The last key made is kept, with its bytes: a run of messages from one
+ * connection (a client's window of requests) costs a memcmp each, not a new str. NULL:
+ * MemoryError. */
+#define S0_KEY_CACHE 128
+static char key_bytes[S0_KEY_CACHE];
+static PyObject *key_last = NULL; /* the str of key_bytes, or NULL */
+static PyObject *key_none = NULL; /* "" */
+
+static PyObject *message_key(const s0_zmq_msg_t *msg) {
+    const char *uid = p_msg_gets(msg, "User-Id");
+    if (uid == NULL) {
+        return Py_NewRef(key_none);
+    }
+    size_t len = strlen(uid);
+    if (key_last != NULL && len < S0_KEY_CACHE && memcmp(key_bytes, uid, len + 1) == 0) {
+        return Py_NewRef(key_last);
+    }
+    PyObject *key = PyUnicode_DecodeUTF8(uid, (Py_ssize_t)len, NULL);
+    if (key == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            return NULL;
+        }
+        PyErr_Clear();
+        return Py_NewRef(key_none);
+    }
+    if (len < S0_KEY_CACHE) {
+        memcpy(key_bytes, uid, len + 1);
+        Py_XSETREF(key_last, Py_NewRef(key));
+    }
+    return key;
+}
+
+/* Up to `limit` whole messages into `messages` and, if `keys` is not NULL, each one's sender's
+ * key (message_key) into `keys`, in step. Returns 0; or -1 with an exception set and nothing
+ * returned: a socket error before the first message (one after it comes back on the next call)
+ * or a MemoryError (the batch read so far is lost with it). */
+static int receive(void *sock, Py_ssize_t limit, PyObject *messages, PyObject *keys) {
+    fds_len = 0;
+    while (PyList_GET_SIZE(messages) < limit) {
+        PyObject *frames = NULL;
+        PyObject *key = NULL;
+        int fd = -1;
+        int more = 1;
+        while (more) {
+            s0_zmq_msg_t msg;
+            p_msg_init(&msg);
+            int err = recv_frame(sock, &msg);
+            if (err != 0) {
+                p_msg_close(&msg);
+                if (err == EAGAIN && frames == NULL) {
+                    return 0; /* nothing more waiting: the normal end of a batch */
+                }
+                Py_XDECREF(frames);
+                Py_XDECREF(key);
+                if (PyList_GET_SIZE(messages) > 0) {
+                    return 0; /* the error comes back on the next call */
+                }
+                raise_zmq(err);
+                return -1;
+            }
+            PyObject *frame =
+                PyBytes_FromStringAndSize((const char *)p_msg_data(&msg), (Py_ssize_t)p_msg_size(&msg));
+            more = p_msg_more(&msg);
+            int failed = frame == NULL;
+            if (frames == NULL) {
+                fd = p_msg_get(&msg, S0_ZMQ_SRCFD);
+                if (keys != NULL && !failed) {
+                    key = message_key(&msg);
+                    failed = key == NULL;
+                }
+                if (!failed) {
+                    frames = PyList_New(0);
+                    failed = frames == NULL;
+                }
+            }
+            p_msg_close(&msg);
+            if (failed || PyList_Append(frames, frame) < 0) {
+                Py_XDECREF(frame);
+                Py_XDECREF(frames);
+                Py_XDECREF(key);
+                if (more) {
+                    discard_rest(sock); /* else the next call reads its tail as a message */
+                }
+                return -1; /* MemoryError */
+            }
+            Py_DECREF(frame);
+        }
+        if (fds_len == fds_cap) {
+            Py_ssize_t cap = fds_cap ? 2 * fds_cap : 512;
+            int *grown = PyMem_Realloc(fds_buf, (size_t)cap * sizeof(int));
+            if (grown == NULL) {
+                Py_DECREF(frames);
+                Py_XDECREF(key);
+                PyErr_NoMemory(); /* this message is lost, as on any MemoryError */
+                return -1;
+            }
+            fds_buf = grown;
+            fds_cap = cap;
+        }
+        int rc = PyList_Append(messages, frames);
+        Py_DECREF(frames);
+        if (rc == 0 && keys != NULL) {
+            rc = PyList_Append(keys, key);
+            if (rc < 0) { /* keep the two lists in step: the message goes too */
+                PySequence_DelItem(messages, PyList_GET_SIZE(messages) - 1);
+            }
+        }
+        Py_XDECREF(key);
+        if (rc < 0) {
+            return -1;
+        }
+        fds_buf[fds_len++] = fd < 0 ? -1 : fd;
+    }
+    return 0;
+}
+
 static PyObject *recv_batch(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *handle_obj;
@@ -224,68 +349,34 @@ static PyObject *recv_batch(PyObject *self, PyObject *args) {
     if (messages == NULL) {
         return NULL;
     }
-    fds_len = 0;
-    while (PyList_GET_SIZE(messages) < limit) {
-        PyObject *frames = NULL;
-        int fd = -1;
-        int more = 1;
-        while (more) {
-            s0_zmq_msg_t msg;
-            p_msg_init(&msg);
-            int err = recv_frame(sock, &msg);
-            if (err != 0) {
-                p_msg_close(&msg);
-                if (err == EAGAIN && frames == NULL) {
-                    return messages; /* nothing more waiting: the normal end of a batch */
-                }
-                Py_XDECREF(frames);
-                if (PyList_GET_SIZE(messages) > 0) {
-                    return messages; /* the error comes back on the next call */
-                }
-                Py_DECREF(messages);
-                return raise_zmq(err);
-            }
-            PyObject *frame =
-                PyBytes_FromStringAndSize((const char *)p_msg_data(&msg), (Py_ssize_t)p_msg_size(&msg));
-            more = p_msg_more(&msg);
-            if (frames == NULL) {
-                fd = p_msg_get(&msg, S0_ZMQ_SRCFD);
-            }
-            p_msg_close(&msg);
-            if (frames == NULL && frame != NULL) {
-                frames = PyList_New(0);
-            }
-            if (frame == NULL || frames == NULL || PyList_Append(frames, frame) < 0) {
-                Py_XDECREF(frame);
-                Py_XDECREF(frames);
-                Py_DECREF(messages);
-                if (more) {
-                    discard_rest(sock); /* else the next call reads its tail as a message */
-                }
-                return NULL; /* MemoryError */
-            }
-            Py_DECREF(frame);
-        }
-        if (fds_len == fds_cap) {
-            Py_ssize_t cap = fds_cap ? 2 * fds_cap : 512;
-            int *grown = PyMem_Realloc(fds_buf, (size_t)cap * sizeof(int));
-            if (grown == NULL) {
-                Py_DECREF(frames);
-                Py_DECREF(messages);
-                return PyErr_NoMemory(); /* this message is lost, as on any MemoryError */
-            }
-            fds_buf = grown;
-            fds_cap = cap;
-        }
-        fds_buf[fds_len++] = fd < 0 ? -1 : fd;
-        int rc = PyList_Append(messages, frames);
-        Py_DECREF(frames);
-        if (rc < 0) {
-            Py_DECREF(messages);
-            return NULL;
-        }
+    if (receive(sock, limit, messages, NULL) < 0) {
+        Py_DECREF(messages);
+        fds_len = 0;
+        return NULL;
     }
     return messages;
+}
+
+static PyObject *recv_batch_keyed(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *handle_obj;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "On:recv_batch_keyed", &handle_obj, &limit)) {
+        return NULL;
+    }
+    void *sock = socket_handle(handle_obj);
+    if (sock == NULL) {
+        return NULL;
+    }
+    PyObject *messages = PyList_New(0);
+    PyObject *keys = PyList_New(0);
+    if (messages == NULL || keys == NULL || receive(sock, limit, messages, keys) < 0) {
+        Py_XDECREF(messages);
+        Py_XDECREF(keys);
+        fds_len = 0;
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", messages, keys);
 }
 
 static PyObject *batch_fds(PyObject *self, PyObject *unused) {
@@ -603,8 +694,11 @@ static PyObject *setup(PyObject *self, PyObject *cls) {
 static PyMethodDef methods[] = {
     {"recv_batch", recv_batch, METH_VARARGS,
      "recv_batch(handle, limit) -> list of messages (lists of bytes), up to limit, [] if none"},
+    {"recv_batch_keyed", recv_batch_keyed, METH_VARARGS,
+     "recv_batch_keyed(handle, limit) -> (messages, [sender's CURVE key (User-Id) or '', ...])"},
     {"batch_fds", batch_fds, METH_NOARGS,
-     "batch_fds() -> the connection fd of each message of the last recv_batch (-1: unknown)"},
+     "batch_fds() -> the connection fd of each message of the last recv_batch or\n"
+     "recv_batch_keyed (-1: unknown)"},
     {"send_batch", send_batch, METH_O,
      "send_batch([(handle, first, rest), ...]) -> (sent, [errno of each failed message])"},
     {"setup", setup, METH_O, "setup(error_class): the exception raised, called with an errno"},
@@ -622,6 +716,12 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__zmqio(void) {
     if (load_libzmq() < 0) {
         return NULL;
+    }
+    if (key_none == NULL) {
+        key_none = PyUnicode_FromString("");
+        if (key_none == NULL) {
+            return NULL;
+        }
     }
     return PyModule_Create(&module);
 }

@@ -1,8 +1,9 @@
 """Multipart send and receive for the broker's hot path: whole batches per call.
 
-The broker reads a port's waiting messages with :func:`recv_batch` and sends a round's messages
-with :func:`send_batch` (docs/performance.md). Both come in two implementations with the same
-behaviour, chosen once at import:
+The broker reads a port's waiting messages with :func:`recv_batch` (a CURVE port's with
+:func:`recv_batch_keyed`, which also gives each message's sender's key) and sends a round's
+messages with :func:`send_batch` (docs/performance.md). All come in two implementations with
+the same behaviour, chosen once at import:
 
 - ``scale0.net._zmqio`` (C, built by ``pip install``): one call per batch, libzmq's own
   ``zmq_msg_recv``/``zmq_send`` with ZMQ_DONTWAIT on pyzmq's socket handle (the C source's header
@@ -40,6 +41,7 @@ __all__ = [
     "events",
     "io_key",
     "recv_batch",
+    "recv_batch_keyed",
     "recv_frames",
     "send_batch",
     "send_frames",
@@ -55,6 +57,7 @@ _SNDMORE_NOBLOCK = int(zmq.SNDMORE) | NOBLOCK
 _EVENTS = int(zmq.EVENTS)
 _RCVMORE = int(zmq.RCVMORE)
 _SRCFD = int(zmq.SRCFD)
+_USER_ID = "User-Id"
 POLLIN = int(zmq.POLLIN)
 
 IoKey: TypeAlias = "int | zmq.Socket[Any]"
@@ -74,9 +77,12 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
     return _recv_message(sock)[0]
 
 
-def _recv_message(sock: zmq.Socket[Any], with_fd: bool = False) -> tuple[list[bytes], int]:
+def _recv_message(
+    sock: zmq.Socket[Any], with_fd: bool = False, keys: list[str] | None = None
+) -> tuple[list[bytes], int]:
     """:func:`recv_frames`, and (``with_fd``) the fd of the connection it came over (-1: not
-    known, or not asked)."""
+    known, or not asked); with ``keys``, the sender's key (:func:`_frame_key`) is appended
+    to it once the whole message is read."""
     try:
         frame = _recv(sock, NOBLOCK, False)
         frames: list[bytes] = [frame.bytes]
@@ -84,6 +90,7 @@ def _recv_message(sock: zmq.Socket[Any], with_fd: bool = False) -> tuple[list[by
         if with_fd:
             with contextlib.suppress(zmq.ZMQError):
                 fd = int(frame.get(_SRCFD))
+        key = "" if keys is None else _frame_key(frame)
         while frame.more:
             frame = _recv(sock, NOBLOCK, False)
             frames.append(frame.bytes)
@@ -93,7 +100,20 @@ def _recv_message(sock: zmq.Socket[Any], with_fd: bool = False) -> tuple[list[by
         # would return its tail as a message of its own.
         _discard_rest(sock)
         raise
+    if keys is not None:
+        keys.append(key)
     return frames, fd
+
+
+def _frame_key(frame: zmq.Frame) -> str:
+    """The ``User-Id`` property of a message's first frame (the sender's CURVE key, Z85, as
+    ZAP set it); "" when it has none (no ZAP, not CURVE), or one that is not UTF-8 (pyzmq
+    raises for both; the C path says "" too)."""
+    try:
+        key = frame.get(_USER_ID)
+    except (zmq.ZMQError, UnicodeDecodeError):
+        return ""
+    return key if isinstance(key, str) else ""
 
 
 def _discard_rest(sock: zmq.Socket[Any]) -> None:
@@ -192,6 +212,26 @@ def _py_recv_batch(key: Any, limit: int) -> list[list[bytes]]:
     return messages
 
 
+def _py_recv_batch_keyed(key: Any, limit: int) -> tuple[list[list[bytes]], list[str]]:
+    messages: list[list[bytes]] = []
+    keys: list[str] = []
+    fds: list[int] = []
+    _py_fds.clear()
+    with_fd = key in _py_tracked
+    try:
+        while len(messages) < limit and events(key) & POLLIN:
+            frames, fd = _recv_message(key, with_fd, keys)
+            messages.append(frames)
+            fds.append(fd)
+    except zmq.Again:
+        pass
+    except zmq.ZMQError:
+        if not messages:
+            raise  # else it comes back on the next call, as in the C implementation
+    _py_fds.extend(fds)
+    return messages, keys
+
+
 def _py_batch_fds() -> list[int]:
     return list(_py_fds)
 
@@ -235,22 +275,37 @@ def _c_io_key(sock: zmq.Socket[Any]) -> IoKey:
     return int(sock.underlying)
 
 
-def _load() -> tuple[str, Any, Any, Any, Any]:
+def _load() -> tuple[str, Any, Any, Any, Any, Any]:
     if os.environ.get("SCALE0_PURE") != "1":
         try:
             from scale0.net import _zmqio  # noqa: PLC0415 - optional, built by pip install
         except ImportError:
             pass
         else:
-            if hasattr(_zmqio, "batch_fds"):  # (an extension built before it: the fallback)
+            # (an extension built before recv_batch_keyed: the fallback, which has it)
+            if hasattr(_zmqio, "recv_batch_keyed"):
                 _zmqio.setup(zmq.ZMQError)
-                return "c", _c_io_key, _zmqio.recv_batch, _zmqio.send_batch, _zmqio.batch_fds
-    return "pyzmq", _py_io_key, _py_recv_batch, _py_send_batch, _py_batch_fds
+                return (
+                    "c",
+                    _c_io_key,
+                    _zmqio.recv_batch,
+                    _zmqio.recv_batch_keyed,
+                    _zmqio.send_batch,
+                    _zmqio.batch_fds,
+                )
+    return (
+        "pyzmq",
+        _py_io_key,
+        _py_recv_batch,
+        _py_recv_batch_keyed,
+        _py_send_batch,
+        _py_batch_fds,
+    )
 
 
 IMPLEMENTATION: str
 """Which implementation the batch calls use: ``"c"`` or ``"pyzmq"``."""
-IMPLEMENTATION, _io_key, _recv_batch, _send_batch, _batch_fds = _load()
+IMPLEMENTATION, _io_key, _recv_batch, _recv_batch_keyed, _send_batch, _batch_fds = _load()
 
 
 def io_key(sock: zmq.Socket[Any]) -> IoKey:
@@ -274,6 +329,18 @@ def recv_batch(key: IoKey, limit: int) -> list[list[bytes]]:
     return messages
 
 
+def recv_batch_keyed(key: IoKey, limit: int) -> tuple[list[list[bytes]], list[str]]:
+    """:func:`recv_batch` on a CURVE server, and for each message, in step, its sender's CURVE
+    key: the ``User-Id`` property of its first frame, which ZAP set for the connection when it
+    admitted it (pyzmq's authenticator: the client's public key, Z85). A message without one
+    (no ZAP handler, a socket that is not a CURVE server), or whose ``User-Id`` is not UTF-8,
+    gets ``""`` (no key) and is returned whole like any other. :func:`batch_fds` names each
+    message's connection, as after :func:`recv_batch`.
+    """
+    result: tuple[list[list[bytes]], list[str]] = _recv_batch_keyed(key, limit)
+    return result
+
+
 def track_connections(sock: zmq.Socket[Any]) -> None:
     """Make :func:`batch_fds` name the connection of each message read from ``sock`` (a TCP
     ROUTER). The C path always does, at no cost worth saying; the fallback only for these."""
@@ -284,8 +351,8 @@ def track_connections(sock: zmq.Socket[Any]) -> None:
 def batch_fds() -> list[int]:
     """For each message the last :func:`recv_batch` returned, in order, the file descriptor of
     the connection it came over (libzmq's ZMQ_SRCFD; -1 when libzmq did not say, or, on the
-    fallback, for a socket not given to :func:`track_connections`). Valid until the next
-    :func:`recv_batch` call, on any socket."""
+    fallback, for a socket not given to :func:`track_connections`). The same after
+    :func:`recv_batch_keyed`. Valid until the next receive batch, on any socket."""
     fds: list[int] = _batch_fds()
     return fds
 

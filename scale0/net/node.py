@@ -80,6 +80,7 @@ from scale0.net.frames_io import (
     batch_fds,
     io_key,
     recv_batch,
+    recv_batch_keyed,
     send_batch,
     send_frames,
     track_connections,
@@ -92,7 +93,6 @@ from scale0.net.security import (
     make_client,
     make_server,
     plain_client,
-    recv_batch_keyed,
     server_key_for,
 )
 from scale0.trend.eventlog import EventLogWriter
@@ -211,6 +211,7 @@ class BrokerNode:
         network: NetworkConfig | None,
         *,
         signature: str | None,
+        view_signature: str | None = None,
         loop: IOLoop | None = None,
         boot_id: bytes | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -243,6 +244,7 @@ class BrokerNode:
             state=broker_config.state,
             boot_id=boot_id if boot_id is not None else os.urandom(8),
             signature=signature,
+            view_signature=view_signature,
             now=time.monotonic(),
             trusted_keys=trusted_keys,
             family=broker_config.family,
@@ -686,7 +688,13 @@ class BrokerNode:
         try:
             write_last_good(
                 self._data_dir,
-                LastGood(effect.document, effect.sha256, effect.signature, effect.origin),
+                LastGood(
+                    effect.document,
+                    effect.sha256,
+                    effect.signature,
+                    effect.origin,
+                    effect.view_signature,
+                ),
             )
         except OSError as exc:
             self._counters["persist_failed"] += 1
@@ -894,9 +902,10 @@ class BrokerNode:
         if limit <= 0 or _is_closed(port):  # (closed by an effect: nothing more to read)
             return 0
         try:
-            fds: list[int] | None = None  # the keyed read names each message's connection
+            fds: list[int] | None = None
             if port.keyed:
-                batch, keys, fds = recv_batch_keyed(port.socket, limit)
+                batch, keys = recv_batch_keyed(port.io, limit)
+                fds = batch_fds()  # before the core hears of the keys: nothing reads between
                 self._note_keys(port, batch, keys)
             else:
                 batch = recv_batch(port.io, limit)
@@ -1020,6 +1029,7 @@ class BrokerNode:
                         origin=published.origin,
                         family=published.family,
                         config_version=published.config_version,
+                        view_signature=published.view_signature,
                     )
                     event = ConfigOffered(offer, "pub")
                 else:

@@ -9,8 +9,9 @@ runs on asyncio), through its credentials-provider callback: no hand-written ZAP
 The one addition (:class:`_Authenticator`) notes each ZAP request's peer address, so a refusal
 is logged with its sender, and logs a request for a domain we never set before pyzmq refuses it.
 
-A CURVE ROUTER is read by :func:`recv_batch_keyed`: pyzmq frames whose ``User-Id`` property is
-the sender's public key (Z85), which the authenticator set after ZAP said yes.
+A CURVE ROUTER is read by :func:`scale0.net.frames_io.recv_batch_keyed` (the C batch, or its
+pyzmq fallback), which gives each message's ``User-Id`` property: the sender's public key (Z85),
+which the authenticator set after ZAP said yes.
 """
 
 from __future__ import annotations
@@ -39,13 +40,10 @@ __all__ = [
     "load_trusted_key",
     "make_client",
     "make_server",
-    "recv_batch_keyed",
     "server_key_for",
     "trust_for",
 ]
 
-_NOBLOCK: Final = int(zmq.NOBLOCK)
-_SRCFD: Final = int(zmq.SRCFD)
 _POLLIN: Final = int(zmq.POLLIN)
 
 #: A trusted config-signing key as a client or worker takes it: the key, its one-line text
@@ -112,42 +110,6 @@ def server_key_for(
         if endpoint in (entry.frontend, entry.backend, entry.peer, entry.config_pub):
             return entry.serves_curve
     return seeds.get(endpoint)
-
-
-def recv_batch_keyed(
-    sock: zmq.Socket[Any], limit: int
-) -> tuple[list[list[bytes]], list[str], list[int]]:
-    """Up to ``limit`` waiting messages and, for each, its sender's CURVE key (``User-Id``) and
-    the file descriptor of the connection it came over (ZMQ_SRCFD, -1 when libzmq does not
-    say: what :func:`scale0.net.frames_io.batch_fds` gives for the other paths, R20).
-
-    As :func:`scale0.net.frames_io.recv_batch` (ZMQ_EVENTS before each receive, so a batch
-    that ends short ended on an empty socket with its commands processed), through pyzmq's
-    frames, which carry the connection's properties.
-    """
-    messages: list[list[bytes]] = []
-    keys: list[str] = []
-    fds: list[int] = []
-    try:
-        while len(messages) < limit and int(sock.getsockopt(zmq.EVENTS)) & _POLLIN:
-            frame = sock.recv(_NOBLOCK, copy=False)
-            key = frame.get("User-Id")
-            fd = -1
-            with contextlib.suppress(zmq.ZMQError):
-                fd = int(frame.get(_SRCFD))
-            frames = [frame.bytes]
-            while frame.more:
-                frame = sock.recv(_NOBLOCK, copy=False)
-                frames.append(frame.bytes)
-            messages.append(frames)
-            keys.append(key if isinstance(key, str) else "")
-            fds.append(fd)
-    except zmq.Again:
-        pass
-    except zmq.ZMQError:
-        if not messages:
-            raise
-    return messages, keys, fds
 
 
 class Gatekeeper:

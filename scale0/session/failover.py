@@ -35,7 +35,7 @@ V6  Every move adds one to :attr:`Failover.failovers` and logs one line: from, t
 V7  CURVE (docs/operations.md "CURVE"): the seed's key is the one the owner was given; every
     other endpoint's is the ``curve_public_key`` of the view's entry that lists it (the view
     came over a CURVE link to a broker whose key we checked, and that broker serves only a
-    config it verified; an owner given the family's signing key learns only from a config
+    config it verified; an owner given the family's signing key learns only from a view
     whose signature it verified itself, :mod:`scale0.session.trust`).
     :meth:`Failover.server_key` is None for an endpoint with no key known: the owner connects
     to it without CURVE. A key that is not 40 Z85 characters is skipped with a warning.

@@ -21,7 +21,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from scale0.config.canonical import canonical_json, config_sha256
+from scale0.config.canonical import canonical_json, client_view_sha256, config_sha256
 from scale0.config.model import BrokerEntry, NetworkConfig, PeerLink
 from scale0.core.broker import Broker
 from scale0.core.effects import (
@@ -40,7 +40,7 @@ from scale0.core.effects import (
     Tick,
 )
 from scale0.core.replica import Offer
-from scale0.crypto.keys import sign_config
+from scale0.crypto.keys import sign_config, sign_view
 from scale0.wire.client import CheckConfig, ClientReply, ClientRequest
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType, Message
 from scale0.wire.worker import Ready, WorkerReply, WorkerRequest
@@ -88,6 +88,13 @@ def signed(network: NetworkConfig, key: Ed25519PrivateKey = KEY) -> tuple[str, s
     return sha, sign_config(key, network.family, network.config_version, sha)
 
 
+def view_signed(network: NetworkConfig, key: Ed25519PrivateKey = KEY) -> str:
+    """The client view's signature (docs/protocol.md §6.2), as a config source makes it."""
+    sha = config_sha256(network)
+    view = client_view_sha256(network)
+    return sign_view(key, network.family, network.config_version, sha, view)
+
+
 def offer_of(
     network: NetworkConfig, *, origin: str = "admin", key: Ed25519PrivateKey = KEY
 ) -> Offer:
@@ -100,6 +107,7 @@ def offer_of(
         origin=origin,
         family=network.family,
         config_version=network.config_version,
+        view_signature=view_signed(network, key),
     )
 
 
@@ -115,7 +123,10 @@ class Fabric:
         *,
         joining: tuple[str, ...] = (),
         keep_effects: bool = True,
+        view_signed: bool = True,
     ) -> None:
+        """``view_signed`` False: the brokers start from a config whose source signed no client
+        view (docs/protocol.md §6.2), as a config source older than the view signature did."""
         self.now = 1000.0
         self.wall = 1_700_000_000.0
         self.network = network
@@ -134,6 +145,7 @@ class Fabric:
         self.effects: dict[str, list[Effect]] = {}
         self.seeds: dict[str, tuple[str, ...]] = {}
         self._ids = 0  # request ids of request_with
+        self.view_signed = view_signed
         for entry_ in network.brokers:
             name = entry_.identity
             self.add(name, None if name in joining else network)
@@ -148,12 +160,16 @@ class Fabric:
     ) -> Broker:
         source = any(b.identity == name and b.config_source for b in self.network.brokers)
         signature = signed(network, key)[1] if network is not None else None
+        view_signature = None
+        if network is not None and self.view_signed:
+            view_signature = view_signed(network, key)
         broker = Broker(
             name,
             network,
             state="active",
             boot_id=name.encode()[:4].ljust(4, b"_"),
             signature=signature,
+            view_signature=view_signature,
             now=self.now,
             trusted_keys=(KEY.public_key(),),
             family="fam",
@@ -270,6 +286,7 @@ class Fabric:
                     origin=config.origin,
                     family=config.family,
                     config_version=config.config_version,
+                    view_signature=config.view_signature,
                 )
                 self.feed(other, ConfigOffered(offer, "pub"))
 

@@ -28,6 +28,7 @@ from scale0.wire.frames import (
     opt_float,
     opt_int,
     opt_match,
+    opt_match_or_none,
     opt_name,
     opt_str,
     status_frame,
@@ -51,8 +52,9 @@ class CheckConfig(Message):
     config_type: ConfigType
     config_version: int | None = None
     client_id: str | None = None
-    #: §2.5: the sender checks the config's signature itself and asks for the whole signed
-    #: config (sent only over CURVE); absent or false: the client view.
+    #: §2.5: the sender checks the config's signature itself and asks for the client view's
+    #: signature (``view_signature``, ``config_sha256``) with the view; absent or false: the
+    #: view alone.
     signed: bool = False
     protocol: bytes = field(kw_only=True)
 
@@ -119,6 +121,11 @@ class Config(Message):
     client_id: str
     document: bytes
     signature: str | None = None  # Ed25519 hex, over family|config_version|sha256 (§6.2)
+    #: Ed25519 hex over the client view (§6.2): with a peer's whole config, relayed; with a
+    #: client view (a ``signed`` CHECKCONFIG), what the client verifies.
+    view_signature: str | None = None
+    #: The whole config's sha256, sent with a client view and its view_signature (§3.2).
+    config_sha256: str | None = None
     protocol: bytes = field(kw_only=True)
 
     def to_frames(self) -> list[bytes]:
@@ -130,6 +137,8 @@ class Config(Message):
                 "config_version": self.config_version,
                 "sha256": self.sha256,
                 "signature": self.signature,
+                "view_signature": self.view_signature,
+                "config_sha256": self.config_sha256,
                 "client_id": self.client_id,
             },
             self.document,
@@ -138,16 +147,16 @@ class Config(Message):
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
         opts = control_options(frames, ("document",))
-        signature = opt_str(opts, "signature", None)
-        if signature is not None and ED25519_HEX.fullmatch(signature) is None:
-            raise ProtocolError.malformed(3, "option 'signature' is not 128 lowercase hex digits")
+        hex128, hex64 = "128 lowercase hex digits", "64 lowercase hex digits"
         return cls(
             opt_enum(opts, "config_type", ConfigType),
             opt_int(opts, "config_version", minimum=1),
-            opt_match(opts, "sha256", SHA256_HEX, "64 lowercase hex digits"),
+            opt_match(opts, "sha256", SHA256_HEX, hex64),
             opt_name(opts, "client_id"),
             frames[4],
-            signature,
+            opt_match_or_none(opts, "signature", ED25519_HEX, hex128),
+            opt_match_or_none(opts, "view_signature", ED25519_HEX, hex128),
+            opt_match_or_none(opts, "config_sha256", SHA256_HEX, hex64),
             protocol=frames[1],
         )
 

@@ -22,6 +22,7 @@ from scale0.wire.frames import (
     opt_family,
     opt_int,
     opt_match,
+    opt_match_or_none,
     opt_name,
     show,
 )
@@ -44,6 +45,8 @@ class PublishedConfig:
     origin: str
     signature: str
     document: bytes
+    #: The client view's signature by the same key (§6.2); None from a source that makes none.
+    view_signature: str | None = None
 
     def to_frames(self) -> list[bytes]:
         options = encode_options(
@@ -54,6 +57,7 @@ class PublishedConfig:
                 "sha256": self.sha256,
                 "origin": self.origin,
                 "signature": self.signature,
+                "view_signature": self.view_signature,
             }
         )
         return [TOPIC, options, self.document]
@@ -79,6 +83,9 @@ class PublishedConfig:
             opt_name(opts, "origin", frame=1),
             opt_match(opts, "signature", ED25519_HEX, "128 lowercase hex digits", frame=1),
             frames[2],
+            opt_match_or_none(
+                opts, "view_signature", ED25519_HEX, "128 lowercase hex digits", frame=1
+            ),
         )
 
 

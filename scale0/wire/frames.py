@@ -513,6 +513,16 @@ def opt_match(
     return value
 
 
+def opt_match_or_none(
+    opts: Options, key: str, pattern: re.Pattern[str], what: str, *, frame: int = FRAME_OPTIONS
+) -> str | None:
+    """An optional string option that, when present, must fully match ``pattern``."""
+    value = opt_str(opts, key, None, frame=frame)
+    if value is not None and pattern.fullmatch(value) is None:
+        _fail(frame, key, f"is not {what}")
+    return value
+
+
 _E = TypeVar("_E", bound=StrEnum)
 
 

@@ -3,6 +3,7 @@ CliRunner, plus the installed console script as a real process."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from scale0.cli.ctl import main
-from scale0.config.canonical import config_sha256
+from scale0.config.canonical import client_view_sha256, config_sha256
 from scale0.config.loader import load
 from scale0.config.signature import (
     SignatureFileError,
@@ -23,7 +24,13 @@ from scale0.config.signature import (
     signature_for,
     verify_signature,
 )
-from scale0.crypto.keys import SignatureError, key_id, load_private_key, load_public_key
+from scale0.crypto.keys import (
+    SignatureError,
+    key_id,
+    load_private_key,
+    load_public_key,
+    verify_view,
+)
 from scale0.crypto.passwords import verify_password
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -321,7 +328,14 @@ def test_sign_and_verify_round_trip(
     assert sig["config_version"] == 1
     assert sig["sha256"] == config_sha256(config)
     assert sig["key_id"] == key_id(load_public_key(public))
-    assert set(sig) == {"family", "config_version", "sha256", "signature", "key_id"}
+    assert set(sig) == {
+        "family",
+        "config_version",
+        "sha256",
+        "signature",
+        "key_id",
+        "view_signature",
+    }
 
     result = run("config", "verify", network_yaml, "--trusted", public)
     assert result.exit_code == 0, result.output
@@ -385,6 +399,34 @@ def test_signature_module_round_trip(keypair: tuple[Path, Path]) -> None:
     assert info.value.reason == "missing key_id"
 
 
+def test_a_signature_file_signs_the_client_view_too(keypair: tuple[Path, Path]) -> None:
+    """``view_signature`` (docs/protocol.md §6.2) verifies over the view; a file without it (made
+    before views were signed) still verifies the config; one whose view_signature is another
+    version's or another key's is refused, naming it."""
+    private, public = keypair
+    trusted = [load_public_key(public)]
+    config = load(CONF / "network.json", kind="network")
+    sig = signature_for(config, load_private_key(private))
+    view = client_view_sha256(config)
+    assert sig.view_signature is not None
+    assert (
+        verify_view(
+            sig.view_signature, config.family, config.config_version, sig.sha256, view, trusted
+        )
+        == sig.key_id
+    )
+    old = dataclasses.replace(sig, view_signature=None)
+    assert b"view_signature" not in old.to_json()
+    assert parse_signature(old.to_json()) == old
+    assert verify_signature(config, old, trusted) == sig.key_id
+    bumped = dataclasses.replace(config, config_version=config.config_version + 1)
+    stale = signature_for(bumped, load_private_key(private)).view_signature
+    with pytest.raises(SignatureError, match=r"^view_signature: no trusted key verifies"):
+        verify_signature(config, dataclasses.replace(sig, view_signature=stale), trusted)
+    with pytest.raises(SignatureFileError, match="view_signature must be"):
+        parse_signature(json.dumps({**json.loads(sig.to_json()), "view_signature": 1}).encode())
+
+
 def verify_fails(network_yaml: Path, public: Path, *extra: str | Path) -> str:
     result = run("config", "verify", network_yaml, "--trusted", public, *extra)
     assert result.exit_code == 1, result.output
@@ -442,6 +484,7 @@ def test_verify_fails_with_a_tampered_signature(signed: tuple[Path, Path, Path])
     assert "the signature is for sha256" in tamper(sha256="0" * 64)
     assert "family 'other'" in tamper(family="other")
     assert "config_version must be" in tamper(config_version="1")
+    assert "view_signature: no trusted key verifies" in tamper(view_signature=original["signature"])
 
     sig_path.write_text(json.dumps({**original, "extra": 1}))
     assert "unknown key(s) extra" in verify_fails(config, public)
@@ -659,3 +702,19 @@ def test_installed_console_script(tmp_path: Path, network_yaml: Path) -> None:
 
     usage = ctl("config", "frobnicate")
     assert usage.returncode == 2
+
+
+def test_verify_says_when_the_client_view_is_not_signed(signed: tuple[Path, Path, Path]) -> None:
+    """A signature file made before views were signed verifies, and says that clients which
+    check signatures will refuse the config (docs/operations.md, "What a client needs")."""
+    config, public, sig_path = signed
+    result, obj = run_json("config", "verify", config, "--trusted", public)
+    assert result.exit_code == 0 and obj["view_signed"] is True
+    original = json.loads(sig_path.read_text())
+    del original["view_signature"]
+    sig_path.write_text(json.dumps(original))
+    result = run("config", "verify", config, "--trusted", public)
+    assert result.exit_code == 0, result.output
+    assert "no view_signature (clients that verify refuse it): sign it again" in result.stdout
+    result, obj = run_json("config", "verify", config, "--trusted", public)
+    assert result.exit_code == 0 and obj["view_signed"] is False

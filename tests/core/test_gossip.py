@@ -1,4 +1,4 @@
-"""The gossip rules G1-G11 (scale0/core/gossip.py) on pure cores wired in memory, and the member
+"""The gossip rules G1-G12 (scale0/core/gossip.py) on pure cores wired in memory, and the member
 state machine (scale0/core/states.py) held to a real broker's membership for every pair."""
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ def logs(fabric: Fabric, name: str, event: str) -> list[Log]:
     return [e for e in fabric.effects[name] if isinstance(e, Log) and e.event == event]
 
 
-def test_rules_header_lists_eleven_rules() -> None:
+def test_rules_header_lists_twelve_rules() -> None:
     doc = gossip_module.__doc__ or ""
-    assert re.findall(r"^ G(\d+) ", doc, re.M) == [str(i) for i in range(1, 12)]
+    assert re.findall(r"^ G(\d+) ", doc, re.M) == [str(i) for i in range(1, 13)]
 
 
 # ---- G2: the table, written out apart from the code -----------------------------------------
@@ -189,6 +189,48 @@ def test_g5_a_silent_member_is_suspect_then_dead_after_the_suspicion_timeout() -
     for name in ("a", "b", "d", "e"):
         peer = fabric.brokers[name].family.peers["c"]
         assert peer.member is DE and not peer.usable() and not peer.table
+
+
+# ---- G12: a member of the config that never started ---------------------------------------
+
+
+def test_g12_a_member_that_never_started_ends_dead_and_comes_back_when_it_starts() -> None:
+    fabric = Fabric(family_config(NAMES, family_topology="gossip"))
+    fabric.kill("e")  # in the config, never started: nothing reaches it
+    started = fabric.now
+    fabric.start("a", "b", "c", "d")
+    live = ("a", "b", "c", "d")
+    grace = fabric.brokers["a"].core.network.liveness * fabric.brokers["a"].core.interval_s
+    waited = 0.0
+    while not all(fabric.brokers[n].family.peers["e"].member is DE for n in live):
+        assert waited < 60.0, "a member that never started is still not dead everywhere"
+        fabric.advance(0.5)
+        waited += 0.5
+    assert fabric.now - started >= grace  # never before its HELLO had time to come back
+    for name in live:
+        assert [f.fields["silent_ms"] for f in logs(fabric, name, "peer_lost")] in ([], [None])
+        assert not fabric.brokers[name].family.peers["e"].usable()
+    # The members that did start were never suspected on the way.
+    for name in live:
+        assert {f.fields["peer"] for f in logs(fabric, name, "peer_suspect")} <= {"e"}
+    fabric.restart("e", family_config(NAMES, family_topology="gossip"))
+    waited = 0.0
+    while not all(fabric.brokers[n].family.peers["e"].member is AL for n in live):
+        assert waited < 60.0, "e started but is not alive everywhere"
+        fabric.advance(0.5)
+        waited += 0.5
+    assert all(logs(fabric, n, "peer_up") for n in live)
+
+
+def test_g12_a_member_slow_to_answer_hello_is_not_probed_within_the_grace() -> None:
+    fabric = Fabric(family_config(("a", "b", "c"), family_topology="gossip"))
+    fabric.kill("c")
+    fabric.start("a", "b")
+    grace = fabric.brokers["a"].core.network.liveness * fabric.brokers["a"].core.interval_s
+    fabric.advance(grace - 0.5)
+    for name in ("a", "b"):
+        assert not logs(fabric, name, "peer_suspect")
+        assert fabric.brokers[name].family.peers["c"].member is AL
 
 
 # ---- G6: refutation --------------------------------------------------------------------------

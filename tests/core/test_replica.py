@@ -1,4 +1,4 @@
-"""Config replication rules K1-K5 (scale0/core/replica.py), pure: offers in, outcomes out."""
+"""Config replication rules K1-K6 (scale0/core/replica.py), pure: offers in, outcomes out."""
 
 from __future__ import annotations
 
@@ -11,16 +11,24 @@ from scale0.config.canonical import canonical_json
 from scale0.config.formats import render
 from scale0.config.schema import to_tree
 from scale0.core.replica import Applied, Conflict, Offer, Refused, Replica, SignedConfig, Unchanged
-from scale0.sim.fabric import KEY, OTHER_KEY, entry, family_config, offer_of, signed
+from scale0.sim.fabric import (
+    KEY,
+    OTHER_KEY,
+    entry,
+    family_config,
+    offer_of,
+    signed,
+    view_signed,
+)
 from scale0.wire.frames import ConfigType
 
 
-def replica(version: int | None = 1) -> Replica:
+def replica(version: int | None = 1, *, view: bool = True) -> Replica:
     current = None
     if version is not None:
         network = family_config(version=version)
         sha, signature = signed(network)
-        current = SignedConfig(network, sha, signature, "a")
+        current = SignedConfig(network, sha, signature, "a", view_signed(network) if view else None)
     return Replica("a", (KEY.public_key(),), family="fam", current=current)
 
 
@@ -184,3 +192,52 @@ def test_k1_a_config_that_leaves_the_family_without_a_config_source_is_refused()
     outcome = r.offer(offer_of(orphaned))
     assert isinstance(outcome, Refused) and "no config source" in outcome.reason
     assert r.version == 1
+
+
+# ---- K6: the client view's signature ---------------------------------------------------------
+
+
+def test_k6_a_view_signature_by_another_key_refuses_the_whole_offer() -> None:
+    r = replica()
+    two = family_config(version=2)
+    offer = dataclasses.replace(offer_of(two), view_signature=view_signed(two, OTHER_KEY))
+    outcome = r.offer(offer)
+    assert isinstance(outcome, Refused) and outcome.reason.startswith("view_signature:")
+    assert r.version == 1
+
+
+def test_k6_a_view_signature_of_another_version_refuses_the_offer() -> None:
+    r = replica()
+    offer = dataclasses.replace(
+        offer_of(family_config(version=3)), view_signature=view_signed(family_config(version=2))
+    )
+    outcome = r.offer(offer)
+    assert isinstance(outcome, Refused) and "view_signature" in outcome.reason
+    assert r.version == 1
+
+
+def test_k6_a_config_without_a_view_signature_still_applies() -> None:
+    r = replica()
+    offer = dataclasses.replace(offer_of(family_config(version=2)), view_signature=None)
+    assert isinstance(r.offer(offer), Applied)
+    assert r.current is not None and r.current.view_signature is None
+
+
+def test_k6_the_running_config_gains_the_view_signature_it_lacks() -> None:
+    for claimed in (1, None):  # from PUB (version claimed) and from disk (judged in full)
+        r = replica(view=False)
+        offer = dataclasses.replace(offer_of(family_config(version=1)), config_version=claimed)
+        outcome = r.offer(offer)
+        assert isinstance(outcome, Applied) and outcome.view_signed
+        assert r.current is not None
+        assert r.current.view_signature == view_signed(family_config(version=1))
+        assert isinstance(r.offer(offer), Unchanged)
+
+
+def test_k6_a_bad_view_signature_for_the_running_config_is_refused() -> None:
+    r = replica(view=False)
+    one = family_config(version=1)
+    offer = dataclasses.replace(offer_of(one), view_signature=view_signed(one, OTHER_KEY))
+    outcome = r.offer(offer)
+    assert isinstance(outcome, Refused) and "view_signature" in outcome.reason
+    assert r.current is not None and r.current.view_signature is None

@@ -27,8 +27,11 @@ from scale0.crypto.keys import (
     parse_public_key_text,
     public_key_text,
     sign_config,
+    sign_view,
     signed_bytes,
     verify_config,
+    verify_view,
+    view_signed_bytes,
 )
 
 FAMILY = "prod-eu"
@@ -92,6 +95,53 @@ def test_signed_bytes_refuses_ambiguous_or_malformed_fields(
 def test_sign_refuses_a_family_with_a_pipe(signer: Ed25519PrivateKey) -> None:
     with pytest.raises(CryptoError, match=r"\|"):
         sign_config(signer, "a|b", VERSION, SHA)
+
+
+# ---------------------------------------------------------------------------------------------
+# the client view's signature (docs/protocol.md §6.2)
+
+VIEW_SHA = hashlib.sha256(b'{"family":"prod-eu","config_version":7}').hexdigest()
+
+
+def test_view_signed_bytes_is_the_exact_message() -> None:
+    expected = f"client_view|prod-eu|7|{SHA}|{VIEW_SHA}".encode()
+    assert view_signed_bytes(FAMILY, VERSION, SHA, VIEW_SHA) == expected
+
+
+@pytest.mark.parametrize("view", [VIEW_SHA.upper(), VIEW_SHA[:-1], "", VIEW_SHA + "|x"])
+def test_view_signed_bytes_refuses_a_malformed_view_sha256(view: str) -> None:
+    with pytest.raises(CryptoError, match="view sha256"):
+        view_signed_bytes(FAMILY, VERSION, SHA, view)
+
+
+def test_a_view_signature_verifies_and_binds_every_field(signer: Ed25519PrivateKey) -> None:
+    public = signer.public_key()
+    view = sign_view(signer, FAMILY, VERSION, SHA, VIEW_SHA)
+    assert verify_view(view, FAMILY, VERSION, SHA, VIEW_SHA, [public]) == key_id(public)
+    other = hashlib.sha256(b"other").hexdigest()
+    for args in (
+        ("other", VERSION, SHA, VIEW_SHA),
+        (FAMILY, VERSION + 1, SHA, VIEW_SHA),
+        (FAMILY, VERSION, other, VIEW_SHA),
+        (FAMILY, VERSION, SHA, other),
+    ):
+        with pytest.raises(SignatureError, match="no trusted key verifies"):
+            verify_view(view, *args, [public])
+
+
+def test_a_config_signature_and_a_view_signature_never_stand_for_each_other(
+    signer: Ed25519PrivateKey,
+) -> None:
+    """Three fields against five: a config signature over any digest is no view signature,
+    and a view signature is no config signature (a view can never pass for a whole config)."""
+    public = signer.public_key()
+    view = sign_view(signer, FAMILY, VERSION, SHA, VIEW_SHA)
+    for sha in (SHA, VIEW_SHA):
+        with pytest.raises(SignatureError):
+            verify_config(view, FAMILY, VERSION, sha, [public])
+        whole = sign_config(signer, FAMILY, VERSION, sha)
+        with pytest.raises(SignatureError):
+            verify_view(whole, FAMILY, VERSION, SHA, VIEW_SHA, [public])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from zmq.utils import z85
 
 from scale0.net import frames_io
 
@@ -460,3 +461,196 @@ def test_batch_fds_names_each_message_s_connection(impl: Impl) -> None:
             dealer.close(0)
         router.close(0)
         ctx.term()
+
+
+# ---- recv_batch_keyed: each message's sender's CURVE key (User-Id), on real CURVE sockets --------
+
+
+def _keyed(impl: Impl) -> Callable[[Any, int], tuple[list[list[bytes]], list[str]]]:
+    if impl.name == "c":
+        from scale0.net import _zmqio
+
+        return _zmqio.recv_batch_keyed
+    return frames_io._py_recv_batch_keyed
+
+
+class _Zap:
+    """A ZAP handler (RFC 27) in a thread that admits every CURVE client and gives each the
+    ``User-Id`` ``user_ids`` names for its public key (Z85), raw bytes: a real one, garbage
+    that is not UTF-8, ... (pyzmq's authenticator always gives the key itself, so these cases
+    need a handler of the test's own). Answers until stopped; every wait is bounded."""
+
+    def __init__(self, ctx: zmq.Context[Any], user_ids: dict[bytes, bytes]) -> None:
+        import threading
+
+        self._sock = ctx.socket(zmq.REP)
+        self._sock.linger = 0
+        self._sock.bind("inproc://zeromq.zap.01")
+        self._user_ids = user_ids
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="zap", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._sock.poll(20):
+                continue
+            version, request_id, _domain, _address, _identity, mechanism, *creds = (
+                self._sock.recv_multipart()
+            )
+            user_id = b""
+            if mechanism == b"CURVE" and creds:
+                user_id = self._user_ids.get(z85.encode(creds[0]), b"")
+            self._sock.send_multipart([version, request_id, b"200", b"OK", user_id, b""])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT_S)
+        assert not self._thread.is_alive(), "the ZAP thread did not stop"
+        self._sock.close(0)
+
+
+def _curve_router(ctx: zmq.Context[Any], server: tuple[bytes, bytes]) -> zmq.Socket[Any]:
+    router: zmq.Socket[Any] = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    router.curve_server = True
+    router.curve_publickey, router.curve_secretkey = server
+    router.bind("tcp://127.0.0.1:*")
+    return router
+
+
+def _curve_dealer(
+    ctx: zmq.Context[Any],
+    endpoint: str,
+    server_public: bytes,
+    name: bytes,
+    pair: tuple[bytes, bytes] | None = None,
+) -> tuple[zmq.Socket[Any], str]:
+    public, secret = pair if pair is not None else zmq.curve_keypair()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.setsockopt(zmq.IDENTITY, name)
+    dealer.curve_serverkey = server_public
+    dealer.curve_publickey, dealer.curve_secretkey = public, secret
+    dealer.connect(endpoint)
+    return dealer, public.decode("ascii")
+
+
+def _collect_keyed(
+    impl: Impl, sock: zmq.Socket[Any], count: int, limit: int = 1000
+) -> tuple[list[list[bytes]], list[str], list[int]]:
+    """Keyed batches until ``count`` messages arrived (bounded wait), with their fds."""
+    read = _keyed(impl)
+    got: list[list[bytes]] = []
+    keys: list[str] = []
+    fds: list[int] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < count and time.monotonic() < deadline:
+        batch, batch_keys = read(impl.io_key(sock), limit)
+        assert len(batch) == len(batch_keys) <= limit
+        got.extend(batch)
+        keys.extend(batch_keys)
+        fds.extend(_batch_fds(impl)())
+        if not batch:
+            sock.poll(50)
+    return got, keys, fds
+
+
+def test_recv_batch_keyed_gives_each_message_its_sender_s_key(impl: Impl) -> None:
+    """Each message, whole and in order, with the User-Id ZAP gave its connection: the key
+    itself; "" for one that is not UTF-8 (pyzmq raises reading it) or empty; a UTF-8 User-Id
+    that is no key passes as it is (the core's grants judge it). Garbage never splits a
+    message, and batch_fds names each message's connection as after recv_batch."""
+    if impl.name == "c":
+        _c_impl()
+    ctx: zmq.Context[Any] = zmq.Context()
+    server = zmq.curve_keypair()
+    names = (b"good", b"garbage", b"empty", b"text")
+    zap: _Zap | None = None
+    router = _curve_router(ctx, server)
+    frames_io._py_tracked.add(router)  # what track_connections does on the fallback
+    dealers: dict[bytes, tuple[zmq.Socket[Any], str]] = {}
+    try:
+        endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        pairs = {name: zmq.curve_keypair() for name in names}
+        user_ids = {
+            pairs[b"good"][0]: pairs[b"good"][0],
+            pairs[b"garbage"][0]: b"\xff\xfe\x80 not UTF-8",
+            pairs[b"empty"][0]: b"",
+            pairs[b"text"][0]: "not a key é".encode(),
+        }
+        zap = _Zap(ctx, user_ids)  # bound before any handshake: else libzmq asks no one
+        for name in names:
+            dealers[name] = _curve_dealer(ctx, endpoint, server[0], name, pairs[name])
+        sent = []
+        for n in range(12):
+            name = names[n % len(names)]
+            message = [b"", b"S0C1", b"REQUEST", b"%d" % n, b"x" * n]
+            dealers[name][0].send_multipart(message)
+            sent.append([name, *message])
+        got, keys, fds = _collect_keyed(impl, router, len(sent), limit=5)
+        assert sorted(map(repr, got)) == sorted(map(repr, sent))  # whole, none lost
+        for name in names:  # in order per connection (connections interleave freely)
+            assert [m for m in got if m[0] == name] == [m for m in sent if m[0] == name]
+        expected = {b"good": dealers[b"good"][1], b"garbage": "", b"empty": "", b"text": ""}
+        expected[b"text"] = "not a key é"
+        assert keys == [expected[m[0]] for m in got]
+        assert len(fds) == len(got) and all(fd >= 0 for fd in fds)
+        by_name = {m[0]: fd for m, fd in zip(got, fds, strict=True)}
+        assert len(set(by_name.values())) == len(names)  # one connection each
+        assert _keyed(impl)(impl.io_key(router), 10) == ([], [])
+        assert _batch_fds(impl)() == []
+    finally:
+        for dealer, _public in dealers.values():
+            dealer.close(0)
+        router.close(0)
+        if zap is not None:
+            zap.close()
+        ctx.term()
+
+
+def test_recv_batch_keyed_without_a_user_id_gives_an_empty_key(impl: Impl) -> None:
+    """A CURVE server with no ZAP handler (libzmq then admits everyone and sets no User-Id)
+    and a plain ROUTER: every message comes whole, its key "" (pyzmq raises reading the
+    property; before, the fallback left the message's other frames on the socket)."""
+    if impl.name == "c":
+        _c_impl()
+    ctx: zmq.Context[Any] = zmq.Context()
+    server = zmq.curve_keypair()
+    router = _curve_router(ctx, server)
+    plain = ctx.socket(zmq.ROUTER)
+    plain.linger = 0
+    plain.bind("tcp://127.0.0.1:*")
+    dealer: zmq.Socket[Any] | None = None
+    other = ctx.socket(zmq.DEALER)
+    other.linger = 0
+    other.setsockopt(zmq.IDENTITY, b"plain")
+    try:
+        endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        dealer, _public = _curve_dealer(ctx, endpoint, server[0], b"nozap")
+        other.connect(plain.getsockopt_string(zmq.LAST_ENDPOINT))
+        for n in range(6):
+            dealer.send_multipart([b"", b"%d" % n, b"tail"])
+            other.send_multipart([b"", b"%d" % n, b"tail"])
+        for sock, name in ((router, b"nozap"), (plain, b"plain")):
+            got, keys, _fds = _collect_keyed(impl, sock, 6, limit=4)
+            assert got == [[name, b"", b"%d" % n, b"tail"] for n in range(6)]
+            assert keys == [""] * 6
+            assert _keyed(impl)(impl.io_key(sock), 10) == ([], [])
+    finally:
+        if dealer is not None:
+            dealer.close(0)
+        other.close(0)
+        plain.close(0)
+        router.close(0)
+        ctx.term()
+
+
+def test_the_broker_picks_the_keyed_read_of_its_implementation() -> None:
+    """frames_io.recv_batch_keyed is the C function wherever recv_batch is."""
+    if frames_io.IMPLEMENTATION == "c":
+        from scale0.net import _zmqio
+
+        assert frames_io._recv_batch_keyed is _zmqio.recv_batch_keyed
+    else:
+        assert frames_io._recv_batch_keyed is frames_io._py_recv_batch_keyed

@@ -1,19 +1,28 @@
-"""S1-S4 (scale0.session.trust): a client or worker checks the config's signature itself."""
+"""S1-S4 (scale0.session.trust): a client or worker checks the signed client view itself.
+
+Every refusal here is one the check exists for: with the check it names (S1's signature, its
+digest, its version) taken out of scale0/session/trust.py, the test fails.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scale0.config.canonical import canonical_json, config_sha256
-from scale0.config.formats import render
+from scale0.config.canonical import (
+    canonical_json,
+    client_view_sha256,
+    client_view_tree,
+    config_sha256,
+    tree_sha256,
+)
 from scale0.config.model import Admin, NetworkConfig
-from scale0.config.schema import to_tree
-from scale0.crypto.keys import key_id, sign_config
+from scale0.crypto.keys import key_id, sign_config, sign_view
 from scale0.crypto.passwords import hash_password
 from scale0.session.errors import RequestTimeout, Scale0Error
 from scale0.session.failover import Failover
@@ -24,7 +33,7 @@ from scale0.session.worker import WorkerSession
 from scale0.wire.client import CheckConfig, Config, ConfigAck
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType
 from scale0.wire.registry import decode_to_broker
-from tests.session.helpers import FORMATS, entry, network
+from tests.session.helpers import entry, network, view_document
 
 FAMILY_KEY = Ed25519PrivateKey.generate()
 ROGUE_KEY = Ed25519PrivateKey.generate()
@@ -45,13 +54,6 @@ def family(version: int = 1, *, count: int = 2) -> NetworkConfig:
     return dataclasses.replace(base, config_version=version, brokers=brokers, admins=(ADMIN,))
 
 
-def whole(config: NetworkConfig, config_type: ConfigType) -> bytes:
-    """The whole config in ``config_type``, as a broker renders it (core.context.whole_document)."""
-    if config_type is ConfigType.JSON:
-        return canonical_json(config)
-    return render(to_tree(config, typed=False), FORMATS[config_type], kind="network")
-
-
 def signed_config(
     config: NetworkConfig,
     *,
@@ -59,15 +61,22 @@ def signed_config(
     config_type: ConfigType = ConfigType.JSON,
     protocol: bytes = SIG_CLIENT,
 ) -> Config:
-    sha = config_sha256(config)
-    signature = None if key is None else sign_config(key, config.family, config.config_version, sha)
+    """The CONFIG a broker answers a ``signed`` CHECKCONFIG with: the client view, its sha256,
+    the whole config's sha256 and the view's signature (``key`` None: a config whose source
+    signed no view)."""
+    whole, view = config_sha256(config), client_view_sha256(config)
+    signature = None
+    if key is not None:
+        signature = sign_view(key, config.family, config.config_version, whole, view)
     return Config(
         config_type,
         config.config_version,
-        sha,
+        view,
         "c.1",
-        whole(config, config_type),
+        view_document(config, config_type, config.client_view),
+        None,
         signature,
+        whole,
         protocol=protocol,
     )
 
@@ -87,28 +96,52 @@ def refused(check: ConfigTrust, message: Config) -> str:
 
 
 @pytest.mark.parametrize("config_type", list(ConfigType))
-def test_s1_a_config_signed_by_the_trusted_key_is_verified_in_every_format(
+def test_s1_a_view_signed_by_the_trusted_key_is_verified_in_every_format(
     config_type: ConfigType,
 ) -> None:
     check = trust()
     verified = check.check(signed_config(family(3), config_type=config_type))
     assert verified.version == 3
     assert verified.key_id == key_id(FAMILY_KEY.public_key())
+    assert verified.config_sha256 == config_sha256(family(3))
     assert [b["curve_public_key"] for b in verified.document["brokers"]] == [CURVE_B0, CURVE_B1]
+    # S4: what it learns is the view as signed, and the view never holds the admins.
+    assert verified.document == client_view_tree(family(3))
+    assert "admins" not in verified.document
     assert check.current == verified
 
 
-def test_s1_an_unsigned_config_is_refused() -> None:
-    assert "not signed" in refused(trust(), signed_config(family(), key=None))
+def test_s1_a_view_without_its_signature_is_refused_naming_the_missing_option() -> None:
+    reason = refused(trust(), signed_config(family(), key=None))
+    assert "no view_signature" in reason and "sign it again" in reason
+    # The whole config with its config signature (what brokers before the view signature sent
+    # over CURVE) is no view signature either: refused, never used.
+    config = family()
+    sha = config_sha256(config)
+    old = Config(
+        ConfigType.JSON,
+        1,
+        sha,
+        "c.1",
+        canonical_json(config),
+        sign_config(FAMILY_KEY, config.family, 1, sha),
+        protocol=SIG_CLIENT,
+    )
+    assert "no view_signature" in refused(trust(), old)
 
 
-def test_s1_a_config_signed_by_another_key_is_refused_naming_the_trusted_key() -> None:
+def test_s1_a_view_without_the_whole_configs_digest_is_refused() -> None:
+    message = dataclasses.replace(signed_config(family()), config_sha256=None)
+    assert "no config_sha256" in refused(trust(), message)
+
+
+def test_s1_a_view_signed_by_another_key_is_refused_naming_the_trusted_key() -> None:
     reason = refused(trust(), signed_config(family(), key=ROGUE_KEY))
     assert "no trusted key verifies the signature" in reason
     assert key_id(FAMILY_KEY.public_key()) in reason
 
 
-def test_s1_a_document_altered_after_signing_is_refused() -> None:
+def test_s1_a_view_altered_after_signing_is_refused() -> None:
     good = signed_config(family())
     rogue = dataclasses.replace(
         family(),
@@ -116,24 +149,68 @@ def test_s1_a_document_altered_after_signing_is_refused() -> None:
             dataclasses.replace(entry(0), frontend="tcp://10.9.9.9:7000", config_source=True),
         ),
     )
-    tampered = dataclasses.replace(good, document=canonical_json(rogue))
+    tampered = dataclasses.replace(good, document=view_document(rogue, ConfigType.JSON))
     assert "the document was altered" in refused(trust(), tampered)
     # ...and with the digest fixed to the new document, the signature no longer holds.
-    also = dataclasses.replace(tampered, sha256=config_sha256(rogue))
+    also = dataclasses.replace(tampered, sha256=client_view_sha256(rogue))
     assert "no trusted key verifies" in refused(trust(), also)
 
 
-def test_s1_a_version_option_that_is_not_the_documents_is_refused() -> None:
-    message = dataclasses.replace(signed_config(family(2)), config_version=9)
-    assert "config_version 9 in the options, 2 in the document" in refused(trust(), message)
+def test_s1_a_view_signature_of_another_config_version_is_refused() -> None:
+    """The signature of version 2's view, with version 3's view (its digest right): refused."""
+    two, three = family(2), family(3)
+    message = dataclasses.replace(
+        signed_config(three), view_signature=signed_config(two).view_signature
+    )
+    assert "no trusted key verifies" in refused(trust(), message)
+    # Version 2's view under version 3's options: the document says 2.
+    relabelled = dataclasses.replace(signed_config(two), config_version=3)
+    assert "config_version 3 in the options, 2 in the document" in refused(trust(), relabelled)
 
 
-def test_s1_a_document_that_is_no_network_config_is_refused() -> None:
-    message = dataclasses.replace(signed_config(family()), document=b'{"family": 1}')
-    assert "not a valid network config" in refused(trust(), message)
+def test_s1_a_view_signature_binds_the_whole_configs_digest() -> None:
+    """The same view under another whole config's digest (a conflict's loser, say): refused."""
+    message = signed_config(family())
+    other = config_sha256(dataclasses.replace(family(), liveness=9))
+    assert "no trusted key verifies" in refused(
+        trust(), dataclasses.replace(message, config_sha256=other)
+    )
 
 
-def test_s1_a_config_of_another_family_than_the_verified_one_is_refused() -> None:
+def test_s1_a_config_signature_is_never_taken_for_a_view_signature() -> None:
+    """What a config signature covers has three fields, a view signature's five (§6.2)."""
+    config = family()
+    message = signed_config(config)
+    whole = sign_config(FAMILY_KEY, config.family, 1, config_sha256(config))
+    view_as_whole = sign_config(FAMILY_KEY, config.family, 1, message.sha256)
+    for signature in (whole, view_as_whole):
+        forged = dataclasses.replace(message, view_signature=signature)
+        assert "no trusted key verifies" in refused(trust(), forged)
+
+
+def test_s1_a_view_carrying_admins_is_refused_even_if_signed() -> None:
+    config = family()
+    tree = {**client_view_tree(config), "admins": [{"auth_id": "root"}]}
+    document = json.dumps(tree, sort_keys=True, separators=(",", ":")).encode()
+    view = tree_sha256(tree)
+    whole = config_sha256(config)
+    message = dataclasses.replace(
+        signed_config(config),
+        document=document,
+        sha256=view,
+        view_signature=sign_view(FAMILY_KEY, config.family, 1, whole, view),
+    )
+    assert "carries admins" in refused(trust(), message)
+
+
+def test_s1_a_document_that_does_not_parse_is_refused() -> None:
+    message = dataclasses.replace(signed_config(family()), document=b'{"family": ')
+    assert "does not parse" in refused(trust(), message)
+    message = dataclasses.replace(signed_config(family()), document=b"[1]")
+    assert "not a mapping" in refused(trust(), message)
+
+
+def test_s1_a_view_of_another_family_than_the_verified_one_is_refused() -> None:
     check = trust()
     check.check(signed_config(family(1)))
     other = dataclasses.replace(family(2), family="other")
@@ -142,10 +219,10 @@ def test_s1_a_config_of_another_family_than_the_verified_one_is_refused() -> Non
 
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_s1_no_altered_byte_of_a_signed_config_is_ever_used(data: st.DataObject) -> None:
-    """Any change to the document, the digest or the signature: refused, or exactly the same."""
+def test_s1_no_altered_byte_of_a_signed_view_is_ever_used(data: st.DataObject) -> None:
+    """Any change to the document, a digest or the signature: refused, or exactly the same."""
     good = signed_config(family(2))
-    field = data.draw(st.sampled_from(["document", "sha256", "signature"]))
+    field = data.draw(st.sampled_from(["document", "sha256", "config_sha256", "view_signature"]))
     original: str | bytes = getattr(good, field)
     raw = original.encode() if isinstance(original, str) else original
     index = data.draw(st.integers(0, len(raw) - 1))
@@ -161,17 +238,20 @@ def test_s1_no_altered_byte_of_a_signed_config_is_ever_used(data: st.DataObject)
     except UntrustedConfig:
         assert check.current is None
         return
-    # Accepted only if it is the same config (JSON may differ in a byte that parses the same).
+    # Accepted only if it is the same view (JSON may differ in a byte that parses the same).
     assert verified.sha256 == good.sha256 and verified.version == 2
+    assert verified.config_sha256 == good.config_sha256
 
 
 # ---- S2 -------------------------------------------------------------------------------------
 
 
-def test_s2_an_older_config_is_refused_and_the_verified_one_stays() -> None:
+def test_s2_an_older_view_replayed_is_refused_and_the_verified_one_stays() -> None:
     check = trust()
+    old = signed_config(family(4))
+    check.check(old)
     newer = check.check(signed_config(family(5)))
-    assert "older than the verified config_version 5" in refused(check, signed_config(family(4)))
+    assert "older than the verified config_version 5" in refused(check, old)
     assert check.current == newer and check.refused == 1
 
 
@@ -188,8 +268,21 @@ def test_s2_a_conflict_of_one_version_keeps_the_smaller_digest() -> None:
     small, large = sorted((one, two), key=config_sha256)
     check = trust()
     check.check(signed_config(large))
-    assert check.check(signed_config(small)).sha256 == config_sha256(small)
+    assert check.check(signed_config(small)).config_sha256 == config_sha256(small)
     assert "the smaller wins" in refused(check, signed_config(large))
+
+
+def test_s2_a_conflict_is_settled_by_the_whole_configs_digest_as_brokers_settle_it() -> None:
+    """Two configs of one version that differ only outside the view (their admins): the views
+    are the same bytes, yet the client follows the brokers (K4: the smaller whole sha256)."""
+    one = family(7)
+    two = dataclasses.replace(one, admins=())
+    small, large = sorted((one, two), key=config_sha256)
+    assert client_view_sha256(small) == client_view_sha256(large)
+    check = trust()
+    check.check(signed_config(small))
+    assert "the smaller wins" in refused(check, signed_config(large))
+    assert check.current is not None and check.current.config_sha256 == config_sha256(small)
 
 
 # ---- S3, S4 on the link and in the sessions -------------------------------------------------
@@ -293,5 +386,5 @@ def test_s3_a_request_submitted_after_the_refusal_fails_naming_it_too() -> None:
     session.receive(signed_config(family(), key=None).to_frames(), 0.1)
     request = session.submit("echo", b"x", 1.0, 0.2)  # no move since: nothing new refused
     session.tick(1.5, 0.0)
-    with pytest.raises(UntrustedConfig, match="not signed"):
+    with pytest.raises(UntrustedConfig, match="no view_signature"):
         raise request.outcomes.popleft()  # type: ignore[misc]

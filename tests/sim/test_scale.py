@@ -117,7 +117,7 @@ def test_a_small_run_fills_every_field_of_the_table(tmp_path: Path) -> None:
     assert written and all(p.stat().st_size > 1000 for p in written)
 
 
-# ---- the gossip topology (family_topology: gossip, scale0/core/gossip.py G1-G11) ------------
+# ---- the gossip topology (family_topology: gossip, scale0/core/gossip.py G1-G12) ------------
 
 GOSSIP = Options(
     brokers=8, workers=10, clients=4, rate=20.0, warmup_s=2.0, measure_s=2.0, topology="gossip"

@@ -9,6 +9,7 @@ still served. Waits are bounded; what a broker did is read from its JSON log lin
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -230,6 +231,60 @@ def test_a_client_calling_a_service_it_may_not_call_gets_403(tmp_path: Path) -> 
                 assert limited.request("echo", b"z") == [b"w", b"z"]  # still served
             refused = [e for e in events(b1, "request_refused") if e["key"] == public["client"]]
             assert refused and refused[0]["service"] == "admin.reset"
+
+
+@pytest.mark.parametrize("io", ["c", "pyzmq"])
+def test_each_connection_s_key_reaches_the_core_on_both_io_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, io: str
+) -> None:
+    """A CURVE port is read with each message's sender's key (frames_io.recv_batch_keyed),
+    through the C batch and through its pyzmq fallback (SCALE0_PURE=1) alike: the core knows
+    every connection's key before its first message, so a granted key is served from its first
+    request, and one granted less is refused what it lacks, logged with its key."""
+    if io == "pyzmq":
+        monkeypatch.setenv("SCALE0_PURE", "1")
+    elif importlib.util.find_spec("scale0.net._zmqio") is None:
+        pytest.skip("the C extension was not built here (no C compiler at install)")
+    public = keys(tmp_path, "client", "client2", "worker", "worker2")
+    grants = {
+        "clients": [
+            {"key": public["client"], "services": ["echo"]},
+            {"key": public["client2"], "services": "all"},
+        ],
+        "workers": [
+            {"key": public["worker"], "services": ["echo", "secret.*"]},
+            {"key": public["worker2"], "services": ["echo"]},
+        ],
+    }
+    with (
+        running_brokers(tmp_path, 1, curve=True, **FAST, **_grants(grants)) as (b1,),
+        worker(b1, {"echo": served_by("w1"), "secret.a": served_by("w1")}) as allowed,
+        worker(b1, {"secret.a": served_by("w2")}, who="worker2"),
+    ):
+        assert [e["io"] for e in events(b1, "broker_ready")] == [io]
+        assert allowed.wait_registered(WAIT_S)
+        wait_until(
+            lambda: any(
+                e.get("key") == public["worker2"] and "may not serve secret.a" in e["reason"]
+                for e in events(b1, "key_refused")
+            ),
+            what="worker2 refused with 403, logged with its key",
+        )
+        with (
+            Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1)) as limited,
+            Client(b1.endpoints["frontend"], timeout=10.0, **curve_options(b1, "client2")) as full,
+        ):
+            with pytest.raises(Forbidden) as info:
+                limited.request("secret.a", b"first")  # its first request: the key was known
+            assert info.value.status == 403
+            for i in range(50):  # many batches: the key stays the connection's
+                assert limited.request("echo", b"%d" % i) == [b"w1", b"%d" % i]
+                assert full.request("secret.a", b"%d" % i) == [b"w1", b"%d" % i]
+        refused = [e for e in events(b1, "request_refused") if e["key"] == public["client"]]
+        assert [e["service"] for e in refused] == ["secret.a"]
+        ready = [e for e in events(b1, "worker_ready") if "secret.a" in e["services"]]
+        assert len(ready) == 1, ready  # only the granted worker ever registered it
+        assert b1.stop() == 0
 
 
 def _answers(client: Client, service: str) -> bool:

@@ -9,6 +9,7 @@ every request id and answers in the framing the client speaks: S0P/1, and each M
 from __future__ import annotations
 
 import functools
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -142,3 +143,22 @@ def test_bench_mdp_core_times_every_tree_and_names_a_bad_one(
     with pytest.raises(SystemExit):
         bench_mdp_core.main(["--tree", str(tmp_path)])
     assert "no scale0/ in it" in capsys.readouterr().err
+
+
+def test_bench_base_tree_cases_run_their_brokers_from_that_tree(tmp_path: Path) -> None:
+    """``--base-tree``'s ``base-solo``, ``base-solo-curve``, ``base-family``,
+    ``base-family-curve``: the same case with its brokers importing scale0 from that tree (one
+    whose scale0 cannot be imported stops them), PYTHONPATH restored afterwards."""
+    assert {f"base-{name}" for name in bench.TREE_CASES} <= set(bench.DRIVERS)
+    broken = tmp_path / "broken"
+    (broken / "scale0").mkdir(parents=True)
+    (broken / "scale0" / "__init__.py").write_text('raise ImportError("the base tree")\n')
+    saved = os.environ.get("PYTHONPATH")
+    small = {"requests": 200, "window": 20, "payload": b"x" * 100}
+    with pytest.raises(RuntimeError):
+        bench.case_solo(1, 1, curve=True, tree=broken, **small)
+    assert os.environ.get("PYTHONPATH") == saved
+    here = Path(bench.__file__).resolve().parents[1]
+    result = bench.case_solo(1, 1, curve=True, tree=here, **small)
+    assert result["throughput"] > 0
+    assert os.environ.get("PYTHONPATH") == saved

@@ -133,6 +133,8 @@ MESSAGES: dict[type[Message], st.SearchStrategy[Message]] = {
         names,
         st.binary(max_size=200),
         st.none() | signatures,
+        st.none() | signatures,
+        st.none() | hex64,
         protocol=any_s0,
     ),
     Heartbeat: st.builds(
@@ -228,6 +230,7 @@ published_configs = st.builds(
     names,
     signatures,
     st.binary(max_size=200),
+    st.none() | signatures,
 )
 
 any_message: st.SearchStrategy[Message] = st.one_of(list(MESSAGES.values()))

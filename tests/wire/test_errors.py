@@ -380,6 +380,32 @@ def test_signature_must_be_lowercase_hex() -> None:
         assert str(error) == "frame 3: option 'signature' is not 128 lowercase hex digits"
 
 
+def test_view_signature_and_config_sha256_are_checked_in_config() -> None:
+    good = bytes(range(64)).hex()
+    base = b'{"config_type":"json","config_version":1,"sha256":"' + b"a" * 64 + b'","client_id":"c"'
+    for option, bad, what in (
+        (b"view_signature", good.upper(), "128 lowercase hex digits"),
+        (b"view_signature", good[:-2], "128 lowercase hex digits"),
+        (b"config_sha256", "A" * 64, "64 lowercase hex digits"),
+        (b"config_sha256", "a" * 63, "64 lowercase hex digits"),
+    ):
+        raw = base + b',"' + option + b'":"' + bad.encode() + b'"}'
+        error = from_broker(b"S0C1", b"", b"S0C1", b"CONFIG", raw, b"{}")
+        assert str(error) == f"frame 3: option '{option.decode()}' is not {what}"
+
+
+def test_publication_bad_view_signature() -> None:
+    raw = (
+        b'{"family":"f","config_version":1,"config_type":"json","sha256":"' + b"a" * 64 + b'",'
+        b'"origin":"b1","signature":"' + b"0" * 128 + b'","view_signature":"zz"}'
+    )
+    with pytest.raises(ProtocolError) as info:
+        decode_config_publication([b"CONFIG", raw, b"{}"], max_frame_bytes=LIMIT)
+    assert_error(
+        info.value, 400, "frame 1: option 'view_signature' is not 128 lowercase hex digits"
+    )
+
+
 def test_family_must_not_contain_a_bar() -> None:
     raw = (
         b'{"broker_id":"b","family":"a|1","state":"active","config_version":1,'
