@@ -925,7 +925,7 @@ class BrokerNode:
         if port.kind == "router":
             # The connection of each message (R20, R22, §8): read right after its batch (a
             # list of our own: reading the monitor below is another batch).
-            conns = list(batch_fds()) if fds is None else fds
+            conns = list(batch_fds() if fds is None else fds)
             known = self._conn_channels
             for frames, conn in zip(batch, conns, strict=False):
                 if _is_closed(port):
