@@ -622,6 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="keep files here (default: tmp)")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON too")
     args = parser.parse_args(argv)
+    # SIGTERM (timeout, a CI runner) unwinds like Ctrl-C, so the Lab deletes its namespaces:
+    # without this a terminated run left its four namespaces behind.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory(prefix="scale0-partitions-") as tmp:
         directory = args.dir or Path(tmp)
         try:

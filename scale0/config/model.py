@@ -351,15 +351,17 @@ class NetworkConfig:
     max_unnegotiated: int = field(
         default=1024,
         metadata=doc(
-            "Frontend plus backend connections a broker keeps that have not negotiated yet; "
-            "past it the oldest is dropped."
+            "Frontend plus backend connections a broker keeps that have not negotiated yet, "
+            "and apart from them peer connections that have not said a valid HELLO; past it "
+            "the oldest of its pool is dropped."
         ),
     )
     negotiate_timeout_ms: int = field(
         default=10_000,
         metadata=doc(
             "How long a new frontend or backend connection may take to negotiate (CHECKCONFIG, "
-            "or a Majordomo message) before the broker drops it."
+            "or a Majordomo message), and a peer connection to say a valid HELLO, before the "
+            "broker drops it."
         ),
     )
     admins: tuple[Admin, ...] = field(

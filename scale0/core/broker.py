@@ -64,6 +64,17 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      counts one error towards the sender's score (R13): a CHECKCONFIG flood ends in a ban
      (DISCONNECTERROR 429). A sender told FORCENEGOTIATE asks with an older version: not
      counted.
+ R22 The peer port has limits too (docs/protocol.md §8.1): a peer connection that has carried
+     no message from a routing id whose HELLO was accepted (F2; while joining, a HELLO of our
+     family) negotiate_timeout_ms after it opened is hung up, and so is the oldest such one
+     whenever more than max_unnegotiated wait (a pool apart from the frontend's and
+     backend's). A HELLO refused with 401 and an undecodable message from a routing id with
+     no accepted HELLO count one error against the connection's source address (R13's
+     threshold, window and ban): the ban says DISCONNECTERROR 429 once, and until it ends
+     that address's peer connections that have not negotiated are read for HELLO only (the
+     rest dropped unread) and refusals are not answered.
+     A member's accepted HELLO is never refused for its address, and its link, once heard,
+     is never hung up or scored by address.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)
@@ -72,7 +83,8 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      family, a non-member, or (CURVE) a link whose key is not the entry's curve_public_key of
      the broker_id it names gets DISCONNECTERROR 401; a broker_id whose link spoke within the
      last interval from another routing id gets 409 (an older one is taken over: the peer
-     restarted). Anything else from a routing id that has not said HELLO is ignored.
+     restarted). Anything else from a routing id that has not said HELLO is ignored (a
+     message that does not decode is scored by address, R22).
  F3  Any message from a peer is a heartbeat; a peer silent for liveness x interval is down: its
      table is dropped and the requests forwarded to it are routed again or answered 504 (peers
      found silent in the same round are all down before any of those requests moves). Its
@@ -175,6 +187,7 @@ from scale0.core.effects import (
     ManagementCall,
     ManagementSubmit,
     Received,
+    Send,
     Shutdown,
     Start,
     Tick,
@@ -191,7 +204,7 @@ from scale0.core.sessions import Sessions
 from scale0.core.states import BrokerInput, Change
 from scale0.core.timers import BeatDue, ConnDue, Periodic, SessionDue
 from scale0.wire.admin import ManagementRequest
-from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
+from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, DisconnectError, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
 from scale0.wire.mdp import (
     MDP_SIGNATURES,
@@ -202,7 +215,7 @@ from scale0.wire.mdp import (
     MdpWorkerReady,
     MdpWorkerReply,
 )
-from scale0.wire.peer import BrokerState
+from scale0.wire.peer import BrokerState, Hello
 from scale0.wire.worker import Ready, WorkerPartial, WorkerReply
 
 __all__ = ["SWEEP_INTERVAL_S", "Broker"]
@@ -265,9 +278,10 @@ class Broker:
         )
         self.sessions = Sessions(core)
         self.dispatch = Dispatch(core)
-        self.guard = Guard(core, self.sessions.forget)
-        self._conn = -1  # the connection of the message being handled (R20, §8)
         self.family = Family(core, seeds)
+        self.guard = Guard(core, self.sessions.forget, self.family.broker_of.__contains__)
+        self._conn = -1  # the connection of the message being handled (R20, R22, §8)
+        self.family.refuse = self._peer_refused
         self.forwarding = Forwarding(core)
         self.replication = Replication(
             core,
@@ -500,7 +514,14 @@ class Broker:
     def _received(self, event: Received, now: float, wall: float, out: list[Effect]) -> None:
         channel, routing_id, message = event.channel, event.routing_id, event.message
         if channel is Channel.PEER or channel is Channel.LINK:
+            self._conn = event.conn
             self.family.received(channel, routing_id, message, now, wall, out)
+            if (
+                event.conn >= 0
+                and channel is Channel.PEER
+                and self._peer_negotiated(routing_id, message)
+            ):
+                self.guard.negotiated(channel, event.conn)  # R22: a member's link stays
             return
         if self.majordomo.speaks and message.protocol not in MDP_SIGNATURES:
             self.majordomo.speaks.pop((channel, routing_id), None)  # it speaks S0P now
@@ -516,6 +537,31 @@ class Broker:
         handler(channel, routing_id, message, now, wall, out)
         if event.conn >= 0 and routing_id in self.sessions.by_channel.get(channel, {}):
             self.guard.negotiated(channel, event.conn)  # R20: it stays
+
+    def _peer_negotiated(self, routing_id: bytes, message: Message) -> bool:
+        """R22: whether the peer-port message just handled leaves its connection negotiated:
+        its routing id's HELLO was accepted (now, or before a reconnect that kept the routing
+        id), or, while we are joining and cannot judge members, it was a HELLO of our family."""
+        if routing_id in self.family.broker_of:
+            return True
+        core = self.core
+        return (
+            core.state is BrokerState.JOINING
+            and isinstance(message, Hello)
+            and message.family == core.network.family
+        )
+
+    def _peer_refused(
+        self, routing_id: bytes, refusal: DisconnectError, now: float, out: list[Effect]
+    ) -> None:
+        """F2/R22: a HELLO refused with 401. From a routing id that has not said an accepted
+        HELLO, over a connection whose address we know, it counts against that address (a
+        stranger reconnects for every try); otherwise the refusal is simply sent."""
+        address = self.guard.address(Channel.PEER, self._conn)
+        if address is None or routing_id in self.family.broker_of:
+            out.append(Send(Channel.PEER, routing_id, refusal))
+            return
+        self.guard.peer_error(address, routing_id, refusal, now, out)
 
     def _client_request(
         self,
@@ -639,6 +685,11 @@ class Broker:
 
     def is_banned(self, routing_id: bytes, now: float) -> bool:
         return self.guard.is_banned(routing_id, now)
+
+    def peer_unread(self, routing_id: bytes, conn: int, command: bytes, now: float) -> bool:
+        """R22: drop this peer-port message unread (frame 2 is ``command``): it comes over a
+        connection that has not negotiated, from a banned address, and is not a HELLO."""
+        return self.guard.peer_unread(routing_id, conn, command, now)
 
     def mark_negotiated(self, channel: Channel, routing_id: bytes, conn: int) -> bool:
         """R20 for the fast path (a Majordomo client's first REQUEST opens its session there):

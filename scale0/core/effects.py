@@ -50,7 +50,7 @@ class Received:
 
 @dataclass(frozen=True, slots=True)
 class Connected:
-    """A new connection on a frontend or backend ROUTER: ``conn`` numbers it while it is open,
+    """A new connection on a frontend, backend or peer ROUTER: ``conn`` numbers it while it is open,
     ``address`` is where it comes from (the IP address, ZeroMQ's ``Peer-Address``)."""
 
     channel: Channel
@@ -74,6 +74,9 @@ class Malformed:
     routing_id: bytes
     error: ProtocolError
     signature: bytes = b""  # frame 1 as received, if any: a Majordomo sender is answered in MDP
+    #: The connection it came over, as in :class:`Received` (-1: not known); on the peer port a
+    #: sender that has not said HELLO is scored by that connection's address (R22).
+    conn: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +207,8 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Hangup:
-    """Close the connection ``conn`` of :class:`Connected` (it did not negotiate in time, R20)."""
+    """Close the connection ``conn`` of :class:`Connected` (it did not negotiate in time, R20,
+    R22)."""
 
     channel: Channel
     conn: int

@@ -60,6 +60,8 @@ M = TypeVar("M", bound=Message)
 PeerHandler = Callable[[Peer, bytes, Any, float, float, list[Effect]], None]
 #: An answer on our own link to a peer: (peer, message, now, wall, out).
 LinkHandler = Callable[[Peer, Any, float, float, list[Effect]], None]
+#: Answers a refused HELLO: (routing id, the DISCONNECTERROR 401, now, out).
+Refuse = Callable[[bytes, DisconnectError, float, list[Effect]], None]
 
 
 class Family:
@@ -72,6 +74,11 @@ class Family:
 
     def __init__(self, core: Core, seeds: Sequence[str]) -> None:
         self.core = core
+        #: How a HELLO refused with 401 is answered; the façade scores it by the connection's
+        #: address (R22 of scale0/core/broker.py), alone it is just sent.
+        self.refuse: Refuse = lambda routing_id, refusal, now, out: out.append(
+            Send(Channel.PEER, routing_id, refusal)
+        )
         self.peers: dict[str, Peer] = {}
         self.broker_of: dict[bytes, str] = {}  # our peer ROUTER's routing ids -> broker_id
         # A joining broker's seed links: link name -> endpoint; the ones that answered HELLO;
@@ -378,18 +385,14 @@ class Family:
                 if msg.family != family
                 else f"{msg.broker_id!r} is not a broker of family {family!r}"
             )
-            out.append(
-                Send(Channel.PEER, routing_id, DisconnectError(401, why, protocol=SIG_BROKER))
-            )
+            self.refuse(routing_id, DisconnectError(401, why, protocol=SIG_BROKER), now, out)
             out.append(Log("warning", "peer_refused", {"peer": msg.broker_id, "reason": why}))
             return
         key = core.peer_keys.get(routing_id)  # CURVE (docs/protocol.md §2.5): the link's key
         entry = core.member(msg.broker_id)
         if key is not None and entry is not None and entry.curve_public_key not in (None, key):
             why = f"this link's CURVE key is not the one of {msg.broker_id!r}"
-            out.append(
-                Send(Channel.PEER, routing_id, DisconnectError(401, why, protocol=SIG_BROKER))
-            )
+            self.refuse(routing_id, DisconnectError(401, why, protocol=SIG_BROKER), now, out)
             out.append(Log("warning", "peer_refused", {"peer": msg.broker_id, "reason": why}))
             return
         if peer.routing_id is not None and peer.routing_id != routing_id:

@@ -7,11 +7,19 @@ and the I/O layer drops what it sends unread until the ban ends (:meth:`Guard.is
 Management (scale0/core/admin.py) scores failed credentials the same way, by source address
 (the sender key is the address, so a guesser who reconnects for every try is still one sender).
 
-Connections (R20): the I/O layer reports each frontend and backend connection as it opens
-(``Connected``, with its address) and ends; one that has not negotiated within
+Connections (R20, R22): the I/O layer reports each frontend, backend and peer connection as it
+opens (``Connected``, with its address) and ends; one that has not negotiated within
 ``negotiate_timeout_ms`` is hung up (``Hangup``), and so is the oldest one not negotiated yet
-whenever more than ``max_unnegotiated`` wait. What the guard keeps per connection is one small
-record, and connections that are gone or hung up are forgotten at once.
+whenever more than ``max_unnegotiated`` wait in its pool (frontend and backend share one, the
+peer port has its own, so a flood of client connections never pushes out a member's link before
+its HELLO). What the guard keeps per connection is one small record, and connections that are
+gone or hung up are forgotten at once.
+
+The peer port (R22): a refused HELLO (401) or an undecodable message from a routing id that has
+not said an accepted HELLO counts against the connection's source address (a stranger opens a
+new connection, so a new routing id, for every try); over the threshold the address is banned,
+and while the ban lasts only a HELLO is read from its connections that have not negotiated
+(:meth:`Guard.peer_unread`), so a member on the same host still joins.
 
 Guessing (:class:`AuthThrottle`): after ``AUTH_FREE_FAILURES`` failed logins as one configured
 ``auth_id`` (from anywhere), each further try as that ``auth_id`` waits 1, 2, 4... s after the
@@ -55,6 +63,7 @@ __all__ = [
     "Forget",
     "Guard",
     "address_key",
+    "peer_address_key",
 ]
 
 #: Ends a sender's session: (channel, routing_id, now, out, reason).
@@ -78,9 +87,16 @@ def address_key(address: str) -> bytes:
     return b"\x00addr:" + address.encode()
 
 
+def peer_address_key(address: str) -> bytes:
+    """The sender key of an address on the peer port (R22): a score and a ban of their own, so
+    a stranger's garbage on the peer port never locks an admin on the same host out of
+    management (whose key is :func:`address_key`), nor the reverse."""
+    return b"\x00peer:" + address.encode()
+
+
 @dataclass(slots=True)
 class Conn:
-    """One open frontend or backend connection (R20)."""
+    """One open frontend, backend or peer connection (R20, R22)."""
 
     address: str
     gen: int
@@ -145,14 +161,17 @@ class AuthThrottle:
 class Guard:
     """Error scores per sender, and the senders banned until when."""
 
-    def __init__(self, core: Core, forget: Forget) -> None:
+    def __init__(self, core: Core, forget: Forget, linked: Callable[[bytes], bool]) -> None:
         self.core = core
         self._forget = forget
+        self._linked = linked  # a peer ROUTER routing id whose HELLO was accepted (F2)
         self.errors: dict[bytes, deque[float]] = {}
         self.banned: dict[bytes, float] = {}
         self.conns: dict[tuple[Channel, int], Conn] = {}
-        # Connections not negotiated yet, oldest first (R20).
+        # Connections not negotiated yet, oldest first: frontend and backend (R20)...
         self.unnegotiated: OrderedDict[tuple[Channel, int], None] = OrderedDict()
+        # ...and the peer port's, a pool of its own (R22).
+        self.unnegotiated_peers: OrderedDict[tuple[Channel, int], None] = OrderedDict()
         self._gen = 0
         self.auth = AuthThrottle()
 
@@ -185,6 +204,14 @@ class Guard:
         routing_id = event.routing_id
         if self.is_banned(routing_id, now):
             return
+        if event.channel is Channel.PEER and not self._linked(routing_id):
+            address = self.address(Channel.PEER, event.conn)
+            if address is not None:  # R22: a stranger's garbage is scored by its address
+                refusal = DisconnectError(
+                    code=event.error.code, message=str(event.error), protocol=SIG_BROKER
+                )
+                self.peer_error(address, routing_id, refusal, now, out)
+                return
         protocol = PROTOCOL.get(event.channel, SIG_BROKER)
         if self.count_error(event.channel, routing_id, routing_id, now, out):
             return
@@ -228,6 +255,36 @@ class Guard:
         out.append(Send(channel, reply_to, message))
         return True
 
+    def peer_error(
+        self, address: str, routing_id: bytes, refusal: Message, now: float, out: list[Effect]
+    ) -> None:
+        """R22: a refused HELLO or undecodable message on the peer port from ``routing_id``,
+        which has not said an accepted HELLO, over a connection from ``address``: one error
+        towards the address's score, and ``refusal`` sent unless the address is banned (then
+        nothing is sent) or this error bans it (then DISCONNECTERROR 429 once)."""
+        sender = peer_address_key(address)
+        if self.is_banned(sender, now):
+            self.core.counters["banned_dropped"] = self.core.counters.get("banned_dropped", 0) + 1
+            return
+        if self.count_error(Channel.PEER, sender, routing_id, now, out):
+            # Its connections are not hung up here: they go as any that does not negotiate
+            # (timeout, pool). Hanging up a connection while its sender is mid-message can
+            # abort the sender's libzmq (session_base.cpp clean_pipes, seen with tools/fuzz).
+            out.append(Log("warning", "peer_address_banned", {"address": address}))
+            return
+        out.append(Send(Channel.PEER, routing_id, refusal))
+
+    def peer_unread(self, routing_id: bytes, conn: int, command: bytes, now: float) -> bool:
+        """R22: drop this peer-port message unread? Only from a connection that has not
+        negotiated, from a banned address, and not a HELLO: a member says HELLO first and is
+        heard whatever its address (its host may be shared with whoever got banned)."""
+        if command == b"HELLO" or self._linked(routing_id):
+            return False
+        record = self.conns.get((Channel.PEER, conn))
+        if record is None or record.negotiated or not record.address:
+            return False
+        return self.is_banned(peer_address_key(record.address), now)
+
     def sweep(self, now: float) -> None:
         """Bound memory: forget old error scores and ended bans."""
         horizon = now - self.core.network.error_window_s
@@ -239,33 +296,38 @@ class Guard:
 
     # ---- connections (R20) -----------------------------------------------------------------
 
+    def _pool(self, channel: Channel) -> OrderedDict[tuple[Channel, int], None]:
+        return self.unnegotiated_peers if channel is Channel.PEER else self.unnegotiated
+
     def connected(self, event: Connected, now: float, out: list[Effect]) -> None:
         """A new connection: it has ``negotiate_timeout_ms`` to negotiate; past
-        ``max_unnegotiated`` waiting, the oldest waiting one is hung up."""
+        ``max_unnegotiated`` waiting in its pool, the oldest waiting one is hung up."""
         network = self.core.network
         key = (event.channel, event.conn)
-        self.unnegotiated.pop(key, None)  # a reused number: the old connection is gone
+        pool = self._pool(event.channel)
+        pool.pop(key, None)  # a reused number: the old connection is gone
         self._gen += 1
         self.conns[key] = Conn(event.address, self._gen)
-        self.unnegotiated[key] = None
+        pool[key] = None
         self.core.timers.push(
             now + network.negotiate_timeout_ms / 1000, ConnDue(event.channel, event.conn, self._gen)
         )
-        while len(self.unnegotiated) > network.max_unnegotiated:
-            oldest = next(iter(self.unnegotiated))
+        while len(pool) > network.max_unnegotiated:
+            oldest = next(iter(pool))
             self.hangup(oldest, out, "unnegotiated_over_limit")
 
     def disconnected(self, event: Disconnected) -> None:
         key = (event.channel, event.conn)
         self.conns.pop(key, None)
-        self.unnegotiated.pop(key, None)
+        self._pool(event.channel).pop(key, None)
 
     def negotiated(self, channel: Channel, conn: int) -> None:
-        """The connection ``conn`` has a session now: it stays as long as it likes."""
+        """The connection ``conn`` has a session now (a peer's: its HELLO was accepted): it
+        stays as long as it likes."""
         record = self.conns.get((channel, conn))
         if record is not None and not record.negotiated:
             record.negotiated = True
-            self.unnegotiated.pop((channel, conn), None)
+            self._pool(channel).pop((channel, conn), None)
 
     def conn_due(self, key: ConnDue, out: list[Effect]) -> None:
         """R20: a connection's time to negotiate is up."""
@@ -274,7 +336,7 @@ class Guard:
             self.hangup((key.channel, key.conn), out, "unnegotiated_timeout")
 
     def hangup(self, key: tuple[Channel, int], out: list[Effect], reason: str) -> None:
-        self.unnegotiated.pop(key, None)
+        self._pool(key[0]).pop(key, None)
         self.conns.pop(key, None)
         self.core.counters[reason] = self.core.counters.get(reason, 0) + 1
         out.append(Hangup(key[0], key[1]))

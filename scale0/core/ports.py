@@ -163,6 +163,9 @@ class GuardPort(Protocol):
     @property
     def unnegotiated(self) -> Mapping[tuple[Channel, int], None]: ...
 
+    @property
+    def unnegotiated_peers(self) -> Mapping[tuple[Channel, int], None]: ...
+
     def count_error(
         self, channel: Channel, sender: bytes, reply_to: bytes, now: float, out: list[Effect]
     ) -> bool: ...

@@ -61,8 +61,9 @@ def stats(broker: Viewed) -> dict[str, int]:
         "queued": dispatch.waiting.total(),
         "reply_cache": len(dispatch.cache),
         "banned_senders": len(broker.guard.banned),
-        "connections": len(broker.guard.conns),  # frontend and backend, as the monitors say
-        "unnegotiated": len(broker.guard.unnegotiated),  # of them, not negotiated yet (R20)
+        "connections": len(broker.guard.conns),  # frontend, backend and peer, as monitors say
+        "unnegotiated": len(broker.guard.unnegotiated),  # frontend and backend not negotiated (R20)
+        "unnegotiated_peers": len(broker.guard.unnegotiated_peers),  # peer port, no HELLO (R22)
         "timers": len(broker.core.timers),
     }
 
@@ -180,6 +181,7 @@ def status(broker: Viewed, now: float, wall: float) -> dict[str, JsonValue]:
         "banned_senders": counts["banned_senders"],
         "connections": counts["connections"],
         "unnegotiated": counts["unnegotiated"],
+        "unnegotiated_peers": counts["unnegotiated_peers"],
         "requests": core.counters["requests"],
         "replies": int(totals["replies"]),
         "replies_by_status": {str(k): v for k, v in sorted(core.metrics.replies.items())},

@@ -375,9 +375,8 @@ class BrokerNode:
             ):
                 port = self._bind(channel, f"tcp://{config.bind_address}:{port_number}", signatures)
                 port.fast = fast
-                if channel is not Channel.PEER:
-                    # Read before its ROUTER in each round: a connection is known before it speaks.
-                    self._ports["monitor:" + channel.value] = self._monitor(port)
+                # Read before its ROUTER in each round: a connection is known before it speaks.
+                self._ports["monitor:" + channel.value] = self._monitor(port)
                 self._ports[channel.value] = port
             self._pub = self._bind_pub(f"tcp://{config.bind_address}:{config.config_pub_port}")
             self._ports["config"] = self._sub_port()
@@ -511,12 +510,13 @@ class BrokerNode:
             (zmq.ROUTER_MANDATORY, 0),
             (zmq.RCVHWM, self._hwm),
             (zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes)),
+            # The peer port: a link that reconnects keeps its routing id (it sets one, see
+            # _connect_link), and the new connection takes it over from the dead one.
+            *([(zmq.ROUTER_HANDOVER, 1)] if channel is Channel.PEER else []),
         )
         bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        if self._serve_curve and self._watch is not None and channel is Channel.PEER:
-            # A failed handshake is logged (no sender). The frontend's and backend's are told
-            # by their connection monitor (_monitor): a socket has only one libzmq monitor.
-            self._watch.watch(channel.value, sock)
+        # A failed handshake (CURVE served here) is logged with no sender, told by the port's
+        # connection monitor (_monitor): a socket has only one libzmq monitor.
         return _Port(channel, sock, _fd_of(sock), signatures, bound, keyed=self._serve_curve)
 
     def _monitor(self, port: _Port) -> _Port:
@@ -568,6 +568,7 @@ class BrokerNode:
         sock.setsockopt(zmq.RCVHWM, self._hwm)
         sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
         sock.setsockopt(zmq.SUBSCRIBE, TOPIC)
+        self._fast_reconnect(sock)
         return _Port(Channel.CONFIG, sock, _fd_of(sock), (), "", kind="sub")
 
     def _connect_link(self, link: str, endpoint: str) -> None:
@@ -579,8 +580,11 @@ class BrokerNode:
         sock.setsockopt(zmq.IMMEDIATE, 1)
         sock.setsockopt(zmq.SNDHWM, self._hwm)
         sock.setsockopt(zmq.RCVHWM, self._hwm)
-        sock.setsockopt(zmq.RECONNECT_IVL, 100)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        # Its own routing id, random (unguessable: the peer ROUTER hands a routing id over to
+        # whoever connects with it) and never starting with 0 (libzmq's own): a reconnect after
+        # a cut keeps it, so the peer hears the same link again (F3) instead of a stranger.
+        sock.setsockopt(zmq.ROUTING_ID, b"L" + os.urandom(15))
+        self._fast_reconnect(sock)
         sock.setsockopt(zmq.MAXMSGSIZE, inbound_size_limit(self.broker.max_frame_bytes))
         try:
             self._used_keys[f"link:{link}"] = self._curve_client(sock, endpoint, f"link:{link}")
@@ -607,6 +611,27 @@ class BrokerNode:
         self._ports[f"link:{link}"] = port
         self._loop.add_handler(port.fd, _FdHandler(self, port), IOLoop.READ)
         self._log(logging.DEBUG, "link_connect", {"link": link, "endpoint": endpoint})
+
+    def _fast_reconnect(self, sock: zmq.Socket[bytes]) -> None:
+        """A link or the config SUB notices a dead connection and reconnects within about one
+        heartbeat interval once the network is back (docs/operations.md, "What each fault does
+        to a family"). Without this a connection cut for a few seconds stays open in TCP, whose
+        retransmissions back off (0.2, 0.4 ... 6.4 s), and the family waited up to ~6 s after
+        healing. ZMTP PINGs every interval (answered by the peer's libzmq I/O thread, whatever
+        its broker is doing); nothing heard for (liveness + 1) intervals, one more than the
+        core's own verdict (F3), so a peer is down and its requests routed again before the
+        connection and what is queued on it go; then a new connection every ~interval
+        (RECONNECT_IVL: half of it plus libzmq's random jitter below that, no backoff), each
+        attempt given at most max(interval, 1 s) to connect (one SYN: a SYN sent into the cut
+        would wait for TCP's next retry, 1, 3, 7 s later)."""
+        network = self.broker.network
+        interval_ms = network.default_heartbeat_interval_ms
+        reconnect_ms = max(interval_ms // 2, 50)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, interval_ms)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, (network.liveness + 1) * interval_ms)
+        sock.setsockopt(zmq.RECONNECT_IVL, reconnect_ms)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, reconnect_ms)
+        sock.setsockopt(zmq.CONNECT_TIMEOUT, max(interval_ms, 1000))
 
     def _close_link(self, link: str) -> None:
         port = self._ports.pop(f"link:{link}", None)
@@ -897,11 +922,19 @@ class BrokerNode:
         # One reading of each clock per batch: a batch takes microseconds to handle.
         now = time.monotonic()
         wall = time.time()
-        if port.kind == "router" and channel is not Channel.PEER:
-            # The connection of each message (R20, §8): read right after its batch.
-            for frames, conn in zip(batch, batch_fds() if fds is None else fds, strict=False):
+        if port.kind == "router":
+            # The connection of each message (R20, R22, §8): read right after its batch (a
+            # list of our own: reading the monitor below is another batch).
+            conns = list(batch_fds() if fds is None else fds)
+            known = self._conn_channels
+            for frames, conn in zip(batch, conns, strict=False):
                 if _is_closed(port):
                     break
+                if conn >= 0 and conn not in known:
+                    # Accepted after this round read the monitor: libzmq queued the event
+                    # before the connection's first message, so it is there now. Without it
+                    # the message would have no address, and a stranger's 401 no score.
+                    self._read_monitor(channel)
                 self._dispatch(port, channel, frames, now, wall, conn)
             return len(batch)
         for frames in batch:
@@ -909,6 +942,13 @@ class BrokerNode:
                 break
             self._dispatch(port, channel, frames, now, wall)
         return len(batch)
+
+    def _read_monitor(self, channel: Channel) -> None:
+        """Handle what ``channel``'s connection monitor has queued now (R20, R22)."""
+        monitor = self._ports.get("monitor:" + channel.value)
+        if monitor is not None:
+            while self._drain(monitor, self._batch_size) >= self._batch_size:
+                pass
 
     def _dispatch(
         self,
@@ -929,6 +969,13 @@ class BrokerNode:
             if broker.is_banned(routing_id, now):
                 self._counters["banned_dropped"] += 1  # dropped unread (§8)
                 return
+            if (
+                channel is Channel.PEER
+                and conn in self._fresh
+                and broker.peer_unread(routing_id, conn, frames[3] if len(frames) > 3 else b"", now)
+            ):
+                self._counters["banned_dropped"] += 1  # R22: only a HELLO is read from it
+                return
             fast = port.fast
             if fast is not None:
                 effects = fast(frames, now, wall)
@@ -947,7 +994,7 @@ class BrokerNode:
             except ProtocolError as error:
                 self._counters["malformed"] += 1
                 signature = frames[2] if len(frames) > 2 else b""  # frame 1: whose protocol
-                event = Malformed(channel, routing_id, error, signature)
+                event = Malformed(channel, routing_id, error, signature, conn)
             else:
                 self._counters["received"] += 1
                 event = Received(channel, routing_id, message, conn)

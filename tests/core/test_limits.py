@@ -5,18 +5,32 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from scale0.core.broker import Broker
 from scale0.core.commands import check_credentials
-from scale0.core.effects import Connected, Disconnected, Effect, Hangup, Received
+from scale0.core.effects import (
+    Channel,
+    Connected,
+    Disconnected,
+    Effect,
+    Hangup,
+    Malformed,
+    Received,
+    Tick,
+)
 from scale0.core.guard import (
     AUTH_DELAY_MAX_S,
     AUTH_FREE_FAILURES,
     AuthThrottle,
     address_key,
+    peer_address_key,
 )
+from scale0.sim.fabric import Fabric, family_config
 from scale0.wire.admin import ManagementReply, ManagementRequest
 from scale0.wire.client import DisconnectError, ForceNegotiate
+from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import SIG_CLIENT
 from scale0.wire.mdp import MDPC01, MdpClientRequest
+from scale0.wire.peer import BrokerState, Hello, PeerHeartbeat, TableMode
 from tests.core.harness import BACK, FRONT, Harness, only, replies, sends
 from tests.core.test_admin import ADMINS, PASSWORDS
 
@@ -265,3 +279,135 @@ def test_r20_the_fast_path_marks_a_majordomo_client_s_connection_negotiated() ->
     assert h.broker.mark_negotiated(FRONT, C2, 7)
     assert (FRONT, 7) not in h.broker.guard.unnegotiated
     assert hangups(h.advance(2.0)) == []
+
+
+# ---- the peer port (R22) ------------------------------------------------------------------------
+
+PEER = Channel.PEER
+STRANGER = "10.9.9.9"
+MEMBER_HOST = "10.0.0.2"
+
+
+def _family(**overrides: Any) -> tuple[Fabric, Broker]:
+    """Broker a of family "fam" (a, b, c) running alone: b and c have not linked to it yet."""
+    fabric = Fabric(family_config(**overrides))
+    fabric.start("a")
+    return fabric, fabric.brokers["a"]
+
+
+def _at(fabric: Fabric, broker: Broker, event: Any) -> list[Effect]:
+    return broker.handle(event, fabric.now, fabric.wall)
+
+
+def _hello(broker_id: str = "b", family: str = "fam") -> Hello:
+    return Hello(broker_id, family, BrokerState.ACTIVE, 1, {}, TableMode.PULL)
+
+
+def _peer_hangups(fabric: Fabric, broker: Broker, seconds: float) -> list[int]:
+    fabric.now += seconds
+    fabric.wall += seconds
+    out = broker.handle(Tick(), fabric.now, fabric.wall)
+    return [e.conn for e in out if isinstance(e, Hangup) and e.channel is PEER]
+
+
+def _codes(out: list[Effect]) -> list[int]:
+    return [m.code for _, m in sends(out, PEER) if isinstance(m, DisconnectError)]
+
+
+def test_r22_a_peer_connection_that_never_says_a_valid_hello_is_hung_up() -> None:
+    fabric, a = _family(negotiate_timeout_ms=2000)
+    for conn, address in ((5, STRANGER), (6, STRANGER), (7, MEMBER_HOST), (8, STRANGER)):
+        assert _at(fabric, a, Connected(PEER, conn, address)) == []
+    beat = PeerHeartbeat("b", fabric.wall, BrokerState.ACTIVE, 1, 0)
+    assert sends(_at(fabric, a, Received(PEER, b"early", beat, 5))) == []  # F2: ignored
+    assert _codes(_at(fabric, a, Received(PEER, b"x", _hello("zed"), 6))) == [401]
+    # 7 is member b's link: its HELLO is answered, and the connection stays for good.
+    answer = only(sends(_at(fabric, a, Received(PEER, b"b-link", _hello(), 7)), PEER))[1]
+    assert isinstance(answer, Hello) and answer.broker_id == "a"
+    assert _peer_hangups(fabric, a, 1.9) == []
+    assert sorted(_peer_hangups(fabric, a, 0.2)) == [5, 6, 8]
+    assert a.counters["unnegotiated_timeout"] == 3
+    assert a.guard.conns.keys() == {(PEER, 7)}
+    # The link reconnects (a cut): the new connection carries the same routing id (the peer
+    # ROUTER hands it over) and no new HELLO; its first message makes it negotiated.
+    _at(fabric, a, Connected(PEER, 9, MEMBER_HOST))
+    _at(fabric, a, Received(PEER, b"b-link", beat, 9))
+    assert _peer_hangups(fabric, a, 60.0) == []
+    assert a.guard.conns.keys() == {(PEER, 7), (PEER, 9)}
+
+
+def test_r22_the_peer_port_has_its_own_pool_of_max_unnegotiated() -> None:
+    fabric, a = _family(max_unnegotiated=2)
+    for conn in (1, 2):
+        assert hangups(_at(fabric, a, Connected(FRONT, conn, STRANGER))) == []
+        assert hangups(_at(fabric, a, Connected(PEER, conn, STRANGER))) == []
+    # A third on the peer port pushes out the oldest peer connection, not a client's...
+    assert hangups(_at(fabric, a, Connected(PEER, 3, STRANGER))) == [("peer", 1)]
+    # ...and a flood on the frontend never pushes out a member's link waiting for its HELLO.
+    for conn in range(3, 50):
+        _at(fabric, a, Connected(FRONT, conn, STRANGER))
+    assert set(a.guard.unnegotiated_peers) == {(PEER, 2), (PEER, 3)}
+    _at(fabric, a, Received(PEER, b"b-link", _hello(), 3))
+    assert set(a.guard.unnegotiated_peers) == {(PEER, 2)}
+    stats = a.stats()  # what status shows: both pools, and every connection open
+    assert (stats["unnegotiated"], stats["unnegotiated_peers"], stats["connections"]) == (2, 1, 4)
+
+
+def test_r22_refused_hellos_and_garbage_ban_the_address_and_a_member_still_joins() -> None:
+    fabric, a = _family(error_threshold=3, error_window_s=10.0, error_ban_s=60.0)
+    garbage = ProtocolError(400, "frame 2: garbage")
+    # A stranger reconnects for every try: a new connection, a new routing id each time.
+    _at(fabric, a, Connected(PEER, 10, STRANGER))
+    assert _codes(_at(fabric, a, Received(PEER, b"s0", _hello("zed"), 10))) == [401]
+    _at(fabric, a, Connected(PEER, 11, STRANGER))
+    assert _codes(_at(fabric, a, Malformed(PEER, b"s1", garbage, conn=11))) == [400]
+    _at(fabric, a, Connected(PEER, 12, STRANGER))
+    assert _codes(_at(fabric, a, Received(PEER, b"s2", _hello("b", "other"), 12))) == [401]
+    _at(fabric, a, Connected(PEER, 13, STRANGER))
+    _at(fabric, a, Connected(PEER, 14, MEMBER_HOST))  # another address: not touched
+    out = _at(fabric, a, Received(PEER, b"s3", _hello("zed"), 13))
+    assert _codes(out) == [429]  # the fourth error bans the address, once
+    assert a.guard.is_banned(peer_address_key(STRANGER), fabric.now)
+    assert not a.guard.is_banned(address_key(STRANGER), fabric.now)  # management: its own
+    # Banned: from its connections only a HELLO is read, and refusals go unanswered.
+    _at(fabric, a, Connected(PEER, 15, STRANGER))
+    assert a.peer_unread(b"s4", 15, b"HEARTBEAT", fabric.now)
+    assert not a.peer_unread(b"s4", 15, b"HELLO", fabric.now)
+    assert sends(_at(fabric, a, Received(PEER, b"s4", _hello("zed"), 15))) == []
+    assert sends(_at(fabric, a, Malformed(PEER, b"s4", garbage, conn=15))) == []
+    assert not a.peer_unread(b"s5", 14, b"HEARTBEAT", fabric.now)  # other address
+    # Member b's broker runs on the banned host: its HELLO is read, accepted, and its link is
+    # then heard whatever it says; it is never hung up for the address.
+    answer = only(sends(_at(fabric, a, Received(PEER, b"b-link", _hello(), 15)), PEER))[1]
+    assert isinstance(answer, Hello)
+    assert not a.peer_unread(b"b-link", 15, b"HEARTBEAT", fabric.now)
+    assert (PEER, 15) not in a.guard.unnegotiated_peers
+    assert a.is_banned(b"b-link", fabric.now) is False
+    # The ban ends: a stranger from there is answered (and scored) again.
+    fabric.now += 61.0
+    _at(fabric, a, Connected(PEER, 16, STRANGER))
+    assert _codes(_at(fabric, a, Received(PEER, b"s6", _hello("zed"), 16))) == [401]
+
+
+def test_r22_a_members_link_is_scored_by_routing_id_not_by_address() -> None:
+    fabric, a = _family(error_threshold=2)
+    _at(fabric, a, Connected(PEER, 20, MEMBER_HOST))
+    _at(fabric, a, Received(PEER, b"b-link", _hello(), 20))
+    garbage = ProtocolError(400, "frame 2: garbage")
+    for _ in range(3):  # a member's bug: its routing id is scored (R13), never its host
+        _at(fabric, a, Malformed(PEER, b"b-link", garbage, conn=20))
+    assert not a.guard.is_banned(peer_address_key(MEMBER_HOST), fabric.now)
+    assert a.guard.is_banned(b"b-link", fabric.now)
+
+
+def test_r22_a_joining_broker_keeps_a_connection_that_says_hello_of_its_family() -> None:
+    fabric = Fabric(family_config())
+    joining = Broker(
+        "d", None, state="active", boot_id=b"BOOT", signature=None, now=fabric.now, family="fam"
+    )
+    assert joining.state is BrokerState.JOINING
+    joining.handle(Connected(PEER, 1, MEMBER_HOST), fabric.now, fabric.wall)
+    joining.handle(Connected(PEER, 2, STRANGER), fabric.now, fabric.wall)
+    joining.handle(Received(PEER, b"b-link", _hello(), 1), fabric.now, fabric.wall)
+    joining.handle(Received(PEER, b"s", _hello("b", "other"), 2), fabric.now, fabric.wall)
+    assert set(joining.guard.unnegotiated_peers) == {(PEER, 2)}
