@@ -174,7 +174,7 @@ from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
 from scale0.core.sessions import Sessions
 from scale0.core.states import BrokerInput, Change
-from scale0.core.timers import BeatDue, ConnDue, Periodic, SessionDue
+from scale0.core.timers import BeatRound, ConnDue, ExpiryDue, Periodic
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
@@ -319,8 +319,8 @@ class Broker:
             type[Any] | Periodic, Callable[[Any, float, float, list[Effect]], None]
         ] = {
             int: lambda key, now, wall, out: dispatch.deadline(key, now, out),
-            SessionDue: lambda key, now, wall, out: sessions.expire(key, now, out),
-            BeatDue: dispatch.beat,
+            ExpiryDue: lambda key, now, wall, out: sessions.expire(key, now, out),
+            BeatRound: dispatch.beat,
             ConnDue: lambda key, now, wall, out: self.guard.conn_due(key, out),
             Periodic.SWEEP: lambda key, now, wall, out: self._sweep(now, wall, out),
             Periodic.PEERS: lambda key, now, wall, out: self.family.round(now, wall, out),
