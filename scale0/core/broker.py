@@ -427,6 +427,26 @@ class Broker:
             self.majordomo.translate(out)
         return out
 
+    def handle_heartbeats(
+        self,
+        channel: Channel,
+        beats: Sequence[tuple[bytes, float, int]],
+        now: float,
+        wall: float,
+    ) -> list[Effect]:
+        """Exactly :meth:`handle_heartbeat` for each ``(routing_id, sent, config_version)`` of
+        ``beats`` in order, their effects in one list: a run of HEARTBEATs that one batch
+        receive read (docs/performance.md, "Liveness")."""
+        self.core.clock = now
+        out: list[Effect] = []
+        speaks = self.majordomo.speaks
+        if speaks:  # a Majordomo peer here: one at a time, as handle_heartbeat does
+            for routing_id, sent, config_version in beats:
+                out += self.handle_heartbeat(channel, routing_id, sent, config_version, now, wall)
+            return out
+        self.sessions.heard_many(channel, beats, now, wall, out)
+        return out
+
     def handle_mdp_request(
         self,
         routing_id: bytes,

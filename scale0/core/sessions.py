@@ -15,6 +15,8 @@ only at sessions that are due; a thousand idle connections cost the timer heap n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scale0.config.model import KeyGrant
 from scale0.core.connections import Session, touch
 from scale0.core.context import PROTOCOL, Core
@@ -408,6 +410,43 @@ class Sessions:
                     time=wall, config_version=version, protocol=SIG_CLIENT
                 )
             out.append(Send(channel, routing_id, beat))
+
+    def heard_many(
+        self,
+        channel: Channel,
+        beats: Sequence[tuple[bytes, float, int]],
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        """:meth:`heard` for each ``(routing_id, sent, config_version)`` in order. The usual
+        HEARTBEAT (a session, the clock within R12, the running version, no gap) is taken here
+        in a few steps; any other goes to :meth:`heard` itself, the one copy of the rules."""
+        sessions = self.by_channel[channel]
+        network = self.core.network
+        limit = network.max_clock_skew_s
+        version = network.config_version
+        frontend = channel is Channel.FRONTEND
+        liveness = network.liveness
+        heard = self.heard
+        for routing_id, sent, config_version in beats:
+            session = sessions.get(routing_id)
+            if session is None or abs(sent - wall) > limit or config_version < version:
+                heard(channel, routing_id, sent, config_version, now, wall, out)
+                continue
+            if frontend:
+                touch(session, now)
+                beat = self._answer
+                if beat.time != wall or beat.config_version != version:
+                    beat = self._answer = Heartbeat(
+                        time=wall, config_version=version, protocol=SIG_CLIENT
+                    )
+                out.append(Send(channel, routing_id, beat))
+            else:
+                heartbeat_gap(
+                    out, routing_id, now - session.last_seen, session.timeout_s / liveness
+                )
+                touch(session, now)
 
     def disconnect(
         self,
