@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scale0.core.connections import touch
 from scale0.core.context import Core
 from scale0.core.effects import Channel, Effect, Log, Send
 from scale0.core.ports import (
@@ -398,8 +397,12 @@ class Dispatch:
         out: list[Effect],
     ) -> None:
         session = self.sessions.workers.get(routing_id)
-        if session is not None:
-            touch(session, now)  # inline: the hot path (sessions.seen does the same)
+        if session is not None:  # touch(session, now) inline: the hot path (as sessions.seen)
+            session.last_seen = now
+            order = session.order
+            if order is not None:
+                del order[routing_id]
+                order[routing_id] = session
         worker = self.pool.workers.get(routing_id)
         pending = self.inflight.get(ticket)
         if pending is None or pending.worker != routing_id:
