@@ -13,6 +13,7 @@ The hot path (docs/performance.md) is :meth:`Dispatch.client_request` and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from scale0.core.context import Core
@@ -26,7 +27,7 @@ from scale0.core.ports import (
 )
 from scale0.core.records import refused, request_done
 from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
-from scale0.core.timers import BeatRound, RequestDue
+from scale0.core.timers import BEAT_SLOTS, BeatRound, RequestDue
 from scale0.core.trust import may
 from scale0.core.workers import Worker, WorkerPool
 from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
@@ -69,10 +70,11 @@ class Dispatch:
         )
         #: The last HEARTBEAT sent to a worker (R11), reused while its fields are the same.
         self._beat = Heartbeat(time=-1.0, config_version=-1, protocol=SIG_WORKER)
-        #: R11: the workers of each enforced interval, beaten together once per interval by
-        #: one BeatRound timer (an interval is here exactly while its round is armed).
-        self._rounds: dict[float, dict[bytes, None]] = {}
-        self._round_of: dict[bytes, float] = {}  # a worker's interval in _rounds
+        #: R11: the workers of each slot of each enforced interval, beaten together once per
+        #: interval by one BeatRound timer (a round is here exactly while its entry is armed).
+        self._rounds: dict[BeatRound, dict[bytes, None]] = {}
+        self._round_of: dict[bytes, BeatRound] = {}  # a worker's round in _rounds
+        self._round_at: dict[BeatRound, float] = {}  # when each round is due next
 
     # ---- workers (R4, R8, R11, R15) --------------------------------------------------------
 
@@ -166,25 +168,31 @@ class Dispatch:
             self.forwarding.orphaned(gone, now, out)
 
     def _join_round(self, routing_id: bytes, interval_s: float, now: float) -> None:
-        """R11: ``routing_id`` is beaten with the workers of ``interval_s`` (at the next round of
-        that interval, at most ``interval_s`` from now, then every interval)."""
+        """R11: ``routing_id`` is beaten with the workers of ``interval_s`` that said READY in
+        the same slot (a tenth of the interval): first at most ``interval_s`` from now, then
+        every interval. A READY with the interval it has keeps its round."""
         before = self._round_of.get(routing_id)
-        if before == interval_s:
-            return
         if before is not None:
+            if before.interval_s == interval_s:
+                return
             self._rounds[before].pop(routing_id, None)
-        self._round_of[routing_id] = interval_s
-        members = self._rounds.get(interval_s)
+        slot_s = interval_s / BEAT_SLOTS
+        tick = math.floor(now / slot_s)
+        key = BeatRound(interval_s, tick % BEAT_SLOTS)
+        self._round_of[routing_id] = key
+        members = self._rounds.get(key)
         if members is None:
-            members = self._rounds[interval_s] = {}
-            self.core.timers.push(now + interval_s, BeatRound(interval_s))
+            members = self._rounds[key] = {}
+            # The slot's start plus one interval: within one interval of now, never after it.
+            at = self._round_at[key] = min(tick * slot_s + interval_s, now + interval_s)
+            self.core.timers.push(at, key)
         members[routing_id] = None
 
     def beat(self, key: BeatRound, now: float, wall: float, out: list[Effect]) -> None:
-        """R11: the broker's HEARTBEAT to every worker of one interval, carrying the interval
-        it enforces; the round is armed again while that interval has workers."""
+        """R11: the broker's HEARTBEAT to every worker of one round, carrying the interval it
+        enforces; the round is armed again while it has workers."""
         interval_s = key.interval_s
-        members = self._rounds.get(interval_s)
+        members = self._rounds.get(key)
         if members is None:
             return
         sessions = self.sessions.workers
@@ -216,9 +224,13 @@ class Dispatch:
             del members[routing_id]
             del round_of[routing_id]
         if members:
-            self.core.timers.push(now + interval_s, key)
+            # One interval after it was due (not after it fired: a late timer does not move the
+            # slot), and never in the past (a stalled loop does not beat twice in a row).
+            at = self._round_at[key] = max(self._round_at[key] + interval_s, now)
+            self.core.timers.push(at, key)
         else:
-            del self._rounds[interval_s]
+            del self._rounds[key]
+            del self._round_at[key]
 
     # ---- requests (R5, R6, R7, R9, R10) ----------------------------------------------------
 

@@ -90,10 +90,17 @@ class ExpiryDue(NamedTuple):
 
 
 class BeatRound(NamedTuple):
-    """The broker's HEARTBEATs to every worker of one enforced interval (R11): one round per
-    interval, one entry in the heap, re-armed while any worker has that interval."""
+    """The broker's HEARTBEATs to the workers of one enforced interval (R11) whose beats fall in
+    one of its BEAT_SLOTS slots: one entry per slot in use, re-armed every interval while any
+    worker is in it (a coarse timing wheel; scale0/core/dispatch.py)."""
 
     interval_s: float
+    slot: int
+
+
+#: Slots per heartbeat interval: the broker's beats to workers go out in at most this many
+#: rounds per interval (not all in one burst, not one timer per worker).
+BEAT_SLOTS = 10
 
 
 class ConnDue(NamedTuple):

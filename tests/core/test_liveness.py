@@ -9,6 +9,7 @@ import itertools
 import random
 
 from scale0.core.effects import Log
+from scale0.core.timers import BEAT_SLOTS
 from scale0.wire.client import ForceNegotiate, Heartbeat
 from tests.core.harness import BACK, FRONT, Harness, sends
 
@@ -123,9 +124,9 @@ def test_thousands_of_sessions_hold_a_constant_number_of_timer_entries() -> None
                 h.heartbeat(FRONT, rid("c", n))
                 h.heartbeat(BACK, rid("w", n))
         h.advance(0.34)
-        # One sweep entry (and at times one superseded), one round per interval, the sweep of
-        # old scores: nothing per connection.
-        assert len(h.broker.core.timers) <= 5
+        # One sweep entry (and at times one superseded), a round per slot of the interval, the
+        # sweep of old scores: nothing per connection.
+        assert len(h.broker.core.timers) <= BEAT_SLOTS + 3
     clients, workers = live(h)
     assert len(clients) == 1000 and len(workers) == 1000
 
@@ -165,24 +166,52 @@ def test_the_sweep_agrees_with_a_model_of_every_session() -> None:
             assert clients | workers == want, (seed, step)
 
 
-def test_every_worker_gets_one_beat_per_interval_all_in_one_round() -> None:
+STEP = 0.05  # the tests' clock moves by this much between two Ticks: beats are seen this late
+LATE = STEP + 1e-6  # (and the float sums of it)
+
+
+def _beats(
+    h: Harness, workers: list[bytes], steps: int, beats: dict[bytes, list[float]] | None = None
+) -> dict[bytes, list[float]]:
+    """``steps`` x STEP of every worker heartbeating: when each got a beat."""
+    beats = {w: [] for w in workers} if beats is None else beats
+    for _ in range(steps):
+        for w in workers:
+            h.heartbeat(BACK, w)
+        for r, message in sends(h.advance(STEP), BACK):
+            assert isinstance(message, Heartbeat) and message.hbeatinterval_ms == 1000
+            beats[r].append(round(h.now, 6))
+    return beats
+
+
+def test_every_worker_gets_one_beat_per_interval_the_first_within_one_of_ready() -> None:
     h = Harness()
+    workers = [rid("w", n) for n in range(8)]
+    ready: dict[bytes, float] = {}
+    beats: dict[bytes, list[float]] = {w: [] for w in workers}
+    for w in workers:
+        h.worker(w)
+        ready[w] = h.now
+        _beats(h, workers[: len(ready)], 3, beats)  # READY 0.15 s apart: other slots
+    _beats(h, workers, 120, beats)  # 6 s
+    for w, times in beats.items():
+        assert 0 < times[0] - ready[w] <= 1.0 + LATE
+        assert len(times) in (5, 6, 7)
+        gaps = [round(b - a, 6) for a, b in itertools.pairwise(times)]
+        assert all(1.0 - LATE <= gap <= 1.0 + LATE for gap in gaps)
+    rounds = {t for times in beats.values() for t in times}
+    assert len(rounds) > len(beats[workers[0]])  # spread over the interval, not one burst
+
+
+def test_workers_ready_within_one_slot_are_beaten_in_one_round() -> None:
+    h = Harness()
+    h.advance(1.0 - h.now % 1.0 + 0.001)  # at the start of a slot
     workers = [rid("w", n) for n in range(8)]
     for w in workers:
         h.worker(w)
-        h.advance(0.1)  # READY at 0.0, 0.1, ... 0.7 s
-    beats: dict[bytes, list[float]] = {w: [] for w in workers}
-    for _ in range(60):  # 6 s, every worker heartbeating as it should
-        for w in workers:
-            h.heartbeat(BACK, w)
-        for r, message in sends(h.advance(0.1), BACK):
-            assert isinstance(message, Heartbeat) and message.hbeatinterval_ms == 1000
-            beats[r].append(round(h.now, 6))
-    rounds = {tuple(times) for times in beats.values()}
-    assert len(rounds) == 1  # the same rounds for all of them
-    (times,) = rounds
-    assert len(times) == 6
-    assert all(round(b - a, 6) == 1.0 for a, b in itertools.pairwise(times))
+        h.advance(0.01)  # all 8 within a tenth of the interval
+    beats = _beats(h, workers, 80)
+    assert len({tuple(times) for times in beats.values()}) == 1
 
 
 def test_a_new_worker_is_beaten_at_most_one_interval_after_ready_and_a_lost_one_not_at_all() -> (
@@ -194,19 +223,25 @@ def test_a_new_worker_is_beaten_at_most_one_interval_after_ready_and_a_lost_one_
     h.advance(0.6)
     h.worker(w2)
     h.worker(w3, interval_ms=2500)  # its own round
-    assert {r for r, _ in sends(h.advance(0.4), BACK)} == {w1, w2}  # w2: 0.4 s after READY
-    h.heartbeat(BACK, w1)
-    h.heartbeat(BACK, w3)
-    effects = h.advance(1.0)
-    assert {r for r, _ in sends(effects, BACK)} == {w1, w2}
-    assert {r for r, _ in sends(h.advance(1.0), BACK)} == {w1, w2}
-    assert {r for r, _ in sends(h.advance(0.1), BACK)} == {w3}  # 2.5 s after its READY
-    lost = [e for e in h.advance(0.5) if isinstance(e, Log) and e.event == "worker_lost"]
-    assert {bytes.fromhex(str(e.fields["worker"])) for e in lost} == {w2}  # silent 3 s
-    for _ in range(3):
+    beats = _beats(h, [w1, w3], 20)  # W2 silent from its READY on
+    beats.update({w2: []})
+    assert len(beats[w1]) == 1 and len(beats[w3]) == 0
+    lost: list[Log] = []
+    for _ in range(100):
         h.heartbeat(BACK, w1)
         h.heartbeat(BACK, w3)
-        assert w2 not in {r for r, _ in sends(h.advance(1.0), BACK)}
+        effects = h.advance(STEP)
+        lost += [e for e in effects if isinstance(e, Log) and e.event == "worker_lost"]
+        for r, _ in sends(effects, BACK):
+            beats[r].append(round(h.now, 6))
+    assert {bytes.fromhex(str(e.fields["worker"])) for e in lost} == {w2}  # silent 3 s
+    # W2 got its beats while it lived (at most an interval after READY, then every interval),
+    # none after it was lost at 3.6 s.
+    assert beats[w2] and all(t <= 1003.6 + LATE for t in beats[w2])
+    assert 1000.6 < beats[w2][0] <= 1001.6 + LATE
+    assert 1000.6 < beats[w3][0] <= 1003.1 + LATE  # its own interval, 2.5 s
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(beats[w3])]
+    assert gaps and all(2.5 - LATE <= gap <= 2.5 + LATE for gap in gaps)
 
 
 def test_a_worker_that_renegotiates_is_beaten_once_per_round_not_twice() -> None:
