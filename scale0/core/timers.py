@@ -2,9 +2,9 @@
 
 Entries are never removed; an entry carries the generation of what it watches, and a fired entry
 whose generation is stale is ignored. So rescheduling is a push. Liveness does not use an entry
-per connection: one sweep entry expires silent sessions and one round entry per heartbeat
-interval beats the workers (docs/performance.md, "Liveness"), so a thousand idle connections
-cost the heap nothing.
+per connection: one sweep entry expires silent sessions and one round entry per slot (a tenth)
+of each heartbeat interval beats the workers (docs/performance.md, "Liveness"), so a thousand
+idle connections cost the heap nothing.
 """
 
 from __future__ import annotations
