@@ -225,8 +225,12 @@ class Dispatch:
             del round_of[routing_id]
         if members:
             # One interval after it was due (not after it fired: a late timer does not move the
-            # slot), and never in the past (a stalled loop does not beat twice in a row).
-            at = self._round_at[key] = max(self._round_at[key] + interval_s, now)
+            # slot); after a stall of more than an interval, one interval from now (not at
+            # once: no worker is beaten twice in a row).
+            at = self._round_at[key] + interval_s
+            if at <= now:
+                at = now + interval_s
+            self._round_at[key] = at
             self.core.timers.push(at, key)
         else:
             del self._rounds[key]

@@ -254,3 +254,20 @@ def test_a_worker_that_renegotiates_is_beaten_once_per_round_not_twice() -> None
         h.heartbeat(BACK, w)
         beats = sends(h.advance(0.5), BACK) + sends(h.advance(0.5), BACK)
         assert [r for r, _ in beats] == [w]
+
+
+def test_after_a_stall_of_several_intervals_each_worker_is_beaten_once_then_every_interval() -> (
+    None
+):
+    h = Harness(liveness=10)  # nobody expires in the stall
+    workers = [rid("w", n) for n in range(4)]
+    for w in workers:
+        h.worker(w)
+        h.advance(0.3)
+    effects = h.advance(3.5)  # the loop stalled: every round is late by several intervals
+    beaten = [r for r, _ in sends(effects, BACK)]
+    assert sorted(beaten) == sorted(workers)  # once each, not once per interval missed
+    beats = _beats(h, workers, 60)
+    for times in beats.values():
+        gaps = [round(b - a, 6) for a, b in itertools.pairwise(times)]
+        assert gaps and all(1.0 - LATE <= gap <= 1.0 + LATE for gap in gaps)
