@@ -921,7 +921,13 @@ class BrokerNode:
         C with the C batch calls) goes to the core in one call, every other message to
         :meth:`_dispatch`, in the order received. The same effects as a _dispatch of each."""
         broker = self.broker
-        items = heartbeat_items(batch, signature, broker.max_frame_bytes)
+        items: list[list[bytes] | tuple[bytes, float, int]]
+        try:
+            items = heartbeat_items(batch, signature, broker.max_frame_bytes)
+        except Exception:  # (memory): every message its own way, as before the batch reader
+            self._counters["internal_errors"] += 1
+            self._log(logging.ERROR, "internal_error", {"channel": channel.value}, exc_info=True)
+            items = list(batch)
         run: list[tuple[bytes, float, int]] = []
         fresh = self._fresh
         is_banned = broker.is_banned
