@@ -45,8 +45,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 INTERVAL_S = 1.0  # the network config's default_heartbeat_interval_ms
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, task: int | None = None) -> float:
+    """User + system CPU time so far of a process, or of one of its threads (``task``)."""
+    path = f"/proc/{pid}/task/{task}/stat" if task is not None else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -199,11 +201,13 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
             counts_before = list(counts)
             events_before = [line.get("event") for line in broker.logs()]
             broker_before = cpu_seconds(broker.pid)
+            main_before = cpu_seconds(broker.pid, broker.pid)  # the loop's thread
             drivers_before = sum(cpu_seconds(p.pid or 0) for p, _ in procs)
             started = time.monotonic()
             time.sleep(args.seconds)
             elapsed = time.monotonic() - started
             broker_cpu = cpu_seconds(broker.pid) - broker_before
+            main_cpu = cpu_seconds(broker.pid, broker.pid) - main_before
             drivers_cpu = sum(cpu_seconds(p.pid or 0) for p, _ in procs) - drivers_before
             lost_in_window = lost.value - lost_before
             worst_late = late.value
@@ -238,6 +242,12 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
         "wakeups_per_s": stats.get("net_wakeups", 0) / life,
         "ticks_per_s": stats.get("net_ticks", 0) / life,
         "broker": broker_cpu / elapsed,
+        # The loop's thread (Python, and the libzmq calls it makes) and the rest (libzmq's I/O
+        # thread, the event log's writer): per HEARTBEAT in or out, as us_per_heartbeat.
+        "us_main": main_cpu / (beats_in + beats_out) * 1e6 if beats_in + beats_out else 0.0,
+        "us_other": (broker_cpu - main_cpu) / (beats_in + beats_out) * 1e6
+        if beats_in + beats_out
+        else 0.0,
         "drivers": drivers_cpu / elapsed,
         "lost": lost_in_window,
         # Over the broker's life: connections it hung up (R20); in the window: workers it lost,
@@ -287,7 +297,8 @@ def main(argv: list[str]) -> int:
             print(
                 f"{name:>6}: broker CPU {result['broker'] * 100:.2f} % of one core, "
                 f"{result['us_per_heartbeat']:.1f} µs per HEARTBEAT in or out "
-                f"({result['beats_per_s']:.0f}/s), {result['us_per_conn_s']:.1f} µs per "
+                f"(main thread {result['us_main']:.1f} + other threads {result['us_other']:.1f}; "
+                f"{result['beats_per_s']:.0f}/s), {result['us_per_conn_s']:.1f} µs per "
                 f"connection-second, {result['us_per_message']:.1f} µs per message over its "
                 f"life; drivers' CPU {result['drivers'] * 100:.1f} %, worst HEARTBEAT group "
                 f"{result['late_s'] * 1000:.0f} ms behind schedule; forgotten: "

@@ -202,7 +202,7 @@ from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
 from scale0.core.sessions import Sessions
 from scale0.core.states import BrokerInput, Change
-from scale0.core.timers import BeatDue, ConnDue, Periodic, SessionDue
+from scale0.core.timers import BeatRound, ConnDue, ExpiryDue, Periodic
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, DisconnectError, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
@@ -358,8 +358,8 @@ class Broker:
             type[Any] | Periodic, Callable[[Any, float, float, list[Effect]], None]
         ] = {
             int: lambda key, now, wall, out: dispatch.deadline(key, now, out),
-            SessionDue: lambda key, now, wall, out: sessions.expire(key, now, out),
-            BeatDue: dispatch.beat,
+            ExpiryDue: lambda key, now, wall, out: sessions.expire(key, now, out),
+            BeatRound: dispatch.beat,
             ConnDue: lambda key, now, wall, out: self.guard.conn_due(key, out),
             Periodic.SWEEP: lambda key, now, wall, out: self._sweep(now, wall, out),
             Periodic.PEERS: lambda key, now, wall, out: self.family.round(now, wall, out),
@@ -464,6 +464,26 @@ class Broker:
         self.sessions.heard(channel, routing_id, sent, config_version, now, wall, out)
         if speaks:
             self.majordomo.translate(out)
+        return out
+
+    def handle_heartbeats(
+        self,
+        channel: Channel,
+        beats: Sequence[tuple[bytes, float, int]],
+        now: float,
+        wall: float,
+    ) -> list[Effect]:
+        """Exactly :meth:`handle_heartbeat` for each ``(routing_id, sent, config_version)`` of
+        ``beats`` in order, their effects in one list: a run of HEARTBEATs that one batch
+        receive read (docs/performance.md, "Liveness")."""
+        self.core.clock = now
+        out: list[Effect] = []
+        speaks = self.majordomo.speaks
+        if speaks:  # a Majordomo peer here: one at a time, as handle_heartbeat does
+            for routing_id, sent, config_version in beats:
+                out += self.handle_heartbeat(channel, routing_id, sent, config_version, now, wall)
+            return out
+        self.sessions.heard_many(channel, beats, now, wall, out)
         return out
 
     def handle_mdp_request(

@@ -13,6 +13,7 @@ The hot path (docs/performance.md) is :meth:`Dispatch.client_request` and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from scale0.core.context import Core
@@ -26,7 +27,7 @@ from scale0.core.ports import (
 )
 from scale0.core.records import refused, request_done
 from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
-from scale0.core.timers import BeatDue, RequestDue
+from scale0.core.timers import BEAT_SLOTS, BeatRound, RequestDue
 from scale0.core.trust import may
 from scale0.core.workers import Worker, WorkerPool
 from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
@@ -40,6 +41,8 @@ __all__ = ["Dispatch"]
 REPLY_CACHE_ENTRIES = 10_000
 REPLY_CACHE_BYTES = 64 << 20
 REPLY_CACHE_AGE_S = 60.0
+
+INF = float("inf")
 
 
 class Dispatch:
@@ -67,6 +70,11 @@ class Dispatch:
         )
         #: The last HEARTBEAT sent to a worker (R11), reused while its fields are the same.
         self._beat = Heartbeat(time=-1.0, config_version=-1, protocol=SIG_WORKER)
+        #: R11: the workers of each slot of each enforced interval, beaten together once per
+        #: interval by one BeatRound timer (a round is here exactly while its entry is armed).
+        self._rounds: dict[BeatRound, dict[bytes, None]] = {}
+        self._round_of: dict[bytes, BeatRound] = {}  # a worker's round in _rounds
+        self._round_at: dict[BeatRound, float] = {}  # when each round is due next
 
     # ---- workers (R4, R8, R11, R15) --------------------------------------------------------
 
@@ -116,9 +124,8 @@ class Dispatch:
         if self.family.peers:
             self.family.table_changed(old.services if old is not None else (), now)
         self.pool.add(worker)
-        session.timeout_s = interval_s * network.liveness if msg.heartbeat else float("inf")
-        if old is None:
-            core.timers.push(now + interval_s, BeatDue(routing_id, session.gen))
+        sessions.set_timeout(session, interval_s * network.liveness if msg.heartbeat else INF)
+        self._join_round(routing_id, interval_s, now)
         details = {"worker": routing_id.hex(), "services": list(services), "capacity": msg.capacity}
         out.append(Log("info", "worker_ready", details))
         self.worker_free(worker, now, out)
@@ -160,17 +167,42 @@ class Dispatch:
         if gone and family.peers:
             self.forwarding.orphaned(gone, now, out)
 
-    def beat(self, key: BeatDue, now: float, wall: float, out: list[Effect]) -> None:
-        """R11: the broker's HEARTBEAT to a worker, with the interval it enforces."""
-        session = self.sessions.workers.get(key.routing_id)
-        worker = self.pool.workers.get(key.routing_id)
-        if session is None or session.gen != key.gen or worker is None:
+    def _join_round(self, routing_id: bytes, interval_s: float, now: float) -> None:
+        """R11: ``routing_id`` is beaten with the workers of ``interval_s`` that said READY in
+        the same slot (a tenth of the interval): first at most ``interval_s`` from now, then
+        every interval. A READY with the interval it has keeps its round."""
+        before = self._round_of.get(routing_id)
+        if before is not None:
+            if before.interval_s == interval_s:
+                return
+            self._rounds[before].pop(routing_id, None)
+        slot_s = interval_s / BEAT_SLOTS
+        tick = math.floor(now / slot_s)
+        key = BeatRound(interval_s, tick % BEAT_SLOTS)
+        self._round_of[routing_id] = key
+        members = self._rounds.get(key)
+        if members is None:
+            members = self._rounds[key] = {}
+            # The slot's start plus one interval: within one interval of now, never after it.
+            at = self._round_at[key] = min(tick * slot_s + interval_s, now + interval_s)
+            self.core.timers.push(at, key)
+        members[routing_id] = None
+
+    def beat(self, key: BeatRound, now: float, wall: float, out: list[Effect]) -> None:
+        """R11: the broker's HEARTBEAT to every worker of one round, carrying the interval it
+        enforces; the round is armed again while it has workers."""
+        interval_s = key.interval_s
+        members = self._rounds.get(key)
+        if members is None:
             return
-        # The beats of one timer round share wall, version and (nearly always) the interval:
-        # one message for all of them, which the net layer encodes once.
+        sessions = self.sessions.workers
+        workers = self.pool.workers
+        round_of = self._round_of
+        # The beats of one round share wall, version and interval: one message for all of
+        # them, which the net layer encodes once.
         beat = self._beat
         version = self.core.network.config_version
-        interval_ms = round(worker.interval_s * 1000)
+        interval_ms = round(interval_s * 1000)
         if (
             beat.time != wall
             or beat.config_version != version
@@ -182,8 +214,27 @@ class Dispatch:
                 hbeatinterval_ms=interval_ms,
                 protocol=SIG_WORKER,
             )
-        out.append(Send(Channel.BACKEND, key.routing_id, beat))
-        self.core.timers.push(now + worker.interval_s, key)
+        gone: list[bytes] = []
+        for routing_id in members:
+            if routing_id in sessions and routing_id in workers:
+                out.append(Send(Channel.BACKEND, routing_id, beat))
+            else:  # lost or forgotten since the last round
+                gone.append(routing_id)
+        for routing_id in gone:
+            del members[routing_id]
+            del round_of[routing_id]
+        if members:
+            # One interval after it was due (not after it fired: a late timer does not move the
+            # slot); after a stall of more than an interval, one interval from now (not at
+            # once: no worker is beaten twice in a row).
+            at = self._round_at[key] + interval_s
+            if at <= now:
+                at = now + interval_s
+            self._round_at[key] = at
+            self.core.timers.push(at, key)
+        else:
+            del self._rounds[key]
+            del self._round_at[key]
 
     # ---- requests (R5, R6, R7, R9, R10) ----------------------------------------------------
 
@@ -377,8 +428,12 @@ class Dispatch:
         out: list[Effect],
     ) -> None:
         session = self.sessions.workers.get(routing_id)
-        if session is not None:
-            session.last_seen = now  # inline: the hot path (sessions.seen does the same)
+        if session is not None:  # touch(session, now) inline: the hot path (as sessions.seen)
+            session.last_seen = now
+            order = session.order
+            if order is not None:
+                del order[routing_id]
+                order[routing_id] = session
         worker = self.pool.workers.get(routing_id)
         pending = self.inflight.get(ticket)
         if pending is None or pending.worker != routing_id:

@@ -54,6 +54,8 @@ class SessionsPort(Protocol):
 
     def full(self, channel: Channel, routing_id: bytes) -> bool: ...
 
+    def set_timeout(self, session: Session, timeout_s: float) -> None: ...
+
     def skewed(
         self,
         channel: Channel,

@@ -3,20 +3,27 @@
 Rules R1, R2, R3 (its first half), R12, R16 and R20 (the session cap) of
 scale0/core/broker.py. A session is per
 channel (frontend: clients, backend: workers) and routing id; its ``client_id`` is unique per
-channel among live connections (409 otherwise); a silent session expires (R8) through its
-:class:`~scale0.core.timers.SessionDue` timer, which carries the session's generation so that a
-timer left by an earlier session of the same routing id does nothing.
+channel among live connections (409 otherwise).
+
+A silent session expires (R8) at exactly ``last_seen + timeout_s``, by one sweep for all of
+them (docs/performance.md, "Liveness"): the sessions of one channel and timeout are kept in a
+dict in the order they were last heard (:func:`~scale0.core.connections.touch` moves one to the
+end, as the core's ``now`` never goes back), so the longest-silent is first, and one
+:class:`~scale0.core.timers.ExpiryDue` timer waits for the earliest first one. The sweep looks
+only at sessions that are due; a thousand idle connections cost the timer heap nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scale0.config.model import KeyGrant
-from scale0.core.connections import Session
+from scale0.core.connections import Session, touch
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Authenticated, Channel, Effect, Log, Send
 from scale0.core.ports import DispatchPort, FamilyPort, GuardPort
 from scale0.core.records import heartbeat_gap
-from scale0.core.timers import BeatDue, SessionDue
+from scale0.core.timers import ExpiryDue
 from scale0.core.trust import allowed
 from scale0.core.trust import may as may_service
 from scale0.wire.client import (
@@ -59,6 +66,10 @@ class Sessions:
         #: The last answer to a client's HEARTBEAT, reused while wall and version are the same.
         self._answer = Heartbeat(time=-1.0, config_version=-1, protocol=SIG_CLIENT)
         self._keys: dict[tuple[Channel, bytes], str] = {}  # Authenticated, before a session
+        #: (channel, timeout_s) -> its sessions in order of last_seen (the liveness sweep).
+        self._orders: dict[tuple[Channel, float], dict[bytes, Session]] = {}
+        #: When the live ExpiryDue entry fires (None: none armed).
+        self._expiry_at: float | None = None
 
     def session(
         self, channel: Channel, routing_id: bytes, now: float, out: list[Effect]
@@ -72,7 +83,7 @@ class Sessions:
         if channel is Channel.BACKEND:
             interval_s = session.timeout_s / self.core.network.liveness
             heartbeat_gap(out, routing_id, now - session.last_seen, interval_s)
-        session.last_seen = now
+        touch(session, now)
         return session
 
     def full(self, channel: Channel, routing_id: bytes) -> bool:
@@ -85,7 +96,7 @@ class Sessions:
         CHECKCONFIG, so its first valid message opens one, on the running config."""
         session = self.by_channel[channel].get(routing_id)
         if session is not None:
-            session.last_seen = now
+            touch(session, now)
             return session
         return self._open(channel, routing_id, f"{self.core.identity}.{routing_id.hex()}", now)
 
@@ -112,8 +123,72 @@ class Sessions:
             session.allowed = allowed(self._grants(channel), key, core.wall)
         self.by_channel[channel][routing_id] = session
         self._client_ids[(channel, client_id)] = routing_id
-        core.timers.push(now + timeout_s, SessionDue(channel, routing_id, session.gen))
+        if old is not None:
+            self._unorder(old)
+        self._order(session, timeout_s)
         return session
+
+    # ---- liveness: the sweep (R8) ------------------------------------------------------------
+
+    def set_timeout(self, session: Session, timeout_s: float) -> None:
+        """R8, R11: ``session`` is silent too long after ``timeout_s`` (inf: never), from now on."""
+        if timeout_s == session.timeout_s and session.order is not None:
+            return
+        self._unorder(session)
+        self._order(session, timeout_s)
+
+    def _order(self, session: Session, timeout_s: float) -> None:
+        """Put ``session`` (just heard) last in the order of its channel and ``timeout_s``."""
+        session.timeout_s = timeout_s
+        if timeout_s == float("inf"):
+            return  # never expires (a worker with heartbeat: false)
+        key = (session.channel, timeout_s)
+        order = self._orders.get(key)
+        if order is None:
+            order = self._orders[key] = {}
+        order.pop(session.routing_id, None)
+        order[session.routing_id] = session
+        session.order = order
+        self._arm(session.last_seen + timeout_s)
+
+    @staticmethod
+    def _unorder(session: Session) -> None:
+        order = session.order
+        if order is not None:
+            session.order = None
+            if order.get(session.routing_id) is session:
+                del order[session.routing_id]
+
+    def _arm(self, at: float) -> None:
+        """The sweep runs at ``at`` at the latest (an entry already armed earlier stands)."""
+        armed = self._expiry_at
+        if armed is None or at < armed:
+            self._expiry_at = at
+            self.core.timers.push(at, ExpiryDue(at))
+
+    def expire(self, key: ExpiryDue, now: float, out: list[Effect]) -> None:
+        """R8: every session silent for its timeout ends, at exactly last_seen + timeout_s; then
+        the sweep waits for the next one that can be due."""
+        if key.at != self._expiry_at:
+            return  # superseded by an earlier arming, which has swept already
+        self._expiry_at = None
+        first: float | None = None
+        for (channel, timeout_s), order in list(self._orders.items()):
+            while order:
+                routing_id, session = next(iter(order.items()))
+                expires = session.last_seen + timeout_s
+                if expires > now:
+                    if first is None or expires < first:
+                        first = expires
+                    break
+                self.forget(channel, routing_id, now, out, "expired")
+                if order.get(routing_id) is session:  # forget ends it; never loop on it
+                    del order[routing_id]
+                    session.order = None
+            if not order:
+                del self._orders[(channel, timeout_s)]
+        if first is not None:
+            self._arm(first)
 
     # ---- CURVE keys and what they may do (scale0/core/trust.py, T1-T4) ----------------------
 
@@ -184,7 +259,7 @@ class Sessions:
         """Any message from ``routing_id`` keeps its session alive (a worker's REPLY, PARTIAL)."""
         session = self.by_channel[channel].get(routing_id)
         if session is not None:
-            session.last_seen = now
+            touch(session, now)
 
     def check_config(
         self, channel: Channel, routing_id: bytes, msg: CheckConfig, now: float, out: list[Effect]
@@ -235,11 +310,6 @@ class Sessions:
             self.forget(channel, routing_id, now, out, "key_refused")
             return
         version = session.config_version
-        worker = self.dispatch.pool.workers.get(routing_id) if channel is Channel.BACKEND else None
-        if worker is not None:
-            # A registered worker renegotiating (after FORCENEGOTIATE): its beat timer belongs
-            # to the old session, so it gets one of this session.
-            core.timers.push(now + worker.interval_s, BeatDue(routing_id, session.gen))
         if msg.config_version == version:
             ack = ConfigAck(config_version=version, client_id=client_id, protocol=protocol)
             out.append(Send(channel, routing_id, ack))
@@ -333,6 +403,43 @@ class Sessions:
                 )
             out.append(Send(channel, routing_id, beat))
 
+    def heard_many(
+        self,
+        channel: Channel,
+        beats: Sequence[tuple[bytes, float, int]],
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> None:
+        """:meth:`heard` for each ``(routing_id, sent, config_version)`` in order. The usual
+        HEARTBEAT (a session, the clock within R12, the running version, no gap) is taken here
+        in a few steps; any other goes to :meth:`heard` itself, the one copy of the rules."""
+        sessions = self.by_channel[channel]
+        network = self.core.network
+        limit = network.max_clock_skew_s
+        version = network.config_version
+        frontend = channel is Channel.FRONTEND
+        liveness = network.liveness
+        heard = self.heard
+        for routing_id, sent, config_version in beats:
+            session = sessions.get(routing_id)
+            if session is None or abs(sent - wall) > limit or config_version < version:
+                heard(channel, routing_id, sent, config_version, now, wall, out)
+                continue
+            if frontend:
+                touch(session, now)
+                beat = self._answer
+                if beat.time != wall or beat.config_version != version:
+                    beat = self._answer = Heartbeat(
+                        time=wall, config_version=version, protocol=SIG_CLIENT
+                    )
+                out.append(Send(channel, routing_id, beat))
+            else:
+                heartbeat_gap(
+                    out, routing_id, now - session.last_seen, session.timeout_s / liveness
+                )
+                touch(session, now)
+
     def disconnect(
         self,
         channel: Channel,
@@ -349,6 +456,8 @@ class Sessions:
     ) -> None:
         """End ``routing_id``'s session on ``channel``; a worker's requests go elsewhere (R8)."""
         session = self.by_channel.get(channel, {}).pop(routing_id, None)
+        if session is not None:
+            self._unorder(session)
         if session is not None and self._client_ids.get((channel, session.client_id)) == routing_id:
             del self._client_ids[(channel, session.client_id)]
         if session is not None and session.key:
@@ -359,17 +468,6 @@ class Sessions:
         if channel is Channel.BACKEND:
             silent_s = now - session.last_seen if session is not None else 0.0
             self.dispatch.worker_lost(routing_id, now, out, reason, silent_s)
-
-    def expire(self, key: SessionDue, now: float, out: list[Effect]) -> None:
-        """R8: a session silent for its timeout ends; a live one re-arms its timer."""
-        session = self.by_channel[key.channel].get(key.routing_id)
-        if session is None or session.gen != key.gen:
-            return
-        expires = session.last_seen + session.timeout_s
-        if expires > now:
-            self.core.timers.push(expires, key)
-            return
-        self.forget(key.channel, key.routing_id, now, out, "expired")
 
     def renegotiate_all(self, why: str, out: list[Effect]) -> None:
         """F10: a new config runs; every client and worker is told FORCENEGOTIATE."""

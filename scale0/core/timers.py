@@ -1,8 +1,10 @@
-"""One heap for every timer of a broker: heartbeats, expiry, request deadlines, sweeps.
+"""One heap for every timer of a broker: heartbeat rounds, expiry, request deadlines, sweeps.
 
 Entries are never removed; an entry carries the generation of what it watches, and a fired entry
-whose generation is stale is ignored. So rescheduling is a push, and a worker that keeps talking
-costs nothing per message (its expiry entry is re-armed only when it fires).
+whose generation is stale is ignored. So rescheduling is a push. Liveness does not use an entry
+per connection: one sweep entry expires silent sessions and one round entry per slot (a tenth)
+of each heartbeat interval beats the workers (docs/performance.md, "Liveness"), so a thousand
+idle connections cost the heap nothing.
 """
 
 from __future__ import annotations
@@ -76,19 +78,29 @@ class TimerHeap(Generic[K]):
 RequestDue = NewType("RequestDue", int)
 
 
-class SessionDue(NamedTuple):
-    """A client or worker session's expiry (R8); ``gen`` tells it from an earlier session's."""
+class ExpiryDue(NamedTuple):
+    """The liveness sweep (R8): when the longest-silent client or worker session would expire.
 
-    channel: Channel
-    routing_id: bytes
-    gen: int
+    One entry for all sessions (scale0/core/sessions.py keeps them in order of silence, so the
+    sweep looks only at those that are due); ``at`` tells the live entry from one superseded by
+    an earlier arming.
+    """
+
+    at: float
 
 
-class BeatDue(NamedTuple):
-    """The broker's next HEARTBEAT to a worker (R11), for the session of generation ``gen``."""
+class BeatRound(NamedTuple):
+    """The broker's HEARTBEATs to the workers of one enforced interval (R11) whose beats fall in
+    one of its BEAT_SLOTS slots: one entry per slot in use, re-armed every interval while any
+    worker is in it (a coarse timing wheel; scale0/core/dispatch.py)."""
 
-    routing_id: bytes
-    gen: int
+    interval_s: float
+    slot: int
+
+
+#: Slots per heartbeat interval: the broker's beats to workers go out in at most this many
+#: rounds per interval (not all in one burst, not one timer per worker).
+BEAT_SLOTS = 10
 
 
 class ConnDue(NamedTuple):
@@ -109,4 +121,4 @@ class Periodic(Enum):
     GOSSIP = "gossip"  # half an interval after a probe: PINGREQ if no ACK came (G4)
 
 
-TimerKey = RequestDue | SessionDue | BeatDue | ConnDue | Periodic
+TimerKey = RequestDue | ExpiryDue | BeatRound | ConnDue | Periodic

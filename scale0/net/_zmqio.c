@@ -23,6 +23,10 @@
  *       without blocking; the errnos of the messages that could not be sent, in order. The
  *       whole batch is checked first: a bad item or frame raises TypeError naming the message
  *       and frame, and nothing of the batch is sent (see "send_batch" below for why).
+ *   heartbeat_items(batch, signature, max_frame_bytes) -> list
+ *       recv_batch's messages, each plain HEARTBEAT read into (routing_id, time, config_version)
+ *       (scale0/wire/hot.py says what is plain; its heartbeat_items is the same in Python), so
+ *       the broker hands a run of them to the core in one call (docs/performance.md, "Liveness").
  *
  * EINTR is retried, as pyzmq does; Python's signal handlers run when the call returns, never
  * between two frames of a message. Neither call leaves a socket mid-message.
@@ -43,6 +47,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -682,6 +687,176 @@ done:
     return NULL;
 }
 
+/* ---- heartbeat_items ----------------------------------------------------------------------- */
+
+/* heartbeat_items(batch, signature, max_frame_bytes) -> list, as long as batch: each plain
+ * HEARTBEAT (scale0/wire/hot.py heartbeat_fields: exactly [routing id, b"", signature,
+ * b"HEARTBEAT", options], the options frame at most max_frame_bytes and exactly
+ * {"time":<number with a fraction>,"config_version":<int of at most 18 digits>} in that order,
+ * JSON whitespace allowed, time finite) becomes the tuple (routing id, time, config_version);
+ * every other item is passed through as it is. It reads what recv_batch made; the pure-Python
+ * heartbeat_items of scale0/wire/hot.py is the same function (a parity test holds them to it).
+ * It never raises for what it cannot read: that item is passed through. */
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) {
+        p++;
+    }
+    return p;
+}
+
+static const char *expect(const char *p, const char *end, const char *text, size_t len) {
+    if ((size_t)(end - p) < len || memcmp(p, text, len) != 0) {
+        return NULL;
+    }
+    return p + len;
+}
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* The options of a plain HEARTBEAT: 1 and *time, *version set; 0 if not that form (or the time
+ * is not finite); -1 with an exception (memory). */
+static int beat_options(const char *p, Py_ssize_t size, double *time, long long *version) {
+    const char *end = p + size;
+    if ((p = expect(p, end, "{", 1)) == NULL) return 0; /* (no whitespace before it) */
+    p = skip_ws(p, end);
+    if ((p = expect(p, end, "\"time\"", 6)) == NULL) return 0;
+    p = skip_ws(p, end);
+    if ((p = expect(p, end, ":", 1)) == NULL) return 0;
+    p = skip_ws(p, end);
+    /* (?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][-+]?[0-9]+)? */
+    const char *number = p;
+    if (p < end && *p == '0') {
+        p++;
+    } else if (p < end && *p >= '1' && *p <= '9') {
+        while (p < end && is_digit(*p)) p++;
+    } else {
+        return 0;
+    }
+    if (p >= end || *p != '.') return 0;
+    p++;
+    if (p >= end || !is_digit(*p)) return 0;
+    while (p < end && is_digit(*p)) p++;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        const char *q = p + 1;
+        if (q < end && (*q == '-' || *q == '+')) q++;
+        if (q < end && is_digit(*q)) {
+            while (q < end && is_digit(*q)) q++;
+            p = q;
+        } /* else the "e" is not part of the number, and what follows does not match */
+    }
+    Py_ssize_t number_len = p - number;
+    p = skip_ws(p, end);
+    if ((p = expect(p, end, ",", 1)) == NULL) return 0;
+    p = skip_ws(p, end);
+    if ((p = expect(p, end, "\"config_version\"", 16)) == NULL) return 0;
+    p = skip_ws(p, end);
+    if ((p = expect(p, end, ":", 1)) == NULL) return 0;
+    p = skip_ws(p, end);
+    long long v = 0;
+    if (p < end && *p == '0') {
+        p++;
+    } else if (p < end && *p >= '1' && *p <= '9') {
+        int digits = 0;
+        while (p < end && is_digit(*p) && digits < 18) {
+            v = v * 10 + (*p - '0');
+            p++;
+            digits++;
+        }
+    } else {
+        return 0;
+    }
+    p = skip_ws(p, end); /* a 19th digit is not whitespace or "}": no match, as the regex */
+    if ((p = expect(p, end, "}", 1)) == NULL) return 0;
+    p = skip_ws(p, end);
+    if (p != end) return 0;
+    /* float() of the matched text: the same conversion, on a NUL-terminated copy. */
+    char local[64];
+    char *copy = local;
+    if (number_len >= (Py_ssize_t)sizeof(local)) {
+        copy = PyMem_Malloc((size_t)number_len + 1);
+        if (copy == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    memcpy(copy, number, (size_t)number_len);
+    copy[number_len] = '\0';
+    char *stop = NULL;
+    double t = PyOS_string_to_double(copy, &stop, NULL);
+    int whole = stop == copy + number_len;
+    if (copy != local) {
+        PyMem_Free(copy);
+    }
+    if (t == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!whole || !isfinite(t)) {
+        return 0;
+    }
+    *time = t;
+    *version = v;
+    return 1;
+}
+
+static PyObject *heartbeat_items(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *batch;
+    const char *signature;
+    Py_ssize_t signature_len;
+    Py_ssize_t max_frame_bytes;
+    if (!PyArg_ParseTuple(args, "O!y#n:heartbeat_items", &PyList_Type, &batch, &signature,
+                          &signature_len, &max_frame_bytes)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(batch);
+    PyObject *items = PyList_New(n);
+    if (items == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        PyObject *out = NULL;
+        if (PyList_CheckExact(item) && PyList_GET_SIZE(item) == 5) {
+            PyObject *rid = PyList_GET_ITEM(item, 0);
+            PyObject *empty = PyList_GET_ITEM(item, 1);
+            PyObject *sig = PyList_GET_ITEM(item, 2);
+            PyObject *command = PyList_GET_ITEM(item, 3);
+            PyObject *options = PyList_GET_ITEM(item, 4);
+            if (PyBytes_CheckExact(rid) && PyBytes_CheckExact(empty) &&
+                PyBytes_GET_SIZE(empty) == 0 && PyBytes_CheckExact(sig) &&
+                PyBytes_GET_SIZE(sig) == signature_len &&
+                memcmp(PyBytes_AS_STRING(sig), signature, (size_t)signature_len) == 0 &&
+                PyBytes_CheckExact(command) && PyBytes_GET_SIZE(command) == 9 &&
+                memcmp(PyBytes_AS_STRING(command), "HEARTBEAT", 9) == 0 &&
+                PyBytes_CheckExact(options) && PyBytes_GET_SIZE(options) <= max_frame_bytes) {
+                double time;
+                long long version;
+                int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options),
+                                      &time, &version);
+                if (ok < 0) {
+                    Py_DECREF(items);
+                    return NULL;
+                }
+                if (ok) {
+                    out = Py_BuildValue("(OdL)", rid, time, version);
+                    if (out == NULL) {
+                        Py_DECREF(items);
+                        return NULL;
+                    }
+                }
+            }
+        }
+        if (out == NULL) {
+            Py_INCREF(item);
+            out = item;
+        }
+        PyList_SET_ITEM(items, i, out);
+    }
+    return items;
+}
+
 /* ---- setup --------------------------------------------------------------------------------- */
 
 static PyObject *setup(PyObject *self, PyObject *cls) {
@@ -701,6 +876,9 @@ static PyMethodDef methods[] = {
      "recv_batch_keyed (-1: unknown)"},
     {"send_batch", send_batch, METH_O,
      "send_batch([(handle, first, rest), ...]) -> (sent, [errno of each failed message])"},
+    {"heartbeat_items", heartbeat_items, METH_VARARGS,
+     "heartbeat_items(batch, signature, max_frame_bytes) -> batch, each plain HEARTBEAT as "
+     "(routing_id, time, config_version)"},
     {"setup", setup, METH_O, "setup(error_class): the exception raised, called with an errno"},
     {NULL, NULL, 0, NULL},
 };

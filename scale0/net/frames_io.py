@@ -34,11 +34,15 @@ from typing import Any, TypeAlias
 import zmq
 import zmq.backend
 
+from scale0.wire import hot
+from scale0.wire.hot import BeatItem
+
 __all__ = [
     "IMPLEMENTATION",
     "IoKey",
     "batch_fds",
     "events",
+    "heartbeat_items",
     "io_key",
     "recv_batch",
     "recv_batch_keyed",
@@ -306,6 +310,29 @@ def _load() -> tuple[str, Any, Any, Any, Any, Any]:
 IMPLEMENTATION: str
 """Which implementation the batch calls use: ``"c"`` or ``"pyzmq"``."""
 IMPLEMENTATION, _io_key, _recv_batch, _recv_batch_keyed, _send_batch, _batch_fds = _load()
+
+
+def _load_items() -> Any:
+    """The C ``heartbeat_items`` with the C batch calls, when the extension has it."""
+    if IMPLEMENTATION == "c":
+        from scale0.net import _zmqio  # noqa: PLC0415 - loaded above
+
+        if hasattr(_zmqio, "heartbeat_items"):  # (an extension built before it: Python's)
+            return _zmqio.heartbeat_items
+    return hot.heartbeat_items
+
+
+_heartbeat_items: Any = _load_items()
+
+
+def heartbeat_items(
+    batch: list[list[bytes]], signature: bytes, max_frame_bytes: int
+) -> list[BeatItem]:
+    """:func:`scale0.wire.hot.heartbeat_items`: ``batch`` with each plain HEARTBEAT read into
+    ``(routing_id, time, config_version)``; in C with the C batch calls (one pass over the
+    batch, no regular expression), else the Python reader itself. Both give the same items."""
+    items: list[BeatItem] = _heartbeat_items(batch, signature, max_frame_bytes)
+    return items
 
 
 def io_key(sock: zmq.Socket[Any]) -> IoKey:

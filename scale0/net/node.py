@@ -78,6 +78,7 @@ from scale0.net.frames_io import (
     IMPLEMENTATION,
     IoKey,
     batch_fds,
+    heartbeat_items,
     io_key,
     recv_batch,
     recv_batch_keyed,
@@ -927,6 +928,12 @@ class BrokerNode:
             # list of our own: reading the monitor below is another batch).
             conns = list(batch_fds() if fds is None else fds)
             known = self._conn_channels
+            signature = _BEAT_SIGNATURES.get(channel)
+            if signature is not None and port.fast is not None:
+                if any(conn >= 0 and conn not in known for conn in conns):
+                    self._read_monitor(channel)  # as below, once for the whole batch
+                self._drain_beats(port, channel, signature, batch, conns, now, wall)
+                return len(batch)
             for frames, conn in zip(batch, conns, strict=False):
                 if _is_closed(port):
                     break
@@ -949,6 +956,77 @@ class BrokerNode:
         if monitor is not None:
             while self._drain(monitor, self._batch_size) >= self._batch_size:
                 pass
+
+    def _drain_beats(
+        self,
+        port: _Port,
+        channel: Channel,
+        signature: bytes,
+        batch: list[list[bytes]],
+        conns: list[int],
+        now: float,
+        wall: float,
+    ) -> None:
+        """A client or worker batch: each run of plain HEARTBEATs (read by heartbeat_items, in
+        C with the C batch calls) goes to the core in one call, every other message to
+        :meth:`_dispatch`, in the order received. The same effects as a _dispatch of each."""
+        broker = self.broker
+        items: list[list[bytes] | tuple[bytes, float, int]]
+        try:
+            items = heartbeat_items(batch, signature, broker.max_frame_bytes)
+        except Exception:  # (memory): every message its own way, as before the batch reader
+            self._counters["internal_errors"] += 1
+            self._log(logging.ERROR, "internal_error", {"channel": channel.value}, exc_info=True)
+            items = list(batch)
+        run: list[tuple[bytes, float, int]] = []
+        fresh = self._fresh
+        is_banned = broker.is_banned
+        for item, conn in zip(items, conns, strict=False):
+            beat = item if isinstance(item, tuple) else None
+            if beat is not None:
+                if is_banned(beat[0], now):
+                    self._counters["banned_dropped"] += 1  # dropped unread (§8)
+                    continue
+                if conn not in fresh:
+                    run.append(beat)
+                    continue
+            if run:
+                self._heard(channel, run, now, wall)
+                run = []
+            if _is_closed(port):
+                return
+            if beat is not None:  # R20: its connection is negotiated by this message
+                self._heard(channel, [beat], now, wall, conn)
+            elif isinstance(item, list):
+                self._dispatch(port, channel, item, now, wall, conn)
+            if _is_closed(port):  # an effect closed it: drop the rest
+                return
+        if run:
+            self._heard(channel, run, now, wall)
+
+    def _heard(
+        self,
+        channel: Channel,
+        beats: list[tuple[bytes, float, int]],
+        now: float,
+        wall: float,
+        conn: int = -1,
+    ) -> None:
+        """A run of plain HEARTBEATs to the core at once. Never raises."""
+        try:
+            self._counters["received"] += len(beats)
+            effects = self.broker.handle_heartbeats(channel, beats, now, wall)
+            if conn in self._fresh:
+                self._negotiated(channel, beats[0][0], conn)
+            self._perform(effects)
+        except Exception:
+            self._counters["internal_errors"] += 1
+            self._log(
+                logging.ERROR,
+                "internal_error",
+                {"channel": channel.value, "heartbeats": len(beats)},
+                exc_info=True,
+            )
 
     def _dispatch(
         self,
@@ -1315,6 +1393,12 @@ class BrokerNode:
     ) -> None:
         log_event(_logger, level, event, fields, broker=self.identity, exc_info=exc_info)
 
+
+#: The signature of a plain HEARTBEAT on the ports whose batches are read for them.
+_BEAT_SIGNATURES: Final[dict[Channel, bytes]] = {
+    Channel.FRONTEND: SIG_CLIENT,
+    Channel.BACKEND: SIG_WORKER,
+}
 
 _PORT_NAMES: Final[dict[Channel, str]] = {channel: channel.value for channel in Channel}
 """A channel's port name, by identity hash (an enum's ``.value`` is a descriptor call)."""

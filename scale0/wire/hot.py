@@ -45,6 +45,7 @@ __all__ = [
     "MdpReading",
     "client_request_fields",
     "heartbeat_fields",
+    "heartbeat_items",
     "mdp_client_request_fields",
     "mdp_worker_reply_fields",
     "worker_reply_fields",
@@ -133,6 +134,26 @@ def heartbeat_fields(
     if not math.isfinite(sent):  # "1.0e999": the typed decoder names the problem
         return None
     return sent, int(match[2])
+
+
+#: An item of :func:`heartbeat_items`: a message's frames, or a plain HEARTBEAT read.
+BeatItem = list[bytes] | tuple[bytes, float, int]
+
+
+def heartbeat_items(
+    batch: list[list[bytes]], signature: bytes, max_frame_bytes: int
+) -> list[BeatItem]:
+    """``batch`` (a ROUTER's messages, as ``recv_batch`` gives them), each plain HEARTBEAT in
+    ``signature`` (:func:`heartbeat_fields`) as ``(routing_id, time, config_version)``, every
+    other message as it is. The broker hands a run of HEARTBEATs to the core in one call
+    (docs/performance.md, "Liveness"); ``scale0.net._zmqio.heartbeat_items`` is this function in
+    C (a parity test holds them to each other)."""
+    items: list[BeatItem] = []
+    append = items.append
+    for frames in batch:
+        beat = heartbeat_fields(frames, signature, max_frame_bytes)
+        append(frames if beat is None else (frames[0], beat[0], beat[1]))
+    return items
 
 
 # --- Majordomo (docs/protocol.md §10) ---------------------------------------------------------

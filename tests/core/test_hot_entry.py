@@ -3,7 +3,7 @@ handle_mdp_reply) decide exactly as handle(Received(...))."""
 
 from __future__ import annotations
 
-from scale0.core.effects import Channel, Effect
+from scale0.core.effects import Channel, Effect, Log
 from scale0.wire.client import ClientRequest, Heartbeat
 from scale0.wire.mdp import (
     MDPC01,
@@ -193,3 +193,47 @@ def test_lean_majordomo_entry_points_give_the_same_effects_as_handle() -> None:
         assert got == expected, f"step {step}"
     kinds = {type(m).__name__ for step in typed for _, m in sends(step)}
     assert {"MdpWorkerRequest", "MdpClientReply", "WorkerRequest"} <= kinds
+
+
+def _runs(many: bool) -> list[list[Effect]]:
+    """Runs of HEARTBEATs as one batch receive hands them over: every outcome in one run."""
+    h = Harness()
+    trace: list[list[Effect]] = []
+
+    def run(channel: Channel, beats: list[tuple[bytes, float, int]]) -> None:
+        if many:
+            trace.append(h.broker.handle_heartbeats(channel, beats, h.now, h.wall))
+        else:
+            out: list[Effect] = []
+            for rid, sent, version in beats:
+                out += h.broker.handle_heartbeat(channel, rid, sent, version, h.now, h.wall)
+            trace.append(out)
+
+    for rid in (b"C1", b"C2", b"C3"):
+        h.client(rid)
+    for rid in (b"W1", b"W2", b"W3"):
+        h.worker(rid)
+    w = h.wall
+    run(FRONT, [(b"C1", w, 3), (b"stranger", w, 3), (b"C2", w, 3), (b"C3", w - 100.0, 3)])
+    run(FRONT, [(b"C1", w, 2), (b"C2", w, 3), (b"C3", w, 3), (b"C1", w, 3)])
+    trace.append(h.advance(2.5))  # the broker's beats; W2 silent from here on
+    w = h.wall
+    run(BACK, [(b"W1", w, 3), (b"W3", w, 4), (b"stranger", w, 3), (b"W1", w, 3)])
+    trace.append(h.advance(0.4))
+    run(BACK, [(b"W2", h.wall, 3), (b"W3", h.wall + 100.0, 3), (b"W1", h.wall, 3)])  # W2: gap
+    h.send(BACK, b"MW", MdpWorkerReady("echo", protocol=MDPW01))
+    run(BACK, [(b"MW", h.wall, 3), (b"W1", h.wall, 3), (b"MW", h.wall, 3)])  # it speaks S0P now
+    trace.append(h.advance(3.0))
+    run(FRONT, [(b"C1", h.wall, 3), (b"C2", h.wall, 3)])  # expired: FORCENEGOTIATE
+    return trace
+
+
+def test_a_run_of_heartbeats_gives_the_effects_of_one_call_each() -> None:
+    one, many = _runs(many=False), _runs(many=True)
+    assert len(one) == len(many) == 9
+    for step, (expected, got) in enumerate(zip(one, many, strict=True)):
+        assert got == expected, f"step {step}"
+    kinds = {type(m).__name__ for step in one for _, m in sends(step)}
+    assert {"Heartbeat", "ForceNegotiate", "DisconnectError"} <= kinds
+    logs = {e.event for step in one for e in step if isinstance(e, Log)}
+    assert {"heartbeat_gap", "worker_lost"} <= logs

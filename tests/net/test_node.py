@@ -43,6 +43,7 @@ from scale0.wire import (
     Config,
     ConfigType,
     DisconnectError,
+    ForceNegotiate,
     Heartbeat,
     WorkerReply,
     WorkerRequest,
@@ -429,6 +430,39 @@ def test_a_port_sent_on_after_its_batch_is_read_again(
             assert client.recv(ClientReply).request_id == b"second"
     finally:
         thread.stop()
+
+
+def test_a_burst_of_heartbeats_is_answered_in_order_with_what_lies_between(
+    node: NodeThread, ctx: zmq.Context[Any]
+) -> None:
+    # The node hands each batch's runs of plain HEARTBEATs to the core in one call
+    # (heartbeat_items, in C or on the fallback): the answers keep the order of what was sent,
+    # the messages between them are answered in their place, and an odd HEARTBEAT (an old
+    # config_version, one from a stranger) gets what it always got.
+    def beat(version: int = 1) -> Heartbeat:
+        return Heartbeat(time.time(), version, protocol=SIG_CLIENT)
+
+    ask = ClientRequest("mmi.service", b"q", (b"echo",))
+    with (
+        s0p.client(ctx, node.endpoint(Channel.FRONTEND)) as client,
+        s0p.Dealer(ctx, node.endpoint(Channel.FRONTEND), SIG_CLIENT) as stranger,
+    ):
+        burst = [beat(), beat(), beat(0), beat(), ask, beat(), beat()] * 20
+        for message in burst:
+            client.send(message)
+        stranger.send(beat())
+        got = [client.recv_or_none(heartbeats=True) for _ in burst]
+        want = [
+            "ClientReply"
+            if isinstance(m, ClientRequest)
+            else "ForceNegotiate"
+            if m.config_version == 0
+            else "Heartbeat"
+            for m in burst
+            if isinstance(m, ClientRequest | Heartbeat)
+        ]
+        assert [type(m).__name__ for m in got] == want
+        assert isinstance(stranger.recv_or_none(heartbeats=True), ForceNegotiate)
 
 
 def test_timer_drives_broker_heartbeats(signing: tuple[Path, Path], ctx: zmq.Context[Any]) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from tools import bench, bench_mdp_core, bench_soak
+from tools import bench, bench_idle_core, bench_mdp_core, bench_soak
 from tools.mdp import DIALECTS, Dialect, reply_header, request_header
 from tools.mdp_brokers import BrokerUnavailable, build_c_broker
 
@@ -162,3 +162,21 @@ def test_bench_base_tree_cases_run_their_brokers_from_that_tree(tmp_path: Path) 
     result = bench.case_solo(1, 1, curve=True, tree=here, **small)
     assert result["throughput"] > 0
     assert os.environ.get("PYTHONPATH") == saved
+
+
+def test_bench_idle_core_times_every_tree_and_names_a_bad_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``tools/bench_idle_core.py``: the broker's Python CPU per HEARTBEAT, in-process, for each
+    tree (it exits if a session was lost); a tree with no scale0/ is named."""
+    tree = str(Path(__file__).resolve().parents[2])
+    bench_idle_core.main(["--seconds", "0.8", "--tree", tree])
+    out = capsys.readouterr().out
+    figures = re.findall(
+        r"([0-9.]+) \(heartbeat_items \+ handle_heartbeats, (\d+) HEARTBEATs/s\)", out
+    )
+    assert len(figures) == 3, out  # this tree reads a batch's HEARTBEATs in one call
+    assert all(float(cost) > 0 and int(rate) > 0 for cost, rate in figures), out
+    with pytest.raises(SystemExit):
+        bench_idle_core.main(["--tree", str(tmp_path)])
+    assert "no scale0/ in it" in capsys.readouterr().err
