@@ -197,28 +197,10 @@ _py_fds: list[int] = []  # batch_fds() of the fallback
 _py_tracked: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _py_recv_batch(key: Any, limit: int) -> list[list[bytes]]:
+def _py_read(key: Any, limit: int, keys: list[str] | None) -> list[list[bytes]]:
+    """Up to ``limit`` whole messages, their connections' fds kept for :func:`_py_batch_fds`
+    and (``keys``) each one's User-Id appended: both receives of the pyzmq implementation."""
     messages: list[list[bytes]] = []
-    fds: list[int] = []
-    _py_fds.clear()
-    with_fd = key in _py_tracked
-    try:
-        while len(messages) < limit and events(key) & POLLIN:
-            frames, fd = _recv_message(key, with_fd)
-            messages.append(frames)
-            fds.append(fd)
-    except zmq.Again:
-        pass
-    except zmq.ZMQError:
-        if not messages:
-            raise  # else it comes back on the next call, as in the C implementation
-    _py_fds.extend(fds)
-    return messages
-
-
-def _py_recv_batch_keyed(key: Any, limit: int) -> tuple[list[list[bytes]], list[str]]:
-    messages: list[list[bytes]] = []
-    keys: list[str] = []
     fds: list[int] = []
     _py_fds.clear()
     with_fd = key in _py_tracked
@@ -233,7 +215,16 @@ def _py_recv_batch_keyed(key: Any, limit: int) -> tuple[list[list[bytes]], list[
         if not messages:
             raise  # else it comes back on the next call, as in the C implementation
     _py_fds.extend(fds)
-    return messages, keys
+    return messages
+
+
+def _py_recv_batch(key: Any, limit: int) -> list[list[bytes]]:
+    return _py_read(key, limit, None)
+
+
+def _py_recv_batch_keyed(key: Any, limit: int) -> tuple[list[list[bytes]], list[str]]:
+    keys: list[str] = []
+    return _py_read(key, limit, keys), keys
 
 
 def _py_batch_fds() -> list[int]:
