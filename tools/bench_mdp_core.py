@@ -15,11 +15,13 @@ timed against its own "before" in one invocation; without ``--tree``, the tree t
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools._trees import time_trees, trees_of
 
 _ONE = r"""
 import sys, time
@@ -76,25 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=20_000, help="requests per timed run")
     parser.add_argument("--tree", action="append", default=[], help="a source tree (repeatable)")
     args = parser.parse_args(argv)
-    trees = [Path(t).resolve() for t in args.tree] or [Path(__file__).resolve().parent.parent]
-    for tree in trees:
-        if not (tree / "scale0").is_dir():
-            parser.error(f"--tree {tree}: no scale0/ in it")
-    print(f"load average at the start: {os.getloadavg()[0]:.1f}")
-    results: dict[Path, list[str]] = {tree: [] for tree in trees}
-    for _ in range(3):
-        for tree in trees:
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            done = subprocess.run(  # noqa: S603 (our own code, our own trees)
-                [sys.executable, "-c", _ONE, str(args.requests)],
-                env=env,
-                cwd=tree,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=True,
-            )
-            results[tree].append(done.stdout.strip())
+    trees = trees_of(parser, args.tree)
+    results = time_trees(_ONE, str(args.requests), trees, 600)
     for tree, runs in results.items():
         print(f"{tree}: µs CPU per request, rounds 1-3: {' / '.join(runs)}")
     print(f"({time.strftime('%H:%M:%S')}; each: best of 5 x {args.requests} requests)")
