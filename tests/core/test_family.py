@@ -588,6 +588,19 @@ def _answer(fabric: Fabric, name: str, rid: bytes, ticket: bytes) -> None:
     fabric.settle()
 
 
+def _alice_r1_running_at_c() -> tuple[Fabric, WorkerIdRequest]:
+    """A family whose only worker (asking for ids) is at c; alice's r1, asked at a, forwarded
+    to c and running there: the fabric and the worker's IDREQUEST."""
+    fabric = started()
+    _id_worker(fabric, "c", W1)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    _ask(fabric, "a", C1, b"r1")
+    ((_, first),) = fabric.take("c", WorkerIdRequest)
+    assert isinstance(first, WorkerIdRequest)
+    return fabric, first
+
+
 def _forwards(fabric: Fabric, name: str) -> list[Forward]:
     return [m for m in sent(fabric, name, Forward) if isinstance(m, Forward)]
 
@@ -651,12 +664,7 @@ def test_f15_r10_a_resend_via_another_broker_joins_the_request_running_at_the_ta
     """The client's broker a forwarded r1 to c and died; the client resends r1 via b, which
     forwards it to c too: c joins it to the request its worker runs, nothing runs twice, and
     the answer goes to b (and to a's dead link)."""
-    fabric = started()
-    _id_worker(fabric, "c", W1)
-    fabric.advance(1.1)
-    _client_as(fabric, "a", C1, "alice")
-    _ask(fabric, "a", C1, b"r1")
-    ((_, first),) = fabric.take("c", WorkerIdRequest)
+    fabric, first = _alice_r1_running_at_c()
     fabric.kill("a")
     c2 = b"client-1-at-b"
     _client_as(fabric, "b", c2, "alice")
@@ -674,12 +682,7 @@ def test_f15_r10_a_resend_via_another_broker_joins_the_request_running_at_the_ta
 def test_f15_r10_a_resend_via_another_broker_after_the_answer_gets_the_targets_cached_reply() -> (
     None
 ):
-    fabric = started()
-    _id_worker(fabric, "c", W1)
-    fabric.advance(1.1)
-    _client_as(fabric, "a", C1, "alice")
-    _ask(fabric, "a", C1, b"r1")
-    ((_, first),) = fabric.take("c", WorkerIdRequest)
+    fabric, first = _alice_r1_running_at_c()
     _answer(fabric, "c", W1, first.ticket)
     assert [r.body for _, r in fabric.replies("a")] == [(b"paid",)]
     c2 = b"client-1-at-b"
@@ -701,12 +704,7 @@ def test_f15_r10_a_resend_via_another_broker_after_the_answer_gets_the_targets_c
 
 
 def test_f15_r10_a_resend_straight_to_the_target_joins_a_forwarded_request() -> None:
-    fabric = started()
-    _id_worker(fabric, "c", W1)
-    fabric.advance(1.1)
-    _client_as(fabric, "a", C1, "alice")
-    _ask(fabric, "a", C1, b"r1")
-    ((_, first),) = fabric.take("c", WorkerIdRequest)
+    fabric, first = _alice_r1_running_at_c()
     fabric.kill("a")
     c3 = b"client-1-at-c"
     _client_as(fabric, "c", c3, "alice")
