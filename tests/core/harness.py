@@ -91,13 +91,17 @@ class Harness:
         capacity: int = 1,
         interval_ms: int = 1000,
         heartbeat: bool = True,
+        every_effect: bool = False,
     ) -> list[Effect]:
-        self.send(
+        """CHECKCONFIG then READY; READY's effects, or (``every_effect``) both messages': a
+        CHECKCONFIG repeated within an interval counts an error (R21), and a ban it ends in
+        moves the worker's requests elsewhere."""
+        negotiated = self.send(
             BACK,
             rid,
             CheckConfig(config_type=ConfigType.JSON, config_version=3, protocol=SIG_WORKER),
         )
-        return self.send(
+        return (negotiated if every_effect else []) + self.send(
             BACK,
             rid,
             Ready(

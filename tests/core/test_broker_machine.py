@@ -50,7 +50,7 @@ class BrokerLife(RuleBasedStateMachine):
 
     @rule(w=st.sampled_from(WORKERS), capacity=st.integers(1, 3))
     def worker_ready(self, w: bytes, capacity: int) -> None:
-        self.absorb(self.h.worker(w, capacity=capacity, heartbeat=False))
+        self.absorb(self.h.worker(w, capacity=capacity, heartbeat=False, every_effect=True))
 
     @rule(c=st.sampled_from(CLIENTS), service=st.sampled_from(["echo", "echo", "other"]))
     def request(self, c: bytes, service: str) -> None:
