@@ -18,8 +18,16 @@ competes with the broker for the same cores. It also checks that no connection w
 no FORCENEGOTIATE or error to a driver, no worker lost and no heartbeat gap logged in the
 window, no connection hung up (R20) over the broker's life; the exit code is 1 otherwise.
 
+The same drivers and schedule measure, in the same invocation (``--cases``), the floor:
+``c-idle``, a minimal C broker on raw libzmq (tools/idle_floor.c, built with gcc against
+pyzmq's libzmq) that answers CHECKCONFIG, answers each client HEARTBEAT, beats each READY
+worker every interval and forgets the silent, at the same message rate as Scale0; and
+``c-idle-in``, the same program answering nothing after CONFIG (what reading the HEARTBEATs
+alone costs; not the protocol). Scale0's share is printed as a ratio to each floor's.
+
     tools/bench idle                              # 2 000 workers, 2 000 clients, 30 s
     tools/bench idle --workers 500 --clients 500 --seconds 10
+    tools/bench idle --seconds 20 --repeat 2 --cases scale0 c-idle c-idle-in
     tools/bench idle --base-tree /tmp/base --repeat 2     # against a change's "before", alternating
 """
 
@@ -173,10 +181,14 @@ def driver(
 
 
 def measure(
-    args: argparse.Namespace, command: list[str] | None, floor: Path | None = None
+    args: argparse.Namespace,
+    command: list[str] | None,
+    floor: Path | None = None,
+    silent: bool = False,
 ) -> dict[str, float]:
     """One broker under the idle load: Scale0 (``command``: from another tree; None: this
-    one), or the C liveness floor (``floor``: its built binary, tools/idle_floor.c)."""
+    one), or the C liveness floor (``floor``: its built binary, tools/idle_floor.c; ``silent``:
+    it answers nothing after CONFIG)."""
     spawn = multiprocessing.get_context("spawn")
     # "info" adds only start/stop lines; broker_stopped carries the counters read below.
     overrides = {"log_level": "info"}
@@ -189,7 +201,9 @@ def measure(
             frontend, backend = broker.endpoints["frontend"], broker.endpoints["backend"]
         else:
             broker = stack.enter_context(
-                running_idle_floor(floor, Path(tmp), heartbeat_ms=int(INTERVAL_S * 1000))
+                running_idle_floor(
+                    floor, Path(tmp), heartbeat_ms=int(INTERVAL_S * 1000), silent=silent
+                )
             )
             frontend, backend = broker.frontend, broker.backend
         born = time.monotonic()
@@ -289,7 +303,7 @@ def measure(
     }
 
 
-CASES = ("scale0", "c-idle")
+CASES = ("scale0", "c-idle", "c-idle-in")
 
 
 def main(argv: list[str]) -> int:
@@ -302,8 +316,9 @@ def main(argv: list[str]) -> int:
         "--cases",
         nargs="+",
         choices=CASES,
-        default=list(CASES),
-        help="scale0: this tree's broker; c-idle: the C liveness floor (tools/idle_floor.c)",
+        default=["scale0", "c-idle"],
+        help="scale0: this tree's broker; c-idle: the C liveness floor (tools/idle_floor.c); "
+        "c-idle-in: the same floor silent after CONFIG (only reading the HEARTBEATs)",
     )
     parser.add_argument(
         "--base-tree",
@@ -329,13 +344,19 @@ def main(argv: list[str]) -> int:
     )
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in runs}
     with tempfile.TemporaryDirectory() as build:
-        floor = build_c_broker(Path(build), IDLE_SOURCE) if "c-idle" in results else None
+        floors = {"c-idle", "c-idle-in"} & set(results)
+        floor = build_c_broker(Path(build), IDLE_SOURCE) if floors else None
         for _ in range(args.repeat):
             for name, command in runs:
-                result = measure(args, command, floor if name == "c-idle" else None)
+                result = measure(
+                    args,
+                    command,
+                    floor if name in floors else None,
+                    silent=name == "c-idle-in",
+                )
                 results[name].append(result)
                 print(
-                    f"{name:>6}: broker CPU {result['broker'] * 100:.2f} % of one core, "
+                    f"{name:>9}: broker CPU {result['broker'] * 100:.2f} % of one core, "
                     f"{result['us_per_heartbeat']:.1f} µs per HEARTBEAT in or out "
                     f"(main thread {result['us_main']:.1f} + other threads "
                     f"{result['us_other']:.1f}; {result['beats_per_s']:.0f}/s), "
@@ -359,7 +380,11 @@ def main(argv: list[str]) -> int:
         ("us_per_message", "µs per message (life)", 1, ""),
         ("broker", "broker CPU", 100, " %"),
     )
-    for other, label in (("base", "base"), ("c-idle", "the C floor")):
+    for other, label in (
+        ("base", "base"),
+        ("c-idle", "the C floor"),
+        ("c-idle-in", "the silent C floor"),
+    ):
         if other not in results or "scale0" not in results:
             continue
         for key, what, scale, unit in keys:

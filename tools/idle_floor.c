@@ -15,7 +15,12 @@
  *     HEARTBEAT body {"time":<wall clock>,"config_version":0} is formatted once per wake-up.
  * Anything else (other commands, malformed messages) is read and dropped.
  *
- * Usage: idle-floor [-i heartbeat_ms] [-l liveness] FRONTEND BACKEND
+ * With -s (silent) it sends nothing after CONFIG: no answer to a client's HEARTBEAT, no beat to
+ * a worker. That is not the protocol (workers and clients would count the broker dead); it is
+ * what reading the HEARTBEATs alone costs, the least any liveness over libzmq can cost when
+ * every peer speaks once per interval.
+ *
+ * Usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] FRONTEND BACKEND
  *   binds both (tcp://127.0.0.1:* picks a port), prints "frontend <endpoint>" and
  *   "backend <endpoint>" on stdout, and on SIGTERM/SIGINT prints one "stats ..." line on
  *   stderr and exits 0.
@@ -98,6 +103,7 @@ static int n_peers;
 static int table[TABLE_SIZE]; /* peer index + 1; 0 empty */
 static double heartbeat_s = 1.0;
 static int liveness = 3;
+static int silent;
 static void *frontend, *backend;
 static volatile sig_atomic_t stopping;
 static unsigned long long st_received, st_sent, st_wakeups, st_ticks, st_forgotten, st_forced,
@@ -223,7 +229,7 @@ static int handle_one(void *socket, int is_backend, double now) {
             return 1;
         }
         p->last_seen = now;
-        if (!is_backend) {
+        if (!is_backend && !silent) {
             send_to(socket, id, id_len, sig, sig_len, "HEARTBEAT", beat_body, beat_len);
         }
     } else if (strcmp(command, "CHECKCONFIG") == 0) {
@@ -237,7 +243,7 @@ static int handle_one(void *socket, int is_backend, double now) {
         peer_t *p = find_peer(id, id_len, 1, 0);
         if (p != NULL && p->live) {
             p->last_seen = now;
-            if (!p->beating) {
+            if (!p->beating && !silent) {
                 /* First beat one interval after the round this READY came in. */
                 double round = heartbeat_s / ROUNDS;
                 p->beating = 1;
@@ -311,13 +317,15 @@ int main(int argc, char **argv) {
             heartbeat_s = atof(argv[arg + 1]) / 1000.0;
         } else if (strcmp(argv[arg], "-l") == 0) {
             liveness = atoi(argv[arg + 1]);
+        } else if (strcmp(argv[arg], "-s") == 0) {
+            silent = atoi(argv[arg + 1]);
         } else {
             break;
         }
         arg += 2;
     }
     if (argc - arg != 2 || heartbeat_s <= 0 || liveness < 1) {
-        fprintf(stderr, "usage: idle-floor [-i heartbeat_ms] [-l liveness] FRONTEND BACKEND\n");
+        fprintf(stderr, "usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] FRONTEND BACKEND\n");
         return 2;
     }
     struct sigaction action;

@@ -176,9 +176,15 @@ def running_c_broker(
 
 @contextmanager
 def running_idle_floor(
-    binary: Path, directory: Path, *, heartbeat_ms: int = 1000, liveness: int = 3
+    binary: Path,
+    directory: Path,
+    *,
+    heartbeat_ms: int = 1000,
+    liveness: int = 3,
+    silent: bool = False,
 ) -> Iterator[RunningBroker]:
-    """The C liveness floor (tools/idle_floor.c): frontend (clients) and backend (workers)."""
+    """The C liveness floor (tools/idle_floor.c): frontend (clients) and backend (workers).
+    ``silent``: it sends nothing after CONFIG (what reading the HEARTBEATs alone costs)."""
     broker = _start(
         "c-idle",
         [
@@ -187,6 +193,8 @@ def running_idle_floor(
             str(heartbeat_ms),
             "-l",
             str(liveness),
+            "-s",
+            str(int(silent)),
             "tcp://127.0.0.1:*",
             "tcp://127.0.0.1:*",
         ],
