@@ -389,9 +389,11 @@ def main(argv: list[str]) -> int:
             continue
         for key, what, scale, unit in keys:
             theirs, ours = median(other, key), median("scale0", key)
+            # /proc counts CPU in 10 ms ticks: a short small run may show none.
+            ratio = f"x {ours / theirs:.2f} of {label}" if theirs > 0 else "no ratio: 0 ticks"
             print(
                 f"{what}, median run: {other} {theirs * scale:.2f}{unit}, scale0 "
-                f"{ours * scale:.2f}{unit} (x {ours / theirs:.2f} of {label})"
+                f"{ours * scale:.2f}{unit} ({ratio})"
             )
     for name in results:
         if name != "base":

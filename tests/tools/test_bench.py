@@ -276,6 +276,8 @@ def test_bench_idle_measures_scale0_and_the_c_floor_in_one_invocation(
         run = re.search(rf"{case}: broker CPU ([0-9.]+) % of one core, ([0-9.]+) µs", out)
         assert run is not None, out
         assert float(run[2]) >= 0 and re.search(rf"^{case} CPU: [0-9.]+ % of one core", out, re.M)
-    assert re.search(r"broker CPU, median run: c-idle [0-9.]+ %, scale0 [0-9.]+ % \(x ", out), out
+    # /proc counts CPU in 10 ms ticks: 40 idle connections for 2 s may cost the floor none.
+    ratio = r"broker CPU, median run: c-idle [0-9.]+ %, scale0 [0-9.]+ % \((x [0-9.]+ of|no ratio)"
+    assert re.search(ratio, out), out
     assert "connections a broker forgot or hung up: 0" in out, out
     assert code == 0, out
