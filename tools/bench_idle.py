@@ -370,7 +370,7 @@ def main(argv: list[str]) -> int:
                     f"(timer {result['ticks_per_s']:.0f}/s) (load {result['load']:.1f})",
                     flush=True,
                 )
-    middle = (args.repeat - 1) // 2
+    middle: int = (args.repeat - 1) // 2
 
     def median(name: str, key: str) -> float:
         return sorted(r[key] for r in results[name])[middle]
