@@ -18,8 +18,16 @@ competes with the broker for the same cores. It also checks that no connection w
 no FORCENEGOTIATE or error to a driver, no worker lost and no heartbeat gap logged in the
 window, no connection hung up (R20) over the broker's life; the exit code is 1 otherwise.
 
+The same drivers and schedule measure, in the same invocation (``--cases``), the floor:
+``c-idle``, a minimal C broker on raw libzmq (tools/idle_floor.c, built with gcc against
+pyzmq's libzmq) that answers CHECKCONFIG, answers each client HEARTBEAT, beats each READY
+worker every interval and forgets the silent, at the same message rate as Scale0; and
+``c-idle-in``, the same program answering nothing after CONFIG (what reading the HEARTBEATs
+alone costs; not the protocol). Scale0's share is printed as a ratio to each floor's.
+
     tools/bench idle                              # 2 000 workers, 2 000 clients, 30 s
     tools/bench idle --workers 500 --clients 500 --seconds 10
+    tools/bench idle --seconds 20 --repeat 2 --cases scale0 c-idle c-idle-in
     tools/bench idle --base-tree /tmp/base --repeat 2     # against a change's "before", alternating
 """
 
@@ -32,6 +40,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +49,15 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scale0.testing import running_broker
+from tools.mdp_brokers import IDLE_SOURCE, build_c_broker, running_idle_floor
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 INTERVAL_S = 1.0  # the network config's default_heartbeat_interval_ms
+
+
+def logs(broker: Any) -> list[dict[str, Any]]:
+    """Scale0's event log so far; the C floor keeps none."""
+    return list(broker.logs()) if hasattr(broker, "logs") else []
 
 
 def cpu_seconds(pid: int, task: int | None = None) -> float:
@@ -165,17 +180,33 @@ def driver(
                     sock.send_multipart([b"", signature, b"CHECKCONFIG", CHECKCONFIG])
 
 
-def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, float]:
-    """One broker (``command``: from another tree; None: this one) under the idle load."""
+def measure(
+    args: argparse.Namespace,
+    command: list[str] | None,
+    floor: Path | None = None,
+    silent: bool = False,
+) -> dict[str, float]:
+    """One broker under the idle load: Scale0 (``command``: from another tree; None: this
+    one), or the C liveness floor (``floor``: its built binary, tools/idle_floor.c; ``silent``:
+    it answers nothing after CONFIG)."""
     spawn = multiprocessing.get_context("spawn")
     # "info" adds only start/stop lines; broker_stopped carries the counters read below.
     overrides = {"log_level": "info"}
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        running_broker(Path(tmp), broker_overrides=overrides, command=command) as broker,
-    ):
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        broker: Any
+        if floor is None:
+            broker = stack.enter_context(
+                running_broker(Path(tmp), broker_overrides=overrides, command=command)
+            )
+            frontend, backend = broker.endpoints["frontend"], broker.endpoints["backend"]
+        else:
+            broker = stack.enter_context(
+                running_idle_floor(
+                    floor, Path(tmp), heartbeat_ms=int(INTERVAL_S * 1000), silent=silent
+                )
+            )
+            frontend, backend = broker.frontend, broker.backend
         born = time.monotonic()
-        frontend, backend = broker.endpoints["frontend"], broker.endpoints["backend"]
         stop = spawn.Event()
         lost = spawn.Value("i", 0)
         late = spawn.Value("d", 0.0)
@@ -199,7 +230,7 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
             lost_before = lost.value
             late.value = 0.0
             counts_before = list(counts)
-            events_before = [line.get("event") for line in broker.logs()]
+            events_before = [line.get("event") for line in logs(broker)]
             broker_before = cpu_seconds(broker.pid)
             main_before = cpu_seconds(broker.pid, broker.pid)  # the loop's thread
             drivers_before = sum(cpu_seconds(p.pid or 0) for p, _ in procs)
@@ -211,7 +242,7 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
             drivers_cpu = sum(cpu_seconds(p.pid or 0) for p, _ in procs) - drivers_before
             lost_in_window = lost.value - lost_before
             worst_late = late.value
-            events_window = [line.get("event") for line in broker.logs()][len(events_before) :]
+            events_window = [line.get("event") for line in logs(broker)][len(events_before) :]
             beats_in, beats_out = (a - b for a, b in zip(counts, counts_before, strict=True))
             broker_life_cpu = cpu_seconds(broker.pid)
         finally:
@@ -223,10 +254,21 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
         broker.stop()
         life = time.monotonic() - born
         stats: dict[str, Any] = {}
-        logs = broker.logs()
-        for line in logs:
-            if line.get("event") == "broker_stopped" and isinstance(line.get("stats"), dict):
-                stats = line["stats"]
+        if floor is None:
+            for line in broker.logs():
+                if line.get("event") == "broker_stopped" and isinstance(line.get("stats"), dict):
+                    stats = line["stats"]
+        else:  # the floor's own counters, in Scale0's names; it forgets silently (over its life)
+            own = broker.stats()
+            if not own:
+                raise RuntimeError(f"c-idle printed no stats line: {broker.stop()[-2000:]}")
+            stats = {
+                "net_received": own["received"],
+                "net_sent": own["sent"],
+                "net_wakeups": own["wakeups"],
+                "net_ticks": own["ticks"],
+            }
+            events_window = ["worker_lost"] * own["forgotten"]
     messages = stats.get("net_received", 0) + stats.get("net_sent", 0)
     connections = args.workers + args.clients
     return {
@@ -261,6 +303,9 @@ def measure(args: argparse.Namespace, command: list[str] | None) -> dict[str, fl
     }
 
 
+CASES = ("scale0", "c-idle", "c-idle-in")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tools/bench idle", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2000)
@@ -268,13 +313,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--drivers", type=int, default=4, help="driver processes")
     parser.add_argument(
+        "--cases",
+        nargs="+",
+        choices=CASES,
+        default=["scale0", "c-idle"],
+        help="scale0: this tree's broker; c-idle: the C liveness floor (tools/idle_floor.c); "
+        "c-idle-in: the same floor silent after CONFIG (only reading the HEARTBEATs)",
+    )
+    parser.add_argument(
         "--base-tree",
         type=Path,
         help="also measure the broker of this source tree (a change's before), alternating",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each broker")
     args = parser.parse_args(argv)
-    trees: list[tuple[str, list[str] | None]] = []
+    runs: list[tuple[str, list[str] | None]] = []
     if args.base_tree is not None:
         tree = args.base_tree.resolve()
         if not (tree / "scale0" / "net" / "node.py").is_file():
@@ -283,53 +336,73 @@ def main(argv: list[str]) -> int:
             f"import sys; sys.path.insert(0, {str(tree)!r})\n"
             "from scale0.cli.broker import main\nmain()"
         )
-        trees.append(("base", [sys.executable, "-c", code]))
-    trees.append(("scale0", None))
+        runs.append(("base", [sys.executable, "-c", code]))
+    runs.extend((name, None) for name in CASES if name in args.cases)
     print(
         f"{args.workers} idle workers, {args.clients} idle clients, heartbeat every "
         f"{INTERVAL_S:g} s, {args.seconds:.0f} s window, {os.cpu_count()} cores"
     )
-    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
-    for _ in range(args.repeat):
-        for name, command in trees:
-            result = measure(args, command)
-            results[name].append(result)
-            print(
-                f"{name:>6}: broker CPU {result['broker'] * 100:.2f} % of one core, "
-                f"{result['us_per_heartbeat']:.1f} µs per HEARTBEAT in or out "
-                f"(main thread {result['us_main']:.1f} + other threads {result['us_other']:.1f}; "
-                f"{result['beats_per_s']:.0f}/s), {result['us_per_conn_s']:.1f} µs per "
-                f"connection-second, {result['us_per_message']:.1f} µs per message over its "
-                f"life; drivers' CPU {result['drivers'] * 100:.1f} %, worst HEARTBEAT group "
-                f"{result['late_s'] * 1000:.0f} ms behind schedule; forgotten: "
-                f"{result['lost']:.0f} connections, {result['worker_lost']:.0f} workers lost, "
-                f"{result['gaps']:.0f} heartbeat gaps in the window, {result['hung_up']:.0f} "
-                f"hung up over the broker's life; wake-ups {result['wakeups_per_s']:.0f}/s "
-                f"(timer {result['ticks_per_s']:.0f}/s) (load {result['load']:.1f})",
-                flush=True,
-            )
-    mine = results["scale0"]
-    share = sorted(r["broker"] for r in mine)[(len(mine) - 1) // 2]
-    if "base" in results:
-        middle = (len(mine) - 1) // 2
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in runs}
+    with tempfile.TemporaryDirectory() as build:
+        floors = {"c-idle", "c-idle-in"} & set(results)
+        floor = build_c_broker(Path(build), IDLE_SOURCE) if floors else None
+        for _ in range(args.repeat):
+            for name, command in runs:
+                result = measure(
+                    args,
+                    command,
+                    floor if name in floors else None,
+                    silent=name == "c-idle-in",
+                )
+                results[name].append(result)
+                print(
+                    f"{name:>9}: broker CPU {result['broker'] * 100:.2f} % of one core, "
+                    f"{result['us_per_heartbeat']:.1f} µs per HEARTBEAT in or out "
+                    f"(main thread {result['us_main']:.1f} + other threads "
+                    f"{result['us_other']:.1f}; {result['beats_per_s']:.0f}/s), "
+                    f"{result['us_per_conn_s']:.1f} µs per connection-second, "
+                    f"{result['us_per_message']:.1f} µs per message over its life; drivers' CPU "
+                    f"{result['drivers'] * 100:.1f} %, worst HEARTBEAT group "
+                    f"{result['late_s'] * 1000:.0f} ms behind schedule; forgotten: "
+                    f"{result['lost']:.0f} connections, {result['worker_lost']:.0f} workers lost, "
+                    f"{result['gaps']:.0f} heartbeat gaps in the window, {result['hung_up']:.0f} "
+                    f"hung up over the broker's life; wake-ups {result['wakeups_per_s']:.0f}/s "
+                    f"(timer {result['ticks_per_s']:.0f}/s) (load {result['load']:.1f})",
+                    flush=True,
+                )
+    middle: int = (args.repeat - 1) // 2
 
-        def median(name: str, key: str) -> float:
-            return sorted(r[key] for r in results[name])[middle]
+    def median(name: str, key: str) -> float:
+        return sorted(r[key] for r in results[name])[middle]
 
-        for key, what, scale, unit in (
-            ("us_per_heartbeat", "µs per HEARTBEAT", 1, ""),
-            ("us_per_message", "µs per message (life)", 1, ""),
-            ("broker", "broker CPU", 100, " %"),
-        ):
-            base, ours = median("base", key), median("scale0", key)
+    keys = (
+        ("us_per_heartbeat", "µs per HEARTBEAT", 1, ""),
+        ("us_per_message", "µs per message (life)", 1, ""),
+        ("broker", "broker CPU", 100, " %"),
+    )
+    for other, label in (
+        ("base", "base"),
+        ("c-idle", "the C floor"),
+        ("c-idle-in", "the silent C floor"),
+    ):
+        if other not in results or "scale0" not in results:
+            continue
+        for key, what, scale, unit in keys:
+            theirs, ours = median(other, key), median("scale0", key)
+            # /proc counts CPU in 10 ms ticks: a short small run may show none.
+            ratio = f"x {ours / theirs:.2f} of {label}" if theirs > 0 else "no ratio: 0 ticks"
             print(
-                f"{what}, median run: base {base * scale:.2f}{unit}, scale0 "
-                f"{ours * scale:.2f}{unit} (x {ours / base:.2f} of base)"
+                f"{what}, median run: {other} {theirs * scale:.2f}{unit}, scale0 "
+                f"{ours * scale:.2f}{unit} ({ratio})"
             )
-    print(f"broker CPU: {share * 100:.2f} % of one core (target: under 5 %)")
-    lost = sum(r["lost"] + r["hung_up"] + r["worker_lost"] for r in mine)
-    print(f"connections the broker forgot or hung up: {lost:.0f} (should be 0)")
-    return 0 if share < 0.05 and lost == 0 else 1
+    for name in results:
+        if name != "base":
+            share = median(name, "broker")
+            print(f"{name} CPU: {share * 100:.2f} % of one core (target: under 5 %)")
+    lost = sum(r["lost"] + r["hung_up"] + r["worker_lost"] for rs in results.values() for r in rs)
+    print(f"connections a broker forgot or hung up: {lost:.0f} (should be 0)")
+    met = "scale0" not in results or median("scale0", "broker") < 0.05
+    return 0 if met and lost == 0 else 1
 
 
 if __name__ == "__main__":

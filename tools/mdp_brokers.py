@@ -1,5 +1,6 @@
 """The Majordomo brokers tools/bench measures against, as real processes: the C strict-LRU floor
-(tools/mdp_lru.c, built here with gcc) and majortomo (PyPI, pinned in setup.cfg).
+(tools/mdp_lru.c, built here with gcc) and majortomo (PyPI, pinned in setup.cfg); and the C
+liveness floor of ``tools/bench idle`` (tools/idle_floor.c, built the same way).
 
 Each runs as its own process bound to 127.0.0.1 on ports it picks, prints
 ``frontend <endpoint>`` and ``backend <endpoint>`` when bound, and is stopped by PID (SIGTERM,
@@ -24,6 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 C_SOURCE = HERE / "mdp_lru.c"
+IDLE_SOURCE = HERE / "idle_floor.c"
 MAJORTOMO_VERSION = "0.2.0"
 
 
@@ -45,13 +47,14 @@ def find_libzmq() -> Path:
     raise BrokerUnavailable("pyzmq has no libzmq loaded that /proc/self/maps shows")
 
 
-def build_c_broker(directory: Path) -> Path:
-    """Compile tools/mdp_lru.c into ``directory``; ``BrokerUnavailable`` without gcc."""
+def build_c_broker(directory: Path, source: Path = C_SOURCE) -> Path:
+    """Compile ``source`` (tools/mdp_lru.c unless told; tools/idle_floor.c) into ``directory``,
+    as the file's name with "-" for "_"; ``BrokerUnavailable`` without gcc."""
     gcc = shutil.which("gcc")
     if gcc is None:
-        raise BrokerUnavailable("gcc not found: the C strict-LRU broker cannot be built")
+        raise BrokerUnavailable(f"gcc not found: {source.name} cannot be built")
     libzmq = find_libzmq()
-    binary = directory / "mdp-lru"
+    binary = directory / source.stem.replace("_", "-")
     command = [
         gcc,
         "-O2",
@@ -61,7 +64,7 @@ def build_c_broker(directory: Path) -> Path:
         "-Werror",
         "-o",
         str(binary),
-        str(C_SOURCE),
+        str(source),
         str(libzmq),
         f"-Wl,-rpath,{libzmq.parent}",
     ]
@@ -69,7 +72,7 @@ def build_c_broker(directory: Path) -> Path:
         command, capture_output=True, text=True, timeout=120, check=False
     )
     if done.returncode != 0:
-        raise RuntimeError(f"building {C_SOURCE.name} failed:\n{done.stderr}")
+        raise RuntimeError(f"building {source.name} failed:\n{done.stderr}")
     return binary
 
 
@@ -160,6 +163,38 @@ def running_c_broker(
             str(heartbeat_ms),
             "-l",
             str(liveness),
+            "tcp://127.0.0.1:*",
+            "tcp://127.0.0.1:*",
+        ],
+        directory,
+    )
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@contextmanager
+def running_idle_floor(
+    binary: Path,
+    directory: Path,
+    *,
+    heartbeat_ms: int = 1000,
+    liveness: int = 3,
+    silent: bool = False,
+) -> Iterator[RunningBroker]:
+    """The C liveness floor (tools/idle_floor.c): frontend (clients) and backend (workers).
+    ``silent``: it sends nothing after CONFIG (what reading the HEARTBEATs alone costs)."""
+    broker = _start(
+        "c-idle",
+        [
+            str(binary),
+            "-i",
+            str(heartbeat_ms),
+            "-l",
+            str(liveness),
+            "-s",
+            str(int(silent)),
             "tcp://127.0.0.1:*",
             "tcp://127.0.0.1:*",
         ],

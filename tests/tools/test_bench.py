@@ -9,9 +9,11 @@ every request id and answers in the framing the client speaks: S0P/1, and each M
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,9 +21,14 @@ from pathlib import Path
 import pytest
 import zmq
 
-from tools import bench, bench_idle_core, bench_mdp_core, bench_soak
+from tools import bench, bench_idle, bench_idle_core, bench_mdp_core, bench_soak
 from tools.mdp import DIALECTS, Dialect, reply_header, request_header
-from tools.mdp_brokers import BrokerUnavailable, build_c_broker
+from tools.mdp_brokers import (
+    IDLE_SOURCE,
+    BrokerUnavailable,
+    build_c_broker,
+    running_idle_floor,
+)
 
 REQUESTS = 1500  # plus the client's 1000 warm-up requests
 
@@ -180,3 +187,97 @@ def test_bench_idle_core_times_every_tree_and_names_a_bad_one(
     with pytest.raises(SystemExit):
         bench_idle_core.main(["--tree", str(tmp_path)])
     assert "no scale0/ in it" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def idle_floor_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tools/idle_floor.c built as tools/bench idle builds it (gcc, -Werror, pyzmq's libzmq)."""
+    try:
+        return build_c_broker(tmp_path_factory.mktemp("idle-floor"), IDLE_SOURCE)
+    except BrokerUnavailable as e:
+        if "gcc not found" in str(e):
+            pytest.skip(str(e))
+        raise
+
+
+def test_idle_floor_answers_what_the_idle_drivers_wait_for(
+    idle_floor_binary: Path, tmp_path: Path
+) -> None:
+    """The C liveness floor: CONFIG for CHECKCONFIG, a HEARTBEAT for each client HEARTBEAT,
+    FORCENEGOTIATE for a HEARTBEAT from a peer it does not know, a HEARTBEAT every interval to
+    a worker after READY, and a peer silent past liveness forgotten (its stats line). Liveness
+    here is 1 s, so a starved test process is not what forgets the worker."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    socks: list[zmq.Socket[bytes]] = []
+
+    def dealer(endpoint: str) -> zmq.Socket[bytes]:
+        sock = ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.rcvtimeo = 2000
+        sock.connect(endpoint)
+        socks.append(sock)
+        return sock
+
+    beat = b'{"time":1.5,"config_version":0}'
+    try:
+        with running_idle_floor(idle_floor_binary, tmp_path, heartbeat_ms=200, liveness=5) as floor:
+            client, stranger = dealer(floor.frontend), dealer(floor.frontend)
+            worker = dealer(floor.backend)
+            client.send_multipart([b"", b"S0C1", b"CHECKCONFIG", bench_idle.CHECKCONFIG])
+            assert client.recv_multipart()[2:] == [b"CONFIG", b'{"config_version":0}']
+            client.send_multipart([b"", b"S0C1", b"HEARTBEAT", beat])
+            answer = client.recv_multipart()
+            assert answer[:3] == [b"", b"S0C1", b"HEARTBEAT"]
+            assert json.loads(answer[3])["config_version"] == 0
+            stranger.send_multipart([b"", b"S0C1", b"HEARTBEAT", beat])
+            assert stranger.recv_multipart()[2] == b"FORCENEGOTIATE"
+            worker.send_multipart([b"", b"S0W1", b"CHECKCONFIG", bench_idle.CHECKCONFIG])
+            assert worker.recv_multipart()[2] == b"CONFIG"
+            worker.send_multipart([b"", b"S0W1", b"READY", b"{}"])
+            beats = 0
+            deadline = time.monotonic() + 5
+            while beats < 3 and time.monotonic() < deadline:  # 3 beats, then it falls silent
+                frames = worker.recv_multipart()
+                assert frames[2] == b"HEARTBEAT", frames
+                beats += 1
+                worker.send_multipart([b"", b"S0W1", b"HEARTBEAT", beat])
+            assert beats == 3
+            time.sleep(2.5)  # liveness 5 x 200 ms, and more: both peers forgotten
+            worker.send_multipart([b"", b"S0W1", b"HEARTBEAT", beat])
+            frames = worker.recv_multipart()
+            while frames[2] == b"HEARTBEAT":  # beats sent before it was forgotten
+                frames = worker.recv_multipart()
+            assert frames[2] == b"FORCENEGOTIATE"
+            floor.stop()
+            stats = floor.stats()
+        assert stats["forgotten"] == 2 and stats["forced"] == 2, stats
+        # In: 2 CHECKCONFIG, READY, 6 HEARTBEAT; out: 2 CONFIG, an answer, 2 FORCENEGOTIATE and
+        # the worker's beats (3 answered, then more until it was forgotten).
+        assert stats["received"] == 9 and stats["sent"] >= 8, stats
+    finally:
+        for sock in socks:
+            sock.close()
+        ctx.term()
+
+
+def test_bench_idle_measures_scale0_and_the_c_floor_in_one_invocation(
+    idle_floor_binary: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tools/bench idle --cases scale0 c-idle``, small and short: both brokers under the same
+    drivers, each one's share of a core printed, and scale0's ratio to the floor."""
+    code = bench_idle.main(
+        [
+            *("--workers", "20", "--clients", "20", "--seconds", "2", "--drivers", "1"),
+            *("--cases", "scale0", "c-idle"),
+        ]
+    )
+    out = capsys.readouterr().out
+    for case in ("scale0", "c-idle"):
+        run = re.search(rf"{case}: broker CPU ([0-9.]+) % of one core, ([0-9.]+) µs", out)
+        assert run is not None, out
+        assert float(run[2]) >= 0 and re.search(rf"^{case} CPU: [0-9.]+ % of one core", out, re.M)
+    # /proc counts CPU in 10 ms ticks: 40 idle connections for 2 s may cost the floor none.
+    ratio = r"broker CPU, median run: c-idle [0-9.]+ %, scale0 [0-9.]+ % \((x [0-9.]+ of|no ratio)"
+    assert re.search(ratio, out), out
+    assert "connections a broker forgot or hung up: 0" in out, out
+    assert code == 0, out
