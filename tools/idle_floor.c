@@ -26,61 +26,10 @@
  *   stderr and exits 0.
  *
  * Built by tools/mdp_brokers.py (build_c_broker) against the libzmq pyzmq loads, like
- * tools/mdp_lru.c. No zmq.h is needed: when it is missing, the few declarations below stand in
- * (libzmq's stable 4.x ABI; zmq_msg_t is its documented 64-byte opaque struct).
+ * tools/mdp_lru.c; what the two share (libzmq's declarations without zmq.h, the clock, the stop
+ * signals, a bound ROUTER) is tools/c_broker.h.
  */
-#define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <signal.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#if defined(__has_include)
-#if __has_include(<zmq.h>)
-#include <zmq.h>
-#define HAVE_ZMQ_H 1
-#endif
-#endif
-
-#ifndef HAVE_ZMQ_H
-typedef struct zmq_msg_t {
-    unsigned char _[64] __attribute__((aligned(sizeof(void *))));
-} zmq_msg_t;
-typedef struct zmq_pollitem_t {
-    void *socket;
-    int fd;
-    short events;
-    short revents;
-} zmq_pollitem_t;
-#define ZMQ_ROUTER 6
-#define ZMQ_LINGER 17
-#define ZMQ_SNDHWM 23
-#define ZMQ_RCVHWM 24
-#define ZMQ_LAST_ENDPOINT 32
-#define ZMQ_DONTWAIT 1
-#define ZMQ_SNDMORE 2
-#define ZMQ_POLLIN 1
-void *zmq_ctx_new(void);
-int zmq_ctx_term(void *context);
-void *zmq_socket(void *context, int type);
-int zmq_close(void *socket);
-int zmq_setsockopt(void *socket, int option, const void *value, size_t len);
-int zmq_getsockopt(void *socket, int option, void *value, size_t *len);
-int zmq_bind(void *socket, const char *endpoint);
-int zmq_send(void *socket, const void *buf, size_t len, int flags);
-int zmq_msg_init(zmq_msg_t *msg);
-int zmq_msg_recv(zmq_msg_t *msg, void *socket, int flags);
-int zmq_msg_close(zmq_msg_t *msg);
-void *zmq_msg_data(zmq_msg_t *msg);
-size_t zmq_msg_size(const zmq_msg_t *msg);
-int zmq_msg_more(const zmq_msg_t *msg);
-int zmq_poll(zmq_pollitem_t *items, int nitems, long timeout);
-int zmq_errno(void);
-const char *zmq_strerror(int errnum);
-#endif
+#include "c_broker.h"
 
 #define MAX_ID 255          /* routing ids */
 #define MAX_SIG 16          /* signature frames ("S0C1", "S0W1") */
@@ -105,23 +54,11 @@ static double heartbeat_s = 1.0;
 static int liveness = 3;
 static int silent;
 static void *frontend, *backend;
-static volatile sig_atomic_t stopping;
 static unsigned long long st_received, st_sent, st_wakeups, st_ticks, st_forgotten, st_forced,
     st_dropped, st_untracked;
 static char beat_body[96];
 static size_t beat_len;
 static const char CONFIG_BODY[] = "{\"config_version\":0}";
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void on_signal(int sig) {
-    (void)sig;
-    stopping = 1;
-}
 
 static uint32_t hash_id(const unsigned char *id, size_t len, int is_backend) {
     uint32_t h = 2166136261u ^ (uint32_t)is_backend;
@@ -292,24 +229,6 @@ static void tick(double now) {
     }
 }
 
-static void *bound(void *context, const char *endpoint, const char *name) {
-    void *socket = zmq_socket(context, ZMQ_ROUTER);
-    int zero = 0, hwm = 100000;
-    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(socket, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-    if (zmq_bind(socket, endpoint) != 0) {
-        fprintf(stderr, "idle-floor: cannot bind %s %s: %s\n", name, endpoint,
-                zmq_strerror(zmq_errno()));
-        exit(2);
-    }
-    char last[256];
-    size_t len = sizeof(last);
-    zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, last, &len);
-    printf("%s %s\n", name, last);
-    return socket;
-}
-
 int main(int argc, char **argv) {
     int arg = 1;
     while (arg + 1 < argc && argv[arg][0] == '-') {
@@ -328,15 +247,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] FRONTEND BACKEND\n");
         return 2;
     }
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_handler = on_signal;
-    sigaction(SIGTERM, &action, NULL);
-    sigaction(SIGINT, &action, NULL);
+    catch_stop_signals();
 
     void *context = zmq_ctx_new();
-    frontend = bound(context, argv[arg], "frontend");
-    backend = bound(context, argv[arg + 1], "backend");
+    frontend = bound(context, argv[arg], "frontend", "idle-floor");
+    backend = bound(context, argv[arg + 1], "backend", "idle-floor");
     fflush(stdout);
 
     zmq_pollitem_t items[2] = {{frontend, 0, ZMQ_POLLIN, 0}, {backend, 0, ZMQ_POLLIN, 0}};

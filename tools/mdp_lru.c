@@ -32,65 +32,10 @@
  *   "backend <endpoint>" on stdout, and on SIGTERM/SIGINT prints one "stats ..." line on
  *   stderr and exits 0.
  *
- * Built by tools/mdp_brokers.py against the libzmq pyzmq loads. No zmq.h is needed: when it is
- * missing, the few declarations below stand in (libzmq's stable 4.x ABI; zmq_msg_t is its
- * documented 64-byte opaque struct).
+ * Built by tools/mdp_brokers.py against the libzmq pyzmq loads; no zmq.h is needed
+ * (tools/c_broker.h, shared with tools/idle_floor.c, declares what it uses).
  */
-#define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <signal.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#if defined(__has_include)
-#if __has_include(<zmq.h>)
-#include <zmq.h>
-#define HAVE_ZMQ_H 1
-#endif
-#endif
-
-#ifndef HAVE_ZMQ_H
-typedef struct zmq_msg_t {
-    unsigned char _[64] __attribute__((aligned(sizeof(void *))));
-} zmq_msg_t;
-typedef struct zmq_pollitem_t {
-    void *socket;
-    int fd;
-    short events;
-    short revents;
-} zmq_pollitem_t;
-typedef void(zmq_free_fn)(void *data, void *hint);
-#define ZMQ_ROUTER 6
-#define ZMQ_LINGER 17
-#define ZMQ_SNDHWM 23
-#define ZMQ_RCVHWM 24
-#define ZMQ_LAST_ENDPOINT 32
-#define ZMQ_DONTWAIT 1
-#define ZMQ_SNDMORE 2
-#define ZMQ_POLLIN 1
-void *zmq_ctx_new(void);
-int zmq_ctx_term(void *context);
-void *zmq_socket(void *context, int type);
-int zmq_close(void *socket);
-int zmq_setsockopt(void *socket, int option, const void *value, size_t len);
-int zmq_getsockopt(void *socket, int option, void *value, size_t *len);
-int zmq_bind(void *socket, const char *endpoint);
-int zmq_msg_init(zmq_msg_t *msg);
-int zmq_msg_init_data(zmq_msg_t *msg, void *data, size_t size, zmq_free_fn *ffn, void *hint);
-int zmq_msg_send(zmq_msg_t *msg, void *socket, int flags);
-int zmq_msg_recv(zmq_msg_t *msg, void *socket, int flags);
-int zmq_msg_close(zmq_msg_t *msg);
-int zmq_msg_move(zmq_msg_t *dest, zmq_msg_t *src);
-void *zmq_msg_data(zmq_msg_t *msg);
-size_t zmq_msg_size(const zmq_msg_t *msg);
-int zmq_msg_more(const zmq_msg_t *msg);
-int zmq_poll(zmq_pollitem_t *items, int nitems, long timeout);
-int zmq_errno(void);
-const char *zmq_strerror(int errnum);
-#endif
+#include "c_broker.h"
 
 #define MAX_FRAMES 64        /* longer messages are dropped */
 #define MAX_ID 255           /* routing ids and service names */
@@ -146,19 +91,7 @@ static int queued;
 static double heartbeat_s = 2.5;
 static int liveness = 3;
 static void *frontend, *backend;
-static volatile sig_atomic_t stopping;
 static unsigned long long st_requests, st_replies, st_wakeups, st_dropped, st_disconnects;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void on_signal(int sig) {
-    (void)sig;
-    stopping = 1;
-}
 
 /* ---- workers: a hash table on the routing id ------------------------------------------------ */
 
@@ -659,24 +592,6 @@ static void heartbeat_tick(double now) {
     }
 }
 
-static void *bound(void *context, const char *endpoint, const char *name) {
-    void *socket = zmq_socket(context, ZMQ_ROUTER);
-    int zero = 0, hwm = 100000;
-    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(socket, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-    if (zmq_bind(socket, endpoint) != 0) {
-        fprintf(stderr, "mdp-lru: cannot bind %s %s: %s\n", name, endpoint,
-                zmq_strerror(zmq_errno()));
-        exit(2);
-    }
-    char last[256];
-    size_t len = sizeof(last);
-    zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, last, &len);
-    printf("%s %s\n", name, last);
-    return socket;
-}
-
 int main(int argc, char **argv) {
     int arg = 1;
     while (arg + 1 < argc && argv[arg][0] == '-') {
@@ -693,15 +608,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: mdp-lru [-i heartbeat_ms] [-l liveness] FRONTEND BACKEND\n");
         return 2;
     }
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_handler = on_signal;
-    sigaction(SIGTERM, &action, NULL);
-    sigaction(SIGINT, &action, NULL);
+    catch_stop_signals();
 
     void *context = zmq_ctx_new();
-    frontend = bound(context, argv[arg], "frontend");
-    backend = bound(context, argv[arg + 1], "backend");
+    frontend = bound(context, argv[arg], "frontend", "mdp-lru");
+    backend = bound(context, argv[arg + 1], "backend", "mdp-lru");
     fflush(stdout);
 
     zmq_pollitem_t items[2] = {{frontend, 0, ZMQ_POLLIN, 0}, {backend, 0, ZMQ_POLLIN, 0}};
