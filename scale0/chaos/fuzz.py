@@ -546,6 +546,9 @@ def fuzz(
         max_frame_bytes=MAX_FRAME_BYTES,
         error_threshold=50,
         error_ban_s=1.0,
+        # Fake workers hold requests they never answer: a drain of the default 10 s would race
+        # the stop's own 10 s before SIGKILL, and broker_stopped would go unwritten.
+        broker_overrides=({"shutdown_grace_ms": 2000}, {"shutdown_grace_ms": 2000}),
     )
     fake = network.brokers[1]
     report = FuzzReport()

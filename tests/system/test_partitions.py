@@ -68,6 +68,8 @@ def test_every_fault_loses_nothing_and_the_family_converges(tmp_path: Path) -> N
         assert report.sent > 0 and report.answered > 0, report.as_dict()
         assert report.converge_s is not None, report.as_dict()
         assert set(report.versions.values()) == {report.target_version}, report.as_dict()
-    assert reports[0].in_flight_at_cut > 0  # the cut caught requests on their way
+    # The cuts caught requests on their way. Any one cut may catch none: requests take a few ms
+    # and a cut takes about as long (0, 3, 1 and 1 in one run), so count them over all faults.
+    assert sum(r.in_flight_at_cut for r in reports) > 0, [r.as_dict() for r in reports]
     violations = [f"{r.fault}: {v}" for r in reports for v in r.violations]
     assert violations == []
