@@ -29,7 +29,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ __all__ = [
     "running_family",
     "start_broker_process",
     "start_family_member",
+    "wait_until",
     "write_configs",
     "write_family_configs",
 ]
@@ -73,6 +74,28 @@ START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
 
 IDENTITY = "solo"
+#: How long a test waits for something a running process is to do, unless it says otherwise.
+WAIT_S = 30.0
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str = "condition",
+    timeout: float = WAIT_S,
+    *,
+    pause: float = 0.02,
+) -> float:
+    """Poll ``condition`` every ``pause`` s until it is true; return the seconds that took.
+
+    Bounded: AssertionError naming ``what`` once ``timeout`` s have passed without it.
+    """
+    started = time.monotonic()
+    while True:
+        if condition():
+            return time.monotonic() - started
+        if time.monotonic() - started >= timeout:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(pause)
 
 
 def broker_command() -> str:

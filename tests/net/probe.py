@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from scale0.config.model import Admin
@@ -15,17 +13,6 @@ WAIT_S = 10.0
 #: A read-only admin the tests put in the network config (``running_broker(..., **PROBE)``).
 PROBE_ID, PROBE_PASSWORD = "probe", "probe-secret"
 PROBE: dict[str, Any] = {"admins": (Admin(PROBE_ID, hash_password(PROBE_PASSWORD), "read"),)}
-
-
-def wait_until(
-    condition: Callable[[], bool], what: str = "condition", timeout: float = WAIT_S
-) -> None:
-    """Return once ``condition()`` holds; AssertionError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not met within {timeout} s")
-        time.sleep(0.02)  # the polling period of a bounded wait, not a guess at timing
 
 
 def management_rows(broker: BrokerProcess, table: str) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from scale0.net.errors import (
 from scale0.net.worker import Handler, Worker, WorkerThread, echo_handler
 from scale0.session.failover import Failover
 from scale0.session.requests import ClientSession
-from scale0.testing import BrokerProcess, running_broker
+from scale0.testing import BrokerProcess, running_broker, wait_until
 from scale0.wire.client import (
     CheckConfig,
     ClientReply,
@@ -46,7 +46,7 @@ from scale0.wire.client import (
 )
 from scale0.wire.frames import SIG_CLIENT, ConfigType
 from scale0.wire.registry import decode_to_broker
-from tests.net.probe import PROBE, management_rows, wait_until
+from tests.net.probe import PROBE, management_rows
 
 WAIT_S = 10.0
 #: The UNIX time the pure tests pass to the link (it only goes into HEARTBEAT).

@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +27,7 @@ import zmq
 from scale0.net.client import AsyncClient, Client
 from scale0.net.errors import RequestTimeout
 from scale0.net.worker import Handler, Worker, WorkerThread, echo_handler
-from scale0.testing import BrokerProcess, pick_free_ports, running_brokers
+from scale0.testing import BrokerProcess, pick_free_ports, running_brokers, wait_until
 from scale0.wire import (
     SIG_CLIENT,
     SIG_WORKER,
@@ -46,15 +45,6 @@ HEARTBEAT_S = 0.2
 # rather than 3 so a broker slowed by a busy machine is not taken for dead (a spurious move
 # would change the failover counts these tests check).
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def sigkill(broker: BrokerProcess) -> None:
@@ -223,7 +213,7 @@ def test_a_worker_whose_broker_dies_registers_on_another_and_serves(
             sigkill(first)  # silence: liveness x interval
         else:
             first.stop()  # an orderly shutdown says DISCONNECT to every worker
-        assert wait_until(registered_at(worker, back(second)))
+        wait_until(registered_at(worker, back(second)))
         assert client.request("who", b"") == [b"mover"]
         assert worker.failovers == 1
     reason = "answered nothing" if how == "SIGKILL" else "DISCONNECT"
@@ -246,7 +236,7 @@ def test_a_503_from_a_disabled_broker_moves_clients_and_workers_on(
         assert client.request("who", b"") == [b"mover"]
         sigkill(first)
         # Both know b1, b2, b3: after b1 comes b2, which answers 503 (§6.4), then b3.
-        assert wait_until(registered_at(worker, back(third)))
+        wait_until(registered_at(worker, back(third)))
         assert client.request("who", b"") == [b"mover"]
         assert client.endpoint == front(third) and client.failovers >= 2
         assert worker.failovers >= 2
@@ -332,7 +322,7 @@ def test_a_301_moves_the_worker(tmp_path: Path, context: zmq.Context[zmq.Socket[
         try:
             routing_id, _ = peer.recv(CheckConfig)
             peer.send(routing_id, DisconnectError(301, "go", back(broker), protocol=SIG_WORKER))
-            assert wait_until(registered_at(handle.worker, back(broker)))
+            wait_until(registered_at(handle.worker, back(broker)))
             with Client(front(broker), timeout=WAIT_S) as client:
                 assert client.request("echo", b"served") == [b"served"]
             assert handle.worker.failovers == 1

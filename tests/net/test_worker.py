@@ -26,8 +26,8 @@ import pytest
 from scale0.net.client import AsyncClient, Client
 from scale0.net.errors import WorkerFailed
 from scale0.net.worker import Handler, Worker, WorkerThread, echo_handler, reply_frames
-from scale0.testing import BrokerProcess, running_broker
-from tests.net.probe import PROBE, management_rows, wait_until
+from scale0.testing import BrokerProcess, running_broker, wait_until
+from tests.net.probe import PROBE, management_rows
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0

@@ -6,8 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable
 from typing import Any
 
 from scale0.testing import Family
@@ -38,13 +36,3 @@ def ctl_json(family: Family, *args: str, broker: str = "b1") -> tuple[int, dict[
     document = json.loads(result.stdout)
     assert isinstance(document, dict), result.stdout
     return result.returncode, document
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    """Poll ``condition`` every 0.1 s until it holds; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s} s: {what}")

@@ -34,6 +34,7 @@ from scale0.testing import (
     curve_worker_args,
     running_brokers,
     wait_for_endpoints,
+    wait_until,
     write_family_configs,
 )
 
@@ -41,15 +42,6 @@ pytestmark = pytest.mark.system
 
 WAIT_S = 20.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = WAIT_S, what: str = "") -> None:
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def events(broker: BrokerProcess, name: str) -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,21 +40,13 @@ from scale0.testing import (
     curve_options,
     curve_worker_args,
     running_brokers,
+    wait_until,
 )
 
 pytestmark = pytest.mark.system
 
 WAIT_S = 20.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = WAIT_S, what: str = "") -> None:
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def answers(client: Client, body: bytes) -> bool:

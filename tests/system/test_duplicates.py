@@ -19,14 +19,13 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from scale0.net.client import Client
-from scale0.testing import BrokerProcess, running_brokers
+from scale0.testing import BrokerProcess, running_brokers, wait_until
 
 pytestmark = pytest.mark.system
 
@@ -34,15 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0
 FAST = {"default_heartbeat_interval_ms": 200, "liveness": 5, "request_timeout_ms": 20_000}
 HANDLER_S = 2.0  # long enough to kill b1 while it runs
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def ready_workers(broker: BrokerProcess) -> int:

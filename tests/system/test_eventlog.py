@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from scale0.net.client import Client, WorkerFailed
-from scale0.testing import FamilyMember, running_family
+from scale0.testing import FamilyMember, running_family, wait_until
 from scale0.trend.schema import validate_record
-from tests.system.ctl import ctl_json, wait_until
+from tests.system.ctl import ctl_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

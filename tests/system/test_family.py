@@ -38,6 +38,7 @@ from scale0.testing import (
     pick_free_ports,
     running_brokers,
     start_broker_process,
+    wait_until,
 )
 from scale0.wire.configsync import PublishedConfig
 from scale0.wire.frames import ConfigType
@@ -57,16 +58,6 @@ def family(request: pytest.FixtureRequest) -> dict[str, Any]:
     if request.param == "gossip":
         return {"family_topology": "gossip"}
     return {"curve": True} if request.param == "curve" else {}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = WAIT_S, what: str = "") -> float:
-    """Poll ``condition`` until true; return the seconds it took. Bounded: fails after timeout."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if condition():
-            return time.monotonic() - started
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def events(broker: BrokerProcess, name: str, **fields: object) -> list[dict[str, Any]]:

@@ -20,8 +20,7 @@ import zmq
 
 from scale0.net.client import Client
 from scale0.net.worker import echo_handler
-from scale0.testing import running_brokers
-from tests.system.ctl import wait_until
+from scale0.testing import running_brokers, wait_until
 from tests.system.test_family import FAST, WAIT_S, family_ready, worker_thread
 from tests.tools.test_mdp import serving
 from tools.mdp import MAJORTOMO, MDP01, MDP02, Dialect, MdpError, Request

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from scale0.net.client import Client
 from scale0.net.worker import Worker
-from scale0.testing import Family, running_family
+from scale0.testing import Family, running_family, wait_until
 from tests.conftest import SPARK_TIMEOUT_S
 
 pytestmark = pytest.mark.system
@@ -156,14 +155,6 @@ def traffic(endpoint: str) -> Iterator[list[int]]:
         thread.join(15.0)
     assert not thread.is_alive(), "the traffic thread did not stop"
     assert not failures, failures
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _check_page(browser: WebDriver, family: Family) -> None:

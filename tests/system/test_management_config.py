@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from scale0.crypto.keys import generate_keypair
-from scale0.testing import Family, running_family
-from tests.system.ctl import RUN_TIMEOUT_S, WAIT_S, ctl_json, wait_until
+from scale0.testing import Family, running_family, wait_until
+from tests.system.ctl import RUN_TIMEOUT_S, WAIT_S, ctl_json
 
 pytestmark = pytest.mark.system
 

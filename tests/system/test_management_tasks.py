@@ -23,7 +23,7 @@ from scale0.net.errors import RequestTimeout, ServiceNotFound, ServiceUnavailabl
 from scale0.net.worker import Worker
 from scale0.tasks.client import TaskClient
 from scale0.tasks.vespid import DEFAULT_RECENT, MAX_RECENT
-from scale0.testing import FAMILY_ADMINS, Family, running_family
+from scale0.testing import FAMILY_ADMINS, Family, running_family, wait_until
 from tests.system.test_management_browser import (
     browser,  # noqa: F401 (the fixture)
     log_in,
@@ -31,7 +31,7 @@ from tests.system.test_management_browser import (
     wait,
 )
 from tests.system.test_management_http import Http
-from tests.tasks.processes import Proc, coordinator, node, running, wait_until
+from tests.tasks.processes import Proc, coordinator, node, running
 
 pytestmark = pytest.mark.system
 
@@ -94,7 +94,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         )
         agent = node(tmp, "n1", family["b1"].frontend, capabilities={"memory": 2000, "cores": 2})
         with running(coord, agent):
-            wait_until(lambda: served(family["b1"].frontend), WAIT_S, "the coordinator serves")
+            wait_until(lambda: served(family["b1"].frontend), "the coordinator serves", WAIT_S)
             with admin_client(family["b1"].frontend) as client:
                 client.create("done", "print('done')", requirements={"memory": 100})
                 client.create("failing", "raise SystemExit(3)", requirements={"memory": 100})
@@ -105,7 +105,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 assert client.wait_complete("done")["success"] == "ok"
                 assert client.wait_complete("failing")["success"] == "error"
                 wait_until(
-                    lambda: client.info("sleeper")["state"] == "running", WAIT_S, "sleeper runs"
+                    lambda: client.info("sleeper")["state"] == "running", "sleeper runs", WAIT_S
                 )
             yield Setup(family, coord, agent)
 
@@ -307,7 +307,7 @@ def test_no_coordinator_is_503_saying_so(lone: Family) -> None:
 
     # While the broker is young (R7's grace) the request waits and the panel's timeout ends
     # it: 504, also saying that no coordinator answered. After that, 503 at once.
-    wait_until(not_served, WAIT_S, "503 not-served")
+    wait_until(not_served, "503 not-served", WAIT_S)
     for status, document in answers[:-1]:
         assert (status, document["result"]["reason"]) == (504, "no-answer"), document
         assert document["message"].startswith("no task coordinator serving 'vespid' answered")

@@ -30,9 +30,10 @@ from scale0.testing import (
     pick_free_ports,
     running_family,
     start_family_member,
+    wait_until,
     write_family_configs,
 )
-from tests.system.ctl import RUN_TIMEOUT_S, wait_until
+from tests.system.ctl import RUN_TIMEOUT_S
 from tests.system.ctl import ctl_json as ctl
 
 pytestmark = pytest.mark.system

@@ -25,8 +25,8 @@ from scale0.crypto.curve import generate_curve_keypair, load_curve_secret_key
 from scale0.net.client import Client
 from scale0.net.worker import Worker
 from scale0.session.errors import RequestTimeout
-from scale0.testing import Family, FamilyMember, running_family, start_family_member
-from tests.system.ctl import RUN_TIMEOUT_S, WAIT_S, wait_until
+from scale0.testing import Family, FamilyMember, running_family, start_family_member, wait_until
+from tests.system.ctl import RUN_TIMEOUT_S, WAIT_S
 
 pytestmark = pytest.mark.system
 

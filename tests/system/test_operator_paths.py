@@ -23,8 +23,8 @@ import pytest
 
 from scale0.net.client import Client
 from scale0.net.worker import Worker, WorkerThread
-from scale0.testing import start_family_member
-from tests.system.ctl import WAIT_S, wait_until
+from scale0.testing import start_family_member, wait_until
+from tests.system.ctl import WAIT_S
 from tests.system.ctl import ctl_json as ctl
 from tests.system.test_operations import edit_yaml, everyone, logged, operated_family
 

@@ -18,9 +18,9 @@ import pytest
 from scale0.net.errors import RequestTimeout, ServiceNotFound, ServiceUnavailable
 from scale0.tasks.client import TaskClient
 from scale0.tasks.model import Severity, TaskState
-from scale0.testing import running_brokers
+from scale0.testing import running_brokers, wait_until
 from tests.tasks.postgres import Server, running_postgres
-from tests.tasks.processes import Proc, coordinator, node, running, wait_until
+from tests.tasks.processes import Proc, coordinator, node, running
 from tests.tasks.stores import open_store
 
 pytestmark = pytest.mark.system
@@ -117,7 +117,7 @@ def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(
         ):
             # Served first: a loaded machine may take longer to register the coordinators'
             # workers than the brokers' start-up grace, and a request then is answered 404.
-            wait_until(lambda: served(b2.endpoints["frontend"]), WAIT_S, "coordinator serves")
+            wait_until(lambda: served(b2.endpoints["frontend"]), "coordinator serves", WAIT_S)
             # A fresh client id (K3): a fixed id's resend would find itself taken.
             client.connect()
             with TaskClient(b1.endpoints["frontend"]) as via_b1:  # any broker reaches it
@@ -154,8 +154,8 @@ def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(
                         for proc in (coord, second):
                             wait_until(
                                 lambda proc=proc: _stats(proc).get("requests", 0) > 0,
-                                30,
                                 f"{proc.config.stem} served requests",
+                                30,
                             )
                         served_before_kill = {"killed": _stats(coord), "survivor": _stats(second)}
                     coord.kill()
@@ -174,7 +174,10 @@ def test_500_tasks_survive_a_node_and_the_coordinator_being_killed(
                 return dict(client.command("task-list")["counts"])
 
             wait_until(
-                lambda: counts()["complete"] == len(plan) + 1, WAIT_S, "every task complete", 0.5
+                lambda: counts()["complete"] == len(plan) + 1,
+                "every task complete",
+                WAIT_S,
+                pause=0.5,
             )
             client.command("task-cancel", name="never")
             final = counts()

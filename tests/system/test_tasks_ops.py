@@ -22,13 +22,13 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from scale0.mgmt.taskpage import METRIC_NAMES
 from scale0.tasks.client import TaskClient
-from scale0.testing import FAMILY_ADMINS, BrokerProcess, running_brokers
+from scale0.testing import FAMILY_ADMINS, BrokerProcess, running_brokers, wait_until
 from tests.system.test_management_browser import (
     browser,  # noqa: F401 (the fixture)
     screenshot,
     wait,
 )
-from tests.tasks.processes import Proc, coordinator, node, running, wait_until
+from tests.tasks.processes import Proc, coordinator, node, running
 
 pytestmark = pytest.mark.system
 
@@ -76,7 +76,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             tmp, "n1", brokers[0].endpoints["frontend"], capabilities={"memory": 2000, "cores": 2}
         )
         with running(coord, agent):
-            wait_until(lambda: http_url(coord) is not None, WAIT_S, "the coordinator's URL")
+            wait_until(lambda: http_url(coord) is not None, "the coordinator's URL", WAIT_S)
             url = http_url(coord)
             assert url is not None and url.startswith("http://127.0.0.1:")
             home = tmp / "home"  # no ~/.config/scale0/credentials of the user running the tests
@@ -241,9 +241,9 @@ def test_cancel_terminates_a_running_task_and_refuses_a_finished_one(setup: Setu
     auth = dict(zip(("auth_id", "auth_password"), ADMIN, strict=True))
     with TaskClient(setup.frontend(), **auth) as client:
         client.create("sleeper", SLEEPER, requirements={"memory": 200})
-        wait_until(lambda: client.info("sleeper")["state"] == "running", WAIT_S, "sleeper running")
+        wait_until(lambda: client.info("sleeper")["state"] == "running", "sleeper running", WAIT_S)
     log = setup.node.config.parent / "n1" / "sleeper" / "1" / "task.log"
-    wait_until(log.exists, WAIT_S, "the script started")
+    wait_until(log.exists, "the script started", WAIT_S)
     code, out, err = ctl(setup, "tasks", "cancel", "sleeper", auth=VIEWER)
     assert code == 1 and "role admin" in err  # cancelling needs the role that may create
     code, document = ctl_json(setup, "tasks", "cancel", "sleeper")
@@ -258,7 +258,7 @@ def test_cancel_terminates_a_running_task_and_refuses_a_finished_one(setup: Setu
         "node": "n1",
     }
     # The node kills the subprocess: its log says so.
-    wait_until(lambda: "killed: cancelled" in log.read_text(errors="replace"), WAIT_S, "killed")
+    wait_until(lambda: "killed: cancelled" in log.read_text(errors="replace"), "killed", WAIT_S)
     code, out, _ = ctl(setup, "tasks", "list", "--state", "running")
     assert (code, out.splitlines()[0]) == (0, "no running tasks")
 

@@ -6,7 +6,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,12 +106,3 @@ def running(*procs: Proc) -> Iterator[tuple[Proc, ...]]:
     finally:
         for proc in reversed(procs):
             proc.stop()
-
-
-def wait_until(condition: Any, timeout: float, what: str, pause: float = 0.1) -> None:
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        if condition():
-            return
-        time.sleep(pause)
-    raise AssertionError(f"not within {timeout} s: {what}")

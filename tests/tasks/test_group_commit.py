@@ -18,8 +18,8 @@ from typing import Any
 
 from scale0.tasks.client import TaskClient, TaskError
 from scale0.tasks.errors import ErrorCode
-from scale0.testing import running_broker
-from tests.tasks.processes import coordinator, node, running, wait_until
+from scale0.testing import running_broker, wait_until
+from tests.tasks.processes import coordinator, node, running
 
 FAST = {"default_heartbeat_interval_ms": 200, "liveness": 5}
 CLIENTS = 4
@@ -123,7 +123,7 @@ def test_sigkill_mid_batch_loses_nothing_acknowledged(tmp_path: Path) -> None:
                         assert submitter.error is None, repr(submitter.error)
                     return sum(len(s.acknowledged()[1]) for s in submitters) > target
 
-                wait_until(progressed, 60, "tasks completing", pause=0.01)
+                wait_until(progressed, "tasks completing", 60, pause=0.01)
                 coord.kill()  # now nothing more can be acknowledged
                 tasks = stored(db)
                 for submitter in submitters:
