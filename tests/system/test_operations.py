@@ -9,7 +9,6 @@ logs. Every wait is bounded and every process is stopped by PID (scale0.testing)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -33,7 +32,7 @@ from scale0.testing import (
     wait_until,
     write_family_configs,
 )
-from tests.system.ctl import RUN_TIMEOUT_S
+from tests.system.ctl import RUN_TIMEOUT_S, edit_yaml, logged, restart
 from tests.system.ctl import ctl_json as ctl
 
 pytestmark = pytest.mark.system
@@ -65,28 +64,6 @@ def states(family: Family, broker: str = "b1") -> dict[str, tuple[str, int]]:
 def everyone(family: Family, version: int) -> Callable[[], bool]:
     wanted = {member.identity: ("active", version) for member in family.members}
     return lambda: states(family) == wanted
-
-
-def edit_yaml(path: Path, **changes: Any) -> None:
-    tree = yaml.safe_load(path.read_text())
-    tree.update(changes)
-    path.write_text(yaml.safe_dump(tree))
-
-
-def restart(member: FamilyMember) -> None:
-    """Stop one broker (SIGTERM, by PID) and start it again from its files."""
-    assert member.stop() == 0, member.stderr_path.read_text()
-    start_family_member(member)
-
-
-def logged(member: FamilyMember, event: str) -> list[dict[str, Any]]:
-    lines = []
-    for line in member.stderr_path.read_text(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            value = json.loads(line)
-            if isinstance(value, dict) and value.get("event") == event:
-                lines.append(value)
-    return lines
 
 
 def test_rotating_the_signing_key_as_operations_md_says(tmp_path: Path) -> None:

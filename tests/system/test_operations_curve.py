@@ -25,33 +25,12 @@ from scale0.crypto.curve import generate_curve_keypair, load_curve_secret_key
 from scale0.net.client import Client
 from scale0.net.worker import Worker
 from scale0.session.errors import RequestTimeout
-from scale0.testing import Family, FamilyMember, running_family, start_family_member, wait_until
-from tests.system.ctl import RUN_TIMEOUT_S, WAIT_S
+from scale0.testing import Family, running_family, start_family_member, wait_until
+from tests.system.ctl import RUN_TIMEOUT_S, WAIT_S, edit_yaml, logged, restart
 
 pytestmark = pytest.mark.system
 
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}
-
-
-def edit_yaml(path: Path, **changes: Any) -> None:
-    tree = yaml.safe_load(path.read_text())
-    tree.update(changes)
-    path.write_text(yaml.safe_dump(tree))
-
-
-def restart(member: FamilyMember) -> None:
-    assert member.stop() == 0, member.stderr_path.read_text()
-    start_family_member(member)
-
-
-def logged(member: FamilyMember, event: str) -> list[dict[str, Any]]:
-    lines = []
-    for line in member.stderr_path.read_text(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            value = json.loads(line)
-            if isinstance(value, dict) and value.get("event") == event:
-                lines.append(value)
-    return lines
 
 
 def ctl(family: Family, keys: Path, *args: str, broker: str = "b1") -> tuple[int, dict[str, Any]]:
