@@ -76,6 +76,33 @@ def worker(endpoint: str, record: Path, recent: int) -> Iterator[subprocess.Pope
                 process.wait(10)
 
 
+def answer_across_a_kill(client: Client, victim: BrokerProcess, record: Path) -> list[bytes]:
+    """Ask ``once`` for b"pay" and SIGKILL ``victim`` while the handler runs; the answer the
+    client got in the end (by its resend to the next broker)."""
+    answer: list[list[bytes]] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            answer.append(client.request("once", [b"pay"]))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    try:
+        wait_until(lambda: record.exists() and record.read_text() != "", "handler runs")
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.process.wait(WAIT_S)
+        asking.join(WAIT_S)
+        assert not asking.is_alive(), "the client got no answer"
+    finally:
+        asking.join(WAIT_S)
+        client.close()
+    assert errors == []
+    return answer[0]
+
+
 @pytest.mark.parametrize(("recent", "runs"), [(10_000, 1), (0, 2)])
 def test_a_request_resent_after_its_broker_died_runs_once(
     tmp_path: Path, recent: int, runs: int
@@ -90,33 +117,14 @@ def test_a_request_resent_after_its_broker_died_runs_once(
         )
         with worker(b1.endpoints["backend"], record, recent):
             wait_until(lambda: ready_workers(b1) >= 1, "the worker at b1")
-            answer: list[list[bytes]] = []
-            errors: list[BaseException] = []
             client = Client(b1.endpoints["frontend"], client_id="alice", timeout=30.0)
             client.connect()
             assert client.brokers and len(client.brokers) == 2  # it learnt b2 from the config
-
-            def ask() -> None:
-                try:
-                    answer.append(client.request("once", [b"pay"]))
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-
-            asking = threading.Thread(target=ask)
-            asking.start()
-            try:
-                wait_until(lambda: record.exists() and record.read_text() != "", "handler runs")
-                os.kill(b1.pid, signal.SIGKILL)  # mid-run: its reply has nowhere to go
-                b1.process.wait(WAIT_S)
-                asking.join(WAIT_S)
-                assert not asking.is_alive(), "the client got no answer"
-            finally:
-                asking.join(WAIT_S)
-                client.close()
-            assert errors == []
+            # b1 is killed mid-run: its reply has nowhere to go
+            answer = answer_across_a_kill(client, b1, record)
             assert ready_workers(b2) >= 1  # the worker moved to b2 too
             # The answer is the handler's, naming the client's own ids.
-            client_id, request_id, body = answer[0]
+            client_id, request_id, body = answer
             assert (client_id, body) == (b"alice", b"pay") and request_id
             executions = record.read_text().splitlines()
             assert len(executions) == runs, executions
@@ -139,34 +147,15 @@ def test_a_request_resent_via_another_broker_to_a_worker_behind_a_peer_runs_once
         )
         with worker(b3.endpoints["backend"], record, recent):  # the only worker: behind b3
             wait_until(lambda: ready_workers(b3) >= 1, "the worker at b3")
-            answer: list[list[bytes]] = []
-            errors: list[BaseException] = []
             client = Client(b1.endpoints["frontend"], client_id="alice", timeout=30.0)
             client.connect()
             assert client.brokers and len(client.brokers) == 3
-
-            def ask() -> None:
-                try:
-                    answer.append(client.request("once", [b"pay"]))
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-
-            asking = threading.Thread(target=ask)
-            asking.start()
-            try:
-                wait_until(lambda: record.exists() and record.read_text() != "", "handler runs")
-                os.kill(b1.pid, signal.SIGKILL)  # mid-run: b3's answer has no origin to go to
-                b1.process.wait(WAIT_S)
-                asking.join(WAIT_S)
-                assert not asking.is_alive(), "the client got no answer"
-            finally:
-                asking.join(WAIT_S)
-                client.close()
-            assert errors == []
+            # b1 is killed mid-run: b3's answer has no origin to go to
+            answer = answer_across_a_kill(client, b1, record)
             # The resend went to b2 (the client's next broker, failover.py V4), which has no
             # worker: b2 forwarded it to b3, where only the ids can tell it is the same request.
             executions = record.read_text().splitlines()
             assert len(executions) == 1, executions  # no duplicate run
             assert executions[0].startswith("alice "), executions  # the client's own ids
-            client_id, request_id, body = answer[0]
+            client_id, request_id, body = answer
             assert (client_id, body) == (b"alice", b"pay") and request_id
