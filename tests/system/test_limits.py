@@ -116,6 +116,38 @@ def closed_by_peer(sock: socket.socket) -> bool:
         return exc.errno in (errno.ECONNRESET, errno.EPIPE)
 
 
+def flood_while_serving(
+    flood: list[socket.socket],
+    address: tuple[str, int],
+    total: int,
+    wave: int,
+    watched: BrokerProcess,
+    client: Client,
+) -> tuple[int, int, list[socket.socket]]:
+    """Open ``total`` raw connections to ``address`` (into ``flood``, which the caller closes),
+    ``wave`` between two echo requests that must be answered, then wait (bounded) for the
+    broker to hang them all up, still asking. Returns ``watched``'s peak RSS in kB, the
+    requests served, and the connections still open at the end."""
+    peak_kb = watched.rss_kb()
+    served = 0
+    for number in range(total // wave):
+        for i in range(wave):
+            flood.append(open_connection(*address, greet=i % 2 == 0))
+        body = b"served during wave %d" % number
+        assert client.request("echo", [body]) == [body]
+        served += 1
+        peak_kb = max(peak_kb, watched.rss_kb())
+    open_ones = list(flood)
+    deadline = time.monotonic() + CLOSE_WAIT_S  # bounded; the count is what is asserted
+    while open_ones and time.monotonic() < deadline:
+        time.sleep(0.2)
+        open_ones = [s for s in open_ones if not closed_by_peer(s)]
+        peak_kb = max(peak_kb, watched.rss_kb())
+        assert client.request("echo", [b"still"]) == [b"still"]
+        served += 1
+    return peak_kb, served, open_ones
+
+
 def test_ten_thousand_connections_that_never_negotiate(
     broker: BrokerProcess, echo_worker: subprocess.Popen[bytes]
 ) -> None:
@@ -126,27 +158,13 @@ def test_ten_thousand_connections_that_never_negotiate(
         for i in range(50):  # what serving honest clients costs, before the flood
             assert client.request("echo", [b"%d" % i]) == [b"%d" % i]
         baseline_kb = broker.rss_kb()
-        peak_kb = baseline_kb
         flood: list[socket.socket] = []
-        served = 0
         try:
-            for wave in range(FLOOD // WAVE):
-                for i in range(WAVE):
-                    flood.append(open_connection(host, int(port), greet=i % 2 == 0))
-                body = b"honest %d" % wave
-                assert client.request("echo", [body]) == [body]  # served during the flood
-                served += 1
-                peak_kb = max(peak_kb, broker.rss_kb())
             # Every flooding connection is hung up: at once past max_unnegotiated, the rest
-            # after negotiate_timeout_ms. (Bounded wait; the count is what is asserted.)
-            open_ones = list(flood)
-            deadline = time.monotonic() + CLOSE_WAIT_S
-            while open_ones and time.monotonic() < deadline:
-                time.sleep(0.2)
-                open_ones = [s for s in open_ones if not closed_by_peer(s)]
-                peak_kb = max(peak_kb, broker.rss_kb())
-                assert client.request("echo", [b"still"]) == [b"still"]
-                served += 1
+            # after negotiate_timeout_ms.
+            peak_kb, served, open_ones = flood_while_serving(
+                flood, (host, int(port)), FLOOD, WAVE, broker, client
+            )
             growth_kb = peak_kb - baseline_kb
             print(
                 f"\nflood {FLOOD}: broker RSS {baseline_kb} kB before, peak {peak_kb} kB "
@@ -222,26 +240,12 @@ def test_thousands_of_peer_connections_that_never_say_hello(tmp_path: Path) -> N
                 for i in range(50):
                     assert client.request("echo", [b"%d" % i]) == [b"%d" % i]
                 baseline_kb = b1.rss_kb()
-                peak_kb = baseline_kb
                 host, port = b1.endpoints["peer"].removeprefix("tcp://").rsplit(":", 1)
                 # Strangers' HELLOs first: refused (401) until their address is banned.
                 answered = refused_hellos(context, b1.endpoints["peer"], REFUSED_HELLOS)
-                served = 0
-                for wave in range(PEER_FLOOD // PEER_WAVE):
-                    for i in range(PEER_WAVE):
-                        flood.append(open_connection(host, int(port), greet=i % 2 == 0))
-                    body = b"through b2 %d" % wave
-                    assert client.request("echo", [body]) == [body]  # the family routes
-                    served += 1
-                    peak_kb = max(peak_kb, b1.rss_kb())
-                open_ones = list(flood)
-                deadline = time.monotonic() + CLOSE_WAIT_S
-                while open_ones and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                    open_ones = [s for s in open_ones if not closed_by_peer(s)]
-                    peak_kb = max(peak_kb, b1.rss_kb())
-                    assert client.request("echo", [b"still"]) == [b"still"]
-                    served += 1
+                peak_kb, served, open_ones = flood_while_serving(  # the family routes
+                    flood, (host, int(port)), PEER_FLOOD, PEER_WAVE, b1, client
+                )
                 growth_kb = peak_kb - baseline_kb
                 print(
                     f"\npeer flood {PEER_FLOOD}: b1 RSS {baseline_kb} kB before, peak {peak_kb} "
