@@ -1,5 +1,8 @@
 """The Majordomo peers of tools/mdp.py against real brokers: the C strict-LRU floor
-(tools/mdp_lru.c, built with gcc) and majortomo (PyPI), each a real process on 127.0.0.1.
+(tools/mdp_lru.c, built with gcc), the same C routing in a Python process's Tornado or asyncio
+loop (tools/mdp_lru_loop.c and .py: bench cases c-lru-loop and c-lru-asyncio) and majortomo
+(PyPI), each a real process on 127.0.0.1. Every test of "the C broker" runs against all three
+hosts of the C routing (tools/mdp_lru.h).
 
 A request goes through and comes back in every framing each broker speaks; the C broker's
 guarantee is checked from the worker side (a worker never holds two requests; ready workers are
@@ -9,7 +12,10 @@ broker falls silent starts over. Every wait is bounded; brokers are stopped by P
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +29,9 @@ from tools.mdp_brokers import (
     BrokerUnavailable,
     RunningBroker,
     build_c_broker,
+    build_c_loop_module,
     running_c_broker,
+    running_c_loop_broker,
     running_majortomo,
 )
 
@@ -49,11 +57,34 @@ def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
     context.destroy(linger=0)
 
 
-@pytest.fixture
-def c_broker(c_binary: Path, tmp_path: Path) -> Iterator[RunningBroker]:
-    # Heartbeats every 100 ms, so the liveness tests take well under a second.
-    with running_c_broker(c_binary, tmp_path, heartbeat_ms=100, liveness=3) as broker:
+@pytest.fixture(scope="module")
+def c_loop_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        return build_c_loop_module(tmp_path_factory.mktemp("mdp-lru-loop"))
+    except BrokerUnavailable as e:
+        if "gcc not found" in str(e):
+            pytest.skip(str(e))
+        raise
+
+
+@pytest.fixture(params=["c-lru", "c-lru-loop", "c-lru-asyncio"])
+def c_broker(
+    request: pytest.FixtureRequest, c_binary: Path, c_loop_module: Path, tmp_path: Path
+) -> Iterator[RunningBroker]:
+    """The C routing in each of its hosts: its own zmq_poll loop (mdp-lru), Tornado's IOLoop,
+    asyncio's loop. Heartbeats every 100 ms, so the liveness tests take well under a second."""
+    if request.param == "c-lru":
+        host = running_c_broker(c_binary, tmp_path, heartbeat_ms=100, liveness=3)
+    else:
+        loop = "tornado" if request.param == "c-lru-loop" else "asyncio"
+        host = running_c_loop_broker(
+            c_loop_module, tmp_path, loop=loop, heartbeat_ms=100, liveness=3
+        )
+    with host as broker:
         yield broker
+    # Stopped by SIGTERM, each host prints its counters and exits 0.
+    assert broker.process.returncode == 0, broker.stop()
+    assert broker.stats().get("wakeups", 0) > 0, broker.stop()
 
 
 Handler = Callable[[Worker, Request], None]
@@ -299,3 +330,30 @@ def test_c_broker_survives_garbage_and_serves_on(
         assert client.dropped == 0
     assert c_broker.process.poll() is None, "the broker died"
     client.close()
+
+
+def test_c_loop_extension_names_bad_input(c_loop_module: Path) -> None:
+    """The extension's entry points refuse what they cannot use, with errors that say what
+    is wrong, before touching any socket; the host refuses bad settings the same way."""
+    spec = importlib.util.spec_from_file_location("_mdp_lru_loop", c_loop_module)
+    assert spec is not None and spec.loader is not None
+    lane = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lane)
+    with pytest.raises(RuntimeError, match=r"start\(\) was not called"):
+        lane.wake(3, 1)
+    with pytest.raises(ValueError, match="frontend is a NULL socket handle"):
+        lane.start(0, 1, 2500.0, 3, print)
+    with pytest.raises(ValueError, match="heartbeat_ms must be > 0 and liveness >= 1"):
+        lane.start(1, 1, 0.0, 3, print)
+    with pytest.raises(TypeError, match="`again` must be callable"):
+        lane.start(1, 1, 2500.0, 3, None)
+    assert lane.stats().startswith("stats requests=0 replies=0 wakeups=0 ")
+    host = Path(__file__).resolve().parents[2] / "tools" / "mdp_lru_loop.py"
+    done = subprocess.run(
+        [sys.executable, str(host), "--module-dir", str(c_loop_module.parent), "-l", "0", "a", "b"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2 and "-i must be > 0 and -l >= 1" in done.stderr, done.stderr
