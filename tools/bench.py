@@ -428,6 +428,8 @@ def _c_floor(
     stats = broker.stats()
     if stats.get("requests"):
         result["wakeups_per_request"] = stats["wakeups"] / stats["requests"]
+    if "again" in stats:  # the loop hosts: wake-ups that asked the loop for another (--json)
+        result["wakeups_again"] = stats["again"]
     return result
 
 

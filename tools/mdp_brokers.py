@@ -78,10 +78,11 @@ def _gcc(source: Path, command: list[str]) -> None:
         raise RuntimeError(f"building {source.name} failed:\n{done.stderr}")
 
 
-def build_c_loop_module(directory: Path) -> Path:
+def build_c_loop_module(directory: Path, defines: tuple[str, ...] = ()) -> Path:
     """Compile tools/mdp_lru_loop.c into the extension ``_mdp_lru_loop`` in ``directory``,
     against this Python's headers and the libzmq pyzmq loads (the socket handles it is given
-    are that libzmq's); ``BrokerUnavailable`` without gcc or Python.h."""
+    are that libzmq's); ``BrokerUnavailable`` without gcc or Python.h. ``defines``: ``-D``
+    macros (the tests' ``MAX_ROUNDS=0``, ``DRAIN_BUDGET=1``)."""
     gcc = shutil.which("gcc")
     if gcc is None:
         raise BrokerUnavailable(f"gcc not found: {LOOP_SOURCE.name} cannot be built")
@@ -98,6 +99,7 @@ def build_c_loop_module(directory: Path) -> Path:
             "-shared",
             "-fPIC",
             f"-I{include}",
+            *(f"-D{define}" for define in defines),
             "-o",
             str(module),
             str(LOOP_SOURCE),

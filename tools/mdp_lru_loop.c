@@ -14,7 +14,8 @@
  *       callable (no arguments) called when a wake-up stops with input still pending
  *   wake(*ignored)   one wake-up (Tornado passes fd and events, asyncio nothing)
  *   tick(*ignored)   one wake-up with the heartbeat round forced (the host's timer)
- *   stats()          "stats requests=... queued=..." as mdp-lru prints it
+ *   stats()          "stats requests=... queued=..." as mdp-lru prints it, then "again=N":
+ *                    the wake-ups that ended on MAX_ROUNDS with input left
  *   close()          free the requests still waiting; start() may be called again
  *
  * ZMQ_FD signals edges: a send made while draining one socket may process the other's
@@ -31,9 +32,12 @@
 #include "c_broker.h"
 #include "mdp_lru.h"
 
+#ifndef MAX_ROUNDS /* tests build with -DMAX_ROUNDS=0 -DDRAIN_BUDGET=1: the `again` path */
 #define MAX_ROUNDS 64 /* drains of both sockets per wake-up, after the first */
+#endif
 
 static int started;
+static unsigned long long st_again;
 static PyObject *again_callback;
 
 static int has_input(void *socket) {
@@ -54,6 +58,7 @@ static PyObject *wake_up(int force_tick) {
     lru_wake(now, force_tick);
     for (int rounds = 0; has_input(backend) || has_input(frontend); rounds++) {
         if (rounds == MAX_ROUNDS) {
+            st_again++;
             PyObject *done = PyObject_CallNoArgs(again_callback);
             if (done == NULL) {
                 return NULL;
@@ -135,7 +140,10 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     char line[256];
-    lru_stats_line(line, sizeof(line));
+    int n = lru_stats_line(line, sizeof(line));
+    if (n > 0 && (size_t)n < sizeof(line)) {
+        snprintf(line + n, sizeof(line) - (size_t)n, " again=%llu", st_again);
+    }
     return PyUnicode_FromString(line);
 }
 

@@ -49,7 +49,7 @@ def run_tornado(lane: ModuleType, fds: list[int], heartbeat_ms: float) -> None:
     async def serve() -> None:
         loop = IOLoop.current()
         stopped = asyncio.Event()
-        lane_start(lane, loop.add_callback)
+        lane_start(lane, lambda: loop.add_callback(lane.wake))
         for fd in fds:
             loop.add_handler(fd, lane.wake, IOLoop.READ)
         PeriodicCallback(lane.tick, heartbeat_ms).start()
