@@ -12,8 +12,10 @@ these setups, each with the client, the workers and the middle process in separa
 - ``c-lru-loop``: the very same C routing (tools/mdp_lru.h) as a CPython extension in a Python
   process whose Tornado IOLoop (on asyncio, as Scale0's) watches both sockets' ZMQ_FDs and calls
   one C function per wake-up (tools/mdp_lru_loop.c and .py): the floor of any C lane inside
-  Scale0's loop; ``c-lru-asyncio`` the same in asyncio's loop without Tornado. Only when named
-  (``--cases c-lru c-lru-loop c-lru-asyncio scale0-mdp``);
+  Scale0's loop; ``c-lru-asyncio`` the same in asyncio's loop without Tornado;
+  ``c-lru-thread`` the same routing in a C thread of its own waiting in zmq_poll, beside an
+  idle Tornado loop (a lane outside the Python loop). Only when named
+  (``--cases c-lru c-lru-loop c-lru-asyncio c-lru-thread scale0-mdp``);
 - ``majortomo``: majortomo's Majordomo broker (PyPI, pinned in setup.cfg), logging at WARNING;
 - ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
 - ``scale0-mdp``: the same broker on the same Majordomo drivers as ``c-lru`` and ``majortomo``
@@ -406,6 +408,12 @@ def case_c_lru_asyncio(workers: int, capacity: int, **client: Any) -> dict[str, 
     return case_c_lru_loop(workers, capacity, loop="asyncio", **client)
 
 
+def case_c_lru_thread(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+    """The same C routing in a C thread of its own (zmq_poll, as c-lru) inside a Python
+    process whose Tornado loop is idle beside it: a lane outside the Python loop."""
+    return case_c_lru_loop(workers, capacity, loop="thread", **client)
+
+
 def _c_floor(
     broker: RunningBroker, workers: int, dialect_key: str, client: dict[str, Any]
 ) -> dict[str, float]:
@@ -714,6 +722,7 @@ CASES = {
     "c-lru": case_c_lru,
     "c-lru-loop": case_c_lru_loop,
     "c-lru-asyncio": case_c_lru_asyncio,
+    "c-lru-thread": case_c_lru_thread,
     "majortomo": case_majortomo,
     "scale0": case_scale0,
     "eventlog": case_eventlog,
@@ -724,11 +733,13 @@ CASES = {
     "solo-curve": case_solo_curve,
     "family-curve": case_family_curve,
 }
+#: The C routing's hosts in a Python process (tools/mdp_lru_loop.py).
+LOOP_CASES = ("c-lru-loop", "c-lru-asyncio", "c-lru-thread")
 #: Cases run only when named (--cases): CURVE's cost and its plain twin; the C routing in a
-#: Python loop.
-OPTIONAL_CASES = ("solo", "solo-curve", "family-curve", "c-lru-loop", "c-lru-asyncio")
+#: Python process.
+OPTIONAL_CASES = ("solo", "solo-curve", "family-curve", *LOOP_CASES)
 #: The cases driven by the Majordomo client (and, but for proxy, the Majordomo workers).
-MDP_CASES = ("proxy", "c-lru", "c-lru-loop", "c-lru-asyncio", "majortomo", "scale0-mdp")
+MDP_CASES = ("proxy", "c-lru", *LOOP_CASES, "majortomo", "scale0-mdp")
 
 
 # ---- trend: the event log writer and the Spark job (tools/bench trend) --------------------------
@@ -838,6 +849,7 @@ DRIVERS = {
     "c-lru": "MDP",
     "c-lru-loop": "MDP",
     "c-lru-asyncio": "MDP",
+    "c-lru-thread": "MDP",
     "majortomo": "MDP",
     "scale0": "S0P",
     "eventlog": "S0P",
@@ -886,12 +898,13 @@ def notes(args: argparse.Namespace, names: list[str], skipped: dict[str, str]) -
             "c-lru: tools/mdp_lru.c, strict LRU (a worker gets its next request only after it "
             "replied, ready workers FIFO), zero-copy forwarding: the floor every ratio is taken to"
         )
-    loops = [n for n in names if n in ("c-lru-loop", "c-lru-asyncio")]
+    loops = [n for n in names if n in LOOP_CASES]
     if loops:
         lines.append(
             f"{', '.join(loops)}: c-lru's routing (tools/mdp_lru.h) in a Python process, one C "
             "call per wake-up of its loop (c-lru-loop: Tornado's IOLoop, as Scale0 runs; "
-            "c-lru-asyncio: asyncio's alone): the floor of a C lane inside a Python loop"
+            "c-lru-asyncio: asyncio's alone): the floor of a C lane inside a Python loop; "
+            "c-lru-thread: in a C thread of its own beside an idle Tornado loop"
         )
     s0p = [n for n in names if DRIVERS.get(n) == "S0P" and n != "direct"]
     if s0p:
@@ -933,7 +946,8 @@ def main() -> int:
         help="the setups to run (tools/bench.py's docstring says what each is); run only when "
         f"named: {', '.join(OPTIONAL_CASES)}. c-lru-loop: c-lru's C routing called once per "
         "wake-up by a Tornado IOLoop in a Python process (the floor of a C lane inside Scale0's "
-        "loop); c-lru-asyncio: the same in asyncio's loop without Tornado",
+        "loop); c-lru-asyncio: the same in asyncio's loop without Tornado; c-lru-thread: in a "
+        "C thread of its own (zmq_poll) beside an idle Tornado loop",
     )
     parser.add_argument(
         "--mdp",
@@ -970,7 +984,7 @@ def main() -> int:
             try:
                 if name == "c-lru":
                     case = functools.partial(case, binary=build_c_broker(Path(tmp)))
-                elif name in ("c-lru-loop", "c-lru-asyncio"):
+                elif name in LOOP_CASES:
                     case = functools.partial(case, module=build_c_loop_module(Path(tmp)))
             except BrokerUnavailable as e:
                 skipped[name] = str(e)

@@ -32,7 +32,7 @@ IDLE_SOURCE = HERE / "idle_floor.c"
 LOOP_SOURCE = HERE / "mdp_lru_loop.c"
 LOOP_HOST = HERE / "mdp_lru_loop.py"
 #: The loops tools/mdp_lru_loop.py runs the C routing in (its ``--loop``).
-LOOPS = ("tornado", "asyncio")
+LOOPS = ("tornado", "asyncio", "thread")
 MAJORTOMO_VERSION = "0.2.0"
 
 
@@ -98,6 +98,7 @@ def build_c_loop_module(directory: Path, defines: tuple[str, ...] = ()) -> Path:
             *C_FLAGS,
             "-shared",
             "-fPIC",
+            "-pthread",
             f"-I{include}",
             *(f"-D{define}" for define in defines),
             "-o",
@@ -217,8 +218,9 @@ def running_c_loop_broker(
     heartbeat_ms: int = 2500,
     liveness: int = 3,
 ) -> Iterator[RunningBroker]:
-    """The C strict-LRU routing inside a Python event loop (``loop``: "tornado" or "asyncio";
-    tools/mdp_lru_loop.py), the extension ``module`` from :func:`build_c_loop_module`."""
+    """The C strict-LRU routing inside a Python event loop (``loop``: "tornado" or "asyncio"),
+    or in a C thread of its own beside a Tornado loop ("thread"; tools/mdp_lru_loop.py), the
+    extension ``module`` from :func:`build_c_loop_module`."""
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}, not {loop!r}")
     broker = _start(

@@ -38,24 +38,7 @@ int main(int argc, char **argv) {
     backend = bound(context, argv[arg + 1], "backend", "mdp-lru");
     fflush(stdout);
 
-    zmq_pollitem_t items[2] = {{frontend, 0, ZMQ_POLLIN, 0}, {backend, 0, ZMQ_POLLIN, 0}};
-    next_tick = now_s() + heartbeat_s;
-    while (!stopping) {
-        double now = now_s();
-        long timeout_ms = (long)((next_tick - now) * 1000.0) + 1;
-        if (timeout_ms < 0) {
-            timeout_ms = 0;
-        }
-        int rc = zmq_poll(items, 2, timeout_ms);
-        if (rc < 0) {
-            if (zmq_errno() == EINTR) {
-                continue;
-            }
-            fprintf(stderr, "mdp-lru: zmq_poll: %s\n", zmq_strerror(zmq_errno()));
-            break;
-        }
-        lru_wake(now_s(), 0);
-    }
+    lru_poll_loop(&stopping, -1, "mdp-lru");
     char line[256];
     lru_stats_line(line, sizeof(line));
     fprintf(stderr, "%s\n", line);

@@ -3,10 +3,11 @@
  *   - tools/mdp_lru.c (`mdp-lru`, bench case `c-lru`): a C process waiting in zmq_poll;
  *   - tools/mdp_lru_loop.c (the CPython extension `_mdp_lru_loop`, bench case `c-lru-loop`):
  *     the same routing called by a Python event loop (Tornado's, or asyncio's) once per
- *     wake-up, to measure what a C lane inside a Python loop costs at the least.
+ *     wake-up, to measure what a C lane inside a Python loop costs at the least; or run in a
+ *     thread of its own beside that loop (`c-lru-thread`).
  * A host includes tools/c_broker.h (libzmq's declarations), then this file; it sets `frontend`,
- * `backend`, `heartbeat_s` and `liveness`, calls lru_wake() for every wake-up, and at its end
- * lru_stats_line() and lru_free().
+ * `backend`, `heartbeat_s` and `liveness`, calls lru_wake() for every wake-up (or runs
+ * lru_poll_loop(), which does), and at its end lru_stats_line() and lru_free().
  *
  * Guarantee, the one Scale0 gives capacity-1 workers:
  *   - a worker gets its next request only after it has replied (at most one request held);
@@ -605,6 +606,34 @@ static void lru_wake(double now, int force_tick) {
     if (force_tick || now >= next_tick) {
         heartbeat_tick(now);
         next_tick = now + heartbeat_s;
+    }
+}
+
+/* The zmq_poll loop of a C host: wait for either socket or the next heartbeat round, wake, until
+ * `*stop` is set. `max_wait_ms` >= 0 bounds each wait (a host whose `stop` is set by another
+ * thread, without a signal to interrupt zmq_poll); -1: the heartbeat round alone bounds it.
+ * `program` names the host in the error that ends the loop. */
+static void lru_poll_loop(volatile sig_atomic_t *stop, long max_wait_ms, const char *program) {
+    zmq_pollitem_t items[2] = {{frontend, 0, ZMQ_POLLIN, 0}, {backend, 0, ZMQ_POLLIN, 0}};
+    next_tick = now_s() + heartbeat_s;
+    while (!*stop) {
+        double now = now_s();
+        long timeout_ms = (long)((next_tick - now) * 1000.0) + 1;
+        if (timeout_ms < 0) {
+            timeout_ms = 0;
+        }
+        if (max_wait_ms >= 0 && timeout_ms > max_wait_ms) {
+            timeout_ms = max_wait_ms;
+        }
+        int rc = zmq_poll(items, 2, timeout_ms);
+        if (rc < 0) {
+            if (zmq_errno() == EINTR) {
+                continue;
+            }
+            fprintf(stderr, "%s: zmq_poll: %s\n", program, zmq_strerror(zmq_errno()));
+            break;
+        }
+        lru_wake(now_s(), 0);
     }
 }
 

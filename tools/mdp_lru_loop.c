@@ -14,6 +14,10 @@
  *       callable (no arguments) called when a wake-up stops with input still pending
  *   wake(*ignored)   one wake-up (Tornado passes fd and events, asyncio nothing)
  *   tick(*ignored)   one wake-up with the heartbeat round forced (the host's timer)
+ *   run_thread()     instead of wake/tick: the lane in a thread of its own, waiting in zmq_poll
+ *                    as mdp_lru.c does (lru_poll_loop), without the GIL; the Python loop
+ *                    beside it is only the control plane (bench case `c-lru-thread`)
+ *   stop_thread()    stop that thread (within LANE_MAX_WAIT_MS) and wait for it
  *   stats()          "stats requests=... queued=..." as mdp-lru prints it, then "again=N":
  *                    the wake-ups that ended on MAX_ROUNDS with input left
  *   close()          free the requests still waiting; start() may be called again
@@ -29,6 +33,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
+
 #include "c_broker.h"
 #include "mdp_lru.h"
 
@@ -38,6 +44,10 @@
 
 static int started;
 static unsigned long long st_again;
+static pthread_t lane;
+static int lane_running;
+static volatile sig_atomic_t lane_stop;
+#define LANE_MAX_WAIT_MS 100 /* how soon the lane thread sees stop_thread() */
 static PyObject *again_callback;
 
 static int has_input(void *socket) {
@@ -52,6 +62,10 @@ static int has_input(void *socket) {
 static PyObject *wake_up(int force_tick) {
     if (!started) {
         PyErr_SetString(PyExc_RuntimeError, "_mdp_lru_loop: start() was not called");
+        return NULL;
+    }
+    if (lane_running) {
+        PyErr_SetString(PyExc_RuntimeError, "_mdp_lru_loop: the lane thread owns the sockets");
         return NULL;
     }
     double now = now_s();
@@ -136,6 +150,47 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The lane thread: mdp_lru.c's zmq_poll loop (lru_poll_loop), signals left to Python's thread. */
+static void *lane_main(void *unused) {
+    (void)unused;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    lru_poll_loop(&lane_stop, LANE_MAX_WAIT_MS, "mdp-lru-thread");
+    return NULL;
+}
+
+static PyObject *py_run_thread(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (!started || lane_running) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "_mdp_lru_loop.run_thread: start() first, and at most one lane thread");
+        return NULL;
+    }
+    lane_stop = 0;
+    int err = pthread_create(&lane, NULL, lane_main, NULL);
+    if (err != 0) {
+        PyErr_Format(PyExc_OSError, "_mdp_lru_loop.run_thread: pthread_create: %s", strerror(err));
+        return NULL;
+    }
+    lane_running = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_stop_thread(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (lane_running) {
+        lane_stop = 1;
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(lane, NULL);
+        Py_END_ALLOW_THREADS
+        lane_running = 0;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -150,6 +205,10 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
 static PyObject *py_close(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
+    if (lane_running) {
+        PyErr_SetString(PyExc_RuntimeError, "_mdp_lru_loop.close: stop_thread() first");
+        return NULL;
+    }
     lru_free();
     started = 0;
     Py_CLEAR(again_callback);
@@ -160,6 +219,8 @@ static PyMethodDef methods[] = {
     {"start", py_start, METH_VARARGS, "start(frontend, backend, heartbeat_ms, liveness, again)"},
     {"wake", (PyCFunction)(void (*)(void))py_wake, METH_FASTCALL, "one wake-up"},
     {"tick", (PyCFunction)(void (*)(void))py_tick, METH_FASTCALL, "a wake-up with heartbeats"},
+    {"run_thread", py_run_thread, METH_NOARGS, "run the lane in a thread of its own"},
+    {"stop_thread", py_stop_thread, METH_NOARGS, "stop the lane thread and wait for it"},
     {"stats", py_stats, METH_NOARGS, "the counters, as mdp-lru prints them"},
     {"close", py_close, METH_NOARGS, "free the requests still waiting"},
     {NULL, NULL, 0, NULL},

@@ -5,8 +5,10 @@ run: Tornado's IOLoop (``--loop tornado``, what Scale0 runs, on asyncio) or asyn
 without Tornado (``--loop asyncio``). The loop watches both sockets' ZMQ_FDs and calls the C
 function ``wake`` itself, no Python in between, once per wake-up; a timer calls ``tick`` every
 heartbeat interval. So its CPU above ``c-lru``'s is what the Python loop's wake-ups cost.
+With ``--loop thread`` (``c-lru-thread``) the C routing runs in a thread of its own instead,
+waiting in zmq_poll as mdp-lru does, beside an idle Tornado loop: a lane outside the loop.
 
-    python tools/mdp_lru_loop.py --module-dir DIR [--loop tornado|asyncio]
+    python tools/mdp_lru_loop.py --module-dir DIR [--loop tornado|asyncio|thread]
         [-i HEARTBEAT_MS] [-l LIVENESS] FRONTEND BACKEND
 
 It binds both ROUTERs (``tcp://127.0.0.1:*`` picks a port) with mdp-lru's options, prints
@@ -82,6 +84,26 @@ def run_asyncio(lane: ModuleType, fds: list[int], heartbeat_ms: float) -> None:
     asyncio.run(serve())
 
 
+def run_thread(lane: ModuleType, fds: list[int], heartbeat_ms: float) -> None:
+    """The lane in a C thread of its own (zmq_poll, as mdp-lru), a Tornado loop beside it with
+    nothing to do but wait for the stop signal: a control plane, not on the request path."""
+    from tornado.ioloop import IOLoop  # noqa: PLC0415 (only this loop)
+
+    async def serve() -> None:
+        IOLoop.current()  # Tornado's loop on asyncio, as Scale0's node starts it
+        stopped = asyncio.Event()
+        lane_start(lane, lambda: None)  # `again` is for wake(), which this host never calls
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stopped.set)
+        lane.run_thread()
+        try:
+            await stopped.wait()
+        finally:
+            lane.stop_thread()
+
+    asyncio.run(serve())
+
+
 #: filled in by main() before a loop starts: the sockets' handles and the lane's settings
 _START: dict[str, Any] = {}
 
@@ -95,7 +117,7 @@ def lane_start(lane: ModuleType, again: Any) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="mdp-lru-loop", description=__doc__.split("\n\n")[0])
     parser.add_argument("--module-dir", type=Path, required=True, help="where _mdp_lru_loop is")
-    parser.add_argument("--loop", choices=("tornado", "asyncio"), default="tornado")
+    parser.add_argument("--loop", choices=("tornado", "asyncio", "thread"), default="tornado")
     parser.add_argument("-i", dest="heartbeat_ms", type=float, default=2500.0)
     parser.add_argument("-l", dest="liveness", type=int, default=3)
     parser.add_argument("frontend")
@@ -117,10 +139,9 @@ def main(argv: list[str]) -> int:
     )
     fds = [int(front.getsockopt(zmq.FD)), int(back.getsockopt(zmq.FD))]
     try:
-        if args.loop == "tornado":
-            run_tornado(lane, fds, args.heartbeat_ms)
-        else:
-            run_asyncio(lane, fds, args.heartbeat_ms)
+        {"tornado": run_tornado, "asyncio": run_asyncio, "thread": run_thread}[args.loop](
+            lane, fds, args.heartbeat_ms
+        )
     finally:
         print(lane.stats(), file=sys.stderr, flush=True)
         lane.close()

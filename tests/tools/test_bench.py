@@ -90,9 +90,7 @@ def test_bench_sends_a_fresh_request_id_every_time(framing: str) -> None:
     assert result["throughput"] > 0
 
 
-@pytest.mark.parametrize(
-    "case", ["proxy", "c-lru", "c-lru-loop", "c-lru-asyncio", "majortomo", "scale0-mdp"]
-)
+@pytest.mark.parametrize("case", ["proxy", "c-lru", *bench.LOOP_CASES, "majortomo", "scale0-mdp"])
 def test_bench_majordomo_cases_run_on_the_same_drivers(case: str, tmp_path: Path) -> None:
     """Each Majordomo case of tools/bench, end to end and small: its broker process, MDP worker
     processes and the MDP client; every request answered, the broker's CPU measured."""
@@ -100,7 +98,7 @@ def test_bench_majordomo_cases_run_on_the_same_drivers(case: str, tmp_path: Path
     try:
         if case == "c-lru":
             run = functools.partial(run, binary=build_c_broker(tmp_path))
-        elif case in ("c-lru-loop", "c-lru-asyncio"):
+        elif case in bench.LOOP_CASES:
             run = functools.partial(run, module=build_c_loop_module(tmp_path))
     except BrokerUnavailable as e:
         if "gcc not found" in str(e):

@@ -1,8 +1,9 @@
 """The Majordomo peers of tools/mdp.py against real brokers: the C strict-LRU floor
-(tools/mdp_lru.c, built with gcc), the same C routing in a Python process's Tornado or asyncio
-loop (tools/mdp_lru_loop.c and .py: bench cases c-lru-loop and c-lru-asyncio) and majortomo
-(PyPI), each a real process on 127.0.0.1. Every test of "the C broker" runs against all three
-hosts of the C routing (tools/mdp_lru.h).
+(tools/mdp_lru.c, built with gcc), the same C routing in a Python process, called by its
+Tornado or asyncio loop or in a C thread of its own (tools/mdp_lru_loop.c and .py: bench cases
+c-lru-loop, c-lru-asyncio, c-lru-thread) and majortomo
+(PyPI), each a real process on 127.0.0.1. Every test of "the C broker" runs against all four
+hosts of the C routing (tools/mdp_lru.h): mdp-lru, Tornado, asyncio, a C thread in Python.
 
 A request goes through and comes back in every framing each broker speaks; the C broker's
 guarantee is checked from the worker side (a worker never holds two requests; ready workers are
@@ -67,16 +68,17 @@ def c_loop_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
         raise
 
 
-@pytest.fixture(params=["c-lru", "c-lru-loop", "c-lru-asyncio"])
+@pytest.fixture(params=["c-lru", "c-lru-loop", "c-lru-asyncio", "c-lru-thread"])
 def c_broker(
     request: pytest.FixtureRequest, c_binary: Path, c_loop_module: Path, tmp_path: Path
 ) -> Iterator[RunningBroker]:
     """The C routing in each of its hosts: its own zmq_poll loop (mdp-lru), Tornado's IOLoop,
-    asyncio's loop. Heartbeats every 100 ms, so the liveness tests take well under a second."""
+    asyncio's loop, a C thread beside a Tornado loop. Heartbeats every 100 ms, so the liveness
+    tests take well under a second."""
     if request.param == "c-lru":
         host = running_c_broker(c_binary, tmp_path, heartbeat_ms=100, liveness=3)
     else:
-        loop = "tornado" if request.param == "c-lru-loop" else "asyncio"
+        loop = {"c-lru-loop": "tornado", "c-lru-asyncio": "asyncio"}.get(request.param, "thread")
         host = running_c_loop_broker(
             c_loop_module, tmp_path, loop=loop, heartbeat_ms=100, liveness=3
         )
@@ -381,6 +383,9 @@ def test_c_loop_extension_names_bad_input(c_loop_module: Path) -> None:
     with pytest.raises(TypeError, match="`again` must be callable"):
         lane.start(1, 1, 2500.0, 3, None)
     assert lane.stats().startswith("stats requests=0 replies=0 wakeups=0 ")
+    with pytest.raises(RuntimeError, match=r"start\(\) first"):
+        lane.run_thread()
+    lane.stop_thread()  # no thread: nothing to stop
     host = Path(__file__).resolve().parents[2] / "tools" / "mdp_lru_loop.py"
     done = subprocess.run(
         [sys.executable, str(host), "--module-dir", str(c_loop_module.parent), "-l", "0", "a", "b"],
