@@ -9,6 +9,13 @@ these setups, each with the client, the workers and the middle process in separa
   requests queued at each worker);
 - ``c-lru``: the C strict-LRU Majordomo broker (tools/mdp_lru.c, built here with gcc against
   pyzmq's libzmq): the floor every broker is a ratio to;
+- ``c-lru-loop``: the very same C routing (tools/mdp_lru.h) as a CPython extension in a Python
+  process whose Tornado IOLoop (on asyncio, as Scale0's) watches both sockets' ZMQ_FDs and calls
+  one C function per wake-up (tools/mdp_lru_loop.c and .py): the floor of any C lane inside
+  Scale0's loop; ``c-lru-asyncio`` the same in asyncio's loop without Tornado;
+  ``c-lru-thread`` the same routing in a C thread of its own waiting in zmq_poll, beside an
+  idle Tornado loop (a lane outside the Python loop). Only when named
+  (``--cases c-lru c-lru-loop c-lru-asyncio c-lru-thread scale0-mdp``);
 - ``majortomo``: majortomo's Majordomo broker (PyPI, pinned in setup.cfg), logging at WARNING;
 - ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
 - ``scale0-mdp``: the same broker on the same Majordomo drivers as ``c-lru`` and ``majortomo``
@@ -31,10 +38,11 @@ these setups, each with the client, the workers and the middle process in separa
   Majordomo drivers (beside ``scale0-mdp``), and ``base-solo``, ``base-solo-curve``,
   ``base-family``, ``base-family-curve`` those cases' brokers from that tree (when named).
 
-Drivers: ``proxy``, ``c-lru`` and ``majortomo`` are driven by the same Majordomo client
-(tools/mdp.py, ``--mdp`` picks its framing; default majortomo's MDP/0.2, the only one majortomo
-speaks) and, behind the two brokers, the same Majordomo worker processes; behind zmq.proxy,
-which speaks no Majordomo to workers, DEALER workers answer in MDP reply framing. The Scale0
+Drivers: ``proxy``, ``c-lru`` (and its loop cases) and ``majortomo`` are driven by the same
+Majordomo client (tools/mdp.py, ``--mdp`` picks its framing; default majortomo's MDP/0.2, the
+only one majortomo speaks) and, behind the brokers, the same Majordomo worker processes;
+behind zmq.proxy, which speaks no Majordomo to workers, DEALER workers answer in MDP reply
+framing. The Scale0
 cases ``scale0``, ``family`` and ``base`` run S0P/1 clients and workers (with ``--capacity``):
 their ratio to ``c-lru`` is not same-driver, and the output says so; ``scale0-mdp`` is.
 Every request carries a fresh request id (no reply is served from a broker's reply cache).
@@ -47,10 +55,10 @@ the issue's 10 M case).
 It prints throughput, round-trip p50/p99, the middle process's CPU time per request (read
 from /proc; "main+other" splits it into the main thread and the rest, i.e. libzmq's I/O
 thread), the broker's loop wake-ups per request (Scale0: its ``net_wakeups`` / ``requests``
-counters from the stats it logs when it stops; c-lru: its ``stats`` line), and the ratios of
-throughput against ``proxy`` and of throughput and CPU per request against ``c-lru``, and
-"drivers µs/req": the CPU of the client process and the worker processes per request (on a
-machine with few cores they compete with the broker for it). Only
+counters from the stats it logs when it stops; c-lru and its loop cases: their ``stats``
+line), and the ratios of throughput against ``proxy`` and of throughput and CPU per request
+against ``c-lru``, and "drivers µs/req": the CPU of the client process and the worker
+processes per request (on a machine with few cores they compete with the broker for it). Only
 ratios within one invocation are meaningful: absolute numbers drift on shared machines. Workers
 and clients speak raw frames so the numbers measure the broker, not Scale0's client library.
 """
@@ -78,8 +86,11 @@ from scale0.testing import curve_options, running_broker, running_brokers
 from tools.mdp import DIALECTS, Dialect, Worker, reply_header, request_header
 from tools.mdp_brokers import (
     BrokerUnavailable,
+    RunningBroker,
     build_c_broker,
+    build_c_loop_module,
     running_c_broker,
+    running_c_loop_broker,
     running_majortomo,
 )
 
@@ -370,24 +381,64 @@ def case_c_lru(
     """The C strict-LRU Majordomo broker (tools/mdp_lru.c): the floor. MDP workers hold one
     request at a time by definition, so ``capacity`` does not apply."""
     with tempfile.TemporaryDirectory() as tmp, running_c_broker(binary, Path(tmp)) as broker:
-        procs = [start(mdp_worker, broker.backend, dialect_key) for _ in range(workers)]
-        try:
-            time.sleep(0.2)
-            result = run_client(
-                [broker.frontend],
-                dialect=DIALECTS[dialect_key],
-                middle_pid=broker.pid,
-                drivers=tuple(p.pid or 0 for p in procs),
-                **client,
-            )
-        finally:
-            for p in procs:
-                p.kill()
-        broker.stop()
-        stats = broker.stats()
-        if stats.get("requests"):
-            result["wakeups_per_request"] = stats["wakeups"] / stats["requests"]
-        return result
+        return _c_floor(broker, workers, dialect_key, client)
+
+
+def case_c_lru_loop(
+    workers: int,
+    capacity: int,
+    *,
+    module: Path,
+    dialect_key: str,
+    loop: str = "tornado",
+    **client: Any,
+) -> dict[str, float]:
+    """The same C routing as c-lru (tools/mdp_lru.h) inside a Python process's event loop
+    (``loop``: Tornado's IOLoop, as Scale0 runs, or asyncio's alone), one C call per wake-up
+    (tools/mdp_lru_loop.py): the floor of any C lane inside Scale0's loop."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_c_loop_broker(module, Path(tmp), loop=loop) as broker,
+    ):
+        return _c_floor(broker, workers, dialect_key, client)
+
+
+def case_c_lru_asyncio(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+    """``c-lru-loop`` in asyncio's own loop, without Tornado."""
+    return case_c_lru_loop(workers, capacity, loop="asyncio", **client)
+
+
+def case_c_lru_thread(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+    """The same C routing in a C thread of its own (zmq_poll, as c-lru) inside a Python
+    process whose Tornado loop is idle beside it: a lane outside the Python loop."""
+    return case_c_lru_loop(workers, capacity, loop="thread", **client)
+
+
+def _c_floor(
+    broker: RunningBroker, workers: int, dialect_key: str, client: dict[str, Any]
+) -> dict[str, float]:
+    """The MDP workers and client against a running C-routing broker; its wake-ups per
+    request from its ``stats`` line."""
+    procs = [start(mdp_worker, broker.backend, dialect_key) for _ in range(workers)]
+    try:
+        time.sleep(0.2)
+        result = run_client(
+            [broker.frontend],
+            dialect=DIALECTS[dialect_key],
+            middle_pid=broker.pid,
+            drivers=tuple(p.pid or 0 for p in procs),
+            **client,
+        )
+    finally:
+        for p in procs:
+            p.kill()
+    broker.stop()
+    stats = broker.stats()
+    if stats.get("requests"):
+        result["wakeups_per_request"] = stats["wakeups"] / stats["requests"]
+    if "again" in stats:  # the loop hosts: wake-ups that asked the loop for another (--json)
+        result["wakeups_again"] = stats["again"]
+    return result
 
 
 def case_majortomo(
@@ -669,6 +720,9 @@ CASES = {
     "direct": case_direct,
     "proxy": case_proxy,
     "c-lru": case_c_lru,
+    "c-lru-loop": case_c_lru_loop,
+    "c-lru-asyncio": case_c_lru_asyncio,
+    "c-lru-thread": case_c_lru_thread,
     "majortomo": case_majortomo,
     "scale0": case_scale0,
     "eventlog": case_eventlog,
@@ -679,10 +733,13 @@ CASES = {
     "solo-curve": case_solo_curve,
     "family-curve": case_family_curve,
 }
-#: Cases run only when named (--cases): CURVE's cost and its plain twin.
-OPTIONAL_CASES = ("solo", "solo-curve", "family-curve")
+#: The C routing's hosts in a Python process (tools/mdp_lru_loop.py).
+LOOP_CASES = ("c-lru-loop", "c-lru-asyncio", "c-lru-thread")
+#: Cases run only when named (--cases): CURVE's cost and its plain twin; the C routing in a
+#: Python process.
+OPTIONAL_CASES = ("solo", "solo-curve", "family-curve", *LOOP_CASES)
 #: The cases driven by the Majordomo client (and, but for proxy, the Majordomo workers).
-MDP_CASES = ("proxy", "c-lru", "majortomo", "scale0-mdp")
+MDP_CASES = ("proxy", "c-lru", *LOOP_CASES, "majortomo", "scale0-mdp")
 
 
 # ---- trend: the event log writer and the Spark job (tools/bench trend) --------------------------
@@ -790,6 +847,9 @@ DRIVERS = {
     "direct": "S0P",
     "proxy": "MDP",
     "c-lru": "MDP",
+    "c-lru-loop": "MDP",
+    "c-lru-asyncio": "MDP",
+    "c-lru-thread": "MDP",
     "majortomo": "MDP",
     "scale0": "S0P",
     "eventlog": "S0P",
@@ -838,6 +898,14 @@ def notes(args: argparse.Namespace, names: list[str], skipped: dict[str, str]) -
             "c-lru: tools/mdp_lru.c, strict LRU (a worker gets its next request only after it "
             "replied, ready workers FIFO), zero-copy forwarding: the floor every ratio is taken to"
         )
+    loops = [n for n in names if n in LOOP_CASES]
+    if loops:
+        lines.append(
+            f"{', '.join(loops)}: c-lru's routing (tools/mdp_lru.h) in a Python process, one C "
+            "call per wake-up of its loop (c-lru-loop: Tornado's IOLoop, as Scale0 runs; "
+            "c-lru-asyncio: asyncio's alone): the floor of a C lane inside a Python loop; "
+            "c-lru-thread: in a C thread of its own beside an idle Tornado loop"
+        )
     s0p = [n for n in names if DRIVERS.get(n) == "S0P" and n != "direct"]
     if s0p:
         lines.append(
@@ -875,6 +943,11 @@ def main() -> int:
         nargs="+",
         choices=sorted(CASES),
         default=[name for name in CASES if name not in OPTIONAL_CASES],
+        help="the setups to run (tools/bench.py's docstring says what each is); run only when "
+        f"named: {', '.join(OPTIONAL_CASES)}. c-lru-loop: c-lru's C routing called once per "
+        "wake-up by a Tornado IOLoop in a Python process (the floor of a C lane inside Scale0's "
+        "loop); c-lru-asyncio: the same in asyncio's loop without Tornado; c-lru-thread: in a "
+        "C thread of its own (zmq_poll) beside an idle Tornado loop",
     )
     parser.add_argument(
         "--mdp",
@@ -908,12 +981,14 @@ def main() -> int:
             if name == "majortomo" and args.mdp != "majortomo":
                 skipped[name] = f"majortomo speaks only its own MDP/0.2, not --mdp {args.mdp}"
                 continue
-            if name == "c-lru":
-                try:
+            try:
+                if name == "c-lru":
                     case = functools.partial(case, binary=build_c_broker(Path(tmp)))
-                except BrokerUnavailable as e:
-                    skipped[name] = str(e)
-                    continue
+                elif name in LOOP_CASES:
+                    case = functools.partial(case, module=build_c_loop_module(Path(tmp)))
+            except BrokerUnavailable as e:
+                skipped[name] = str(e)
+                continue
             cases[name] = case
         if args.base_tree is not None:
             if not (args.base_tree / "scale0" / "net" / "node.py").is_file():
@@ -985,7 +1060,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         return f"{row[key]:.2f}" if key in row else "-"
 
     head = (
-        f"{'case':10} {'driver':6} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} "
+        f"{'case':13} {'driver':6} {'workers':>7} {'payload':>7} {'req/s':>9} {'p50 µs':>8} "
         f"{'p99 µs':>8} {'µs CPU/req':>10} {'main+other':>11} {'x proxy':>8} {'x c-lru':>8} "
         f"{'CPU x c-lru':>11} {'wakeups/req':>11} {'drivers µs/req':>14}"
     )
@@ -998,7 +1073,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             split = f"{main:.0f}+{row['cpu_us_per_request'] - main:.0f}"
         wakeups = f"{row['wakeups_per_request']:.2f}" if "wakeups_per_request" in row else "-"
         lines.append(
-            f"{row['case']:10} {row['driver']:6} {row['workers']:>7} {row['payload']:>7} "
+            f"{row['case']:13} {row['driver']:6} {row['workers']:>7} {row['payload']:>7} "
             f"{row['throughput']:>9.0f} {row['p50_us']:>8.0f} {row['p99_us']:>8.0f} "
             f"{cpu:>10} {split:>11} {ratio(row, 'throughput_vs_proxy'):>8} "
             f"{ratio(row, 'throughput_vs_c_lru'):>8} {ratio(row, 'cpu_vs_c_lru'):>11} "

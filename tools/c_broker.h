@@ -1,14 +1,17 @@
 /*
- * What the C brokers of the benchmarks share (tools/mdp_lru.c, the strict-LRU floor, and
- * tools/idle_floor.c, the liveness floor): libzmq's declarations, the clock, the stop signals
- * and a bound ROUTER. Built by tools/mdp_brokers.py (build_c_broker) against the libzmq pyzmq
- * loads. No zmq.h is needed: when it is missing, the few declarations below stand in
+ * What the C brokers of the benchmarks share (tools/mdp_lru.c, the strict-LRU floor, its
+ * Python-loop host tools/mdp_lru_loop.c, and tools/idle_floor.c, the liveness floor): libzmq's
+ * declarations, the clock, the stop signals and a bound ROUTER. Built by tools/mdp_brokers.py
+ * (build_c_broker, build_c_loop_module) against the libzmq pyzmq loads. No zmq.h is needed:
+ * when it is missing, the few declarations below stand in
  * (libzmq's stable 4.x ABI; zmq_msg_t is its documented 64-byte opaque struct).
  */
 #ifndef SCALE0_C_BROKER_H
 #define SCALE0_C_BROKER_H
 
+#ifndef _POSIX_C_SOURCE /* Python.h (tools/mdp_lru_loop.c) defines it first */
 #define _POSIX_C_SOURCE 200809L
+#endif
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -36,6 +39,8 @@ typedef struct zmq_pollitem_t {
 } zmq_pollitem_t;
 typedef void(zmq_free_fn)(void *data, void *hint);
 #define ZMQ_ROUTER 6
+#define ZMQ_FD 14
+#define ZMQ_EVENTS 15
 #define ZMQ_LINGER 17
 #define ZMQ_SNDHWM 23
 #define ZMQ_RCVHWM 24
@@ -65,21 +70,25 @@ int zmq_errno(void);
 const char *zmq_strerror(int errnum);
 #endif
 
-static volatile sig_atomic_t stopping;
+/* A host that does not use one of these (tools/mdp_lru_loop.c uses only now_s) builds them
+ * without a warning. */
+#define C_BROKER_UNUSED __attribute__((unused))
 
-static double now_s(void) {
+static volatile sig_atomic_t stopping C_BROKER_UNUSED;
+
+C_BROKER_UNUSED static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void on_signal(int sig) {
+C_BROKER_UNUSED static void on_signal(int sig) {
     (void)sig;
     stopping = 1;
 }
 
 /* SIGTERM and SIGINT set `stopping`: the loop ends and prints its stats. */
-static void catch_stop_signals(void) {
+C_BROKER_UNUSED static void catch_stop_signals(void) {
     struct sigaction action;
     memset(&action, 0, sizeof(action));
     action.sa_handler = on_signal;
@@ -89,7 +98,8 @@ static void catch_stop_signals(void) {
 
 /* A ROUTER bound to `endpoint`, its last endpoint printed as "<name> <endpoint>" on stdout;
  * `program` names the broker in the error that ends it when the bind fails. */
-static void *bound(void *context, const char *endpoint, const char *name, const char *program) {
+C_BROKER_UNUSED static void *bound(void *context, const char *endpoint, const char *name,
+                                   const char *program) {
     void *socket = zmq_socket(context, ZMQ_ROUTER);
     int zero = 0, hwm = 100000;
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof(zero));

@@ -1,6 +1,8 @@
 """The Majordomo brokers tools/bench measures against, as real processes: the C strict-LRU floor
-(tools/mdp_lru.c, built here with gcc) and majortomo (PyPI, pinned in setup.cfg); and the C
-liveness floor of ``tools/bench idle`` (tools/idle_floor.c, built the same way).
+(tools/mdp_lru.c, built here with gcc), the same routing inside a Python event loop
+(tools/mdp_lru_loop.c, a CPython extension built here with gcc, run by tools/mdp_lru_loop.py)
+and majortomo (PyPI, pinned in setup.cfg); and the C liveness floor of ``tools/bench idle``
+(tools/idle_floor.c, built the same way).
 
 Each runs as its own process bound to 127.0.0.1 on ports it picks, prints
 ``frontend <endpoint>`` and ``backend <endpoint>`` when bound, and is stopped by PID (SIGTERM,
@@ -17,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +29,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 C_SOURCE = HERE / "mdp_lru.c"
 IDLE_SOURCE = HERE / "idle_floor.c"
+LOOP_SOURCE = HERE / "mdp_lru_loop.c"
+LOOP_HOST = HERE / "mdp_lru_loop.py"
+#: The loops tools/mdp_lru_loop.py runs the C routing in (its ``--loop``).
+LOOPS = ("tornado", "asyncio", "thread")
 MAJORTOMO_VERSION = "0.2.0"
 
 
@@ -55,25 +62,53 @@ def build_c_broker(directory: Path, source: Path = C_SOURCE) -> Path:
         raise BrokerUnavailable(f"gcc not found: {source.name} cannot be built")
     libzmq = find_libzmq()
     binary = directory / source.stem.replace("_", "-")
-    command = [
-        gcc,
-        "-O2",
-        "-std=c11",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-o",
-        str(binary),
-        str(source),
-        str(libzmq),
-        f"-Wl,-rpath,{libzmq.parent}",
-    ]
+    command = [gcc, *C_FLAGS, "-o", str(binary), str(source), str(libzmq)]
+    _gcc(source, [*command, f"-Wl,-rpath,{libzmq.parent}"])
+    return binary
+
+
+C_FLAGS = ("-O2", "-std=c11", "-Wall", "-Wextra", "-Werror")
+
+
+def _gcc(source: Path, command: list[str]) -> None:
     done = subprocess.run(  # noqa: S603 (gcc, fixed arguments, no shell)
         command, capture_output=True, text=True, timeout=120, check=False
     )
     if done.returncode != 0:
         raise RuntimeError(f"building {source.name} failed:\n{done.stderr}")
-    return binary
+
+
+def build_c_loop_module(directory: Path, defines: tuple[str, ...] = ()) -> Path:
+    """Compile tools/mdp_lru_loop.c into the extension ``_mdp_lru_loop`` in ``directory``,
+    against this Python's headers and the libzmq pyzmq loads (the socket handles it is given
+    are that libzmq's); ``BrokerUnavailable`` without gcc or Python.h. ``defines``: ``-D``
+    macros (the tests' ``MAX_ROUNDS=0``, ``DRAIN_BUDGET=1``)."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise BrokerUnavailable(f"gcc not found: {LOOP_SOURCE.name} cannot be built")
+    include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").is_file():
+        raise BrokerUnavailable(f"no Python.h in {include}: {LOOP_SOURCE.name} cannot be built")
+    libzmq = find_libzmq()
+    module = directory / ("_mdp_lru_loop" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    _gcc(
+        LOOP_SOURCE,
+        [
+            gcc,
+            *C_FLAGS,
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            f"-I{include}",
+            *(f"-D{define}" for define in defines),
+            "-o",
+            str(module),
+            str(LOOP_SOURCE),
+            str(libzmq),
+            f"-Wl,-rpath,{libzmq.parent}",
+        ],
+    )
+    return module
 
 
 @dataclass
@@ -159,6 +194,44 @@ def running_c_broker(
         "c-lru",
         [
             str(binary),
+            "-i",
+            str(heartbeat_ms),
+            "-l",
+            str(liveness),
+            "tcp://127.0.0.1:*",
+            "tcp://127.0.0.1:*",
+        ],
+        directory,
+    )
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@contextmanager
+def running_c_loop_broker(
+    module: Path,
+    directory: Path,
+    *,
+    loop: str = "tornado",
+    heartbeat_ms: int = 2500,
+    liveness: int = 3,
+) -> Iterator[RunningBroker]:
+    """The C strict-LRU routing inside a Python event loop (``loop``: "tornado" or "asyncio"),
+    or in a C thread of its own beside a Tornado loop ("thread"; tools/mdp_lru_loop.py), the
+    extension ``module`` from :func:`build_c_loop_module`."""
+    if loop not in LOOPS:
+        raise ValueError(f"loop must be one of {LOOPS}, not {loop!r}")
+    broker = _start(
+        f"c-lru-{loop}",
+        [
+            sys.executable,
+            str(LOOP_HOST),
+            "--module-dir",
+            str(module.parent),
+            "--loop",
+            loop,
             "-i",
             str(heartbeat_ms),
             "-l",

@@ -27,6 +27,7 @@ from tools.mdp_brokers import (
     IDLE_SOURCE,
     BrokerUnavailable,
     build_c_broker,
+    build_c_loop_module,
     running_idle_floor,
 )
 
@@ -89,25 +90,26 @@ def test_bench_sends_a_fresh_request_id_every_time(framing: str) -> None:
     assert result["throughput"] > 0
 
 
-@pytest.mark.parametrize("case", ["proxy", "c-lru", "majortomo", "scale0-mdp"])
+@pytest.mark.parametrize("case", ["proxy", "c-lru", *bench.LOOP_CASES, "majortomo", "scale0-mdp"])
 def test_bench_majordomo_cases_run_on_the_same_drivers(case: str, tmp_path: Path) -> None:
     """Each Majordomo case of tools/bench, end to end and small: its broker process, MDP worker
     processes and the MDP client; every request answered, the broker's CPU measured."""
     run = bench.CASES[case]
-    if case == "c-lru":
-        try:
-            binary = build_c_broker(tmp_path)
-        except BrokerUnavailable as e:
-            if "gcc not found" in str(e):
-                pytest.skip(str(e))
-            raise
-        run = functools.partial(run, binary=binary)
+    try:
+        if case == "c-lru":
+            run = functools.partial(run, binary=build_c_broker(tmp_path))
+        elif case in bench.LOOP_CASES:
+            run = functools.partial(run, module=build_c_loop_module(tmp_path))
+    except BrokerUnavailable as e:
+        if "gcc not found" in str(e):
+            pytest.skip(str(e))
+        raise
     result = run(1, 1, dialect_key="majortomo", requests=300, window=20, payload=b"x" * 100)
     assert result["throughput"] > 0
     # /proc counts CPU in clock ticks (10 ms): 300 requests through zmq.proxy may cost none.
     assert result["cpu_us_per_request"] >= 0
     assert result["drivers_us_per_request"] > 0  # includes this process, timed finely
-    if case in ("c-lru", "scale0-mdp"):
+    if case not in ("proxy", "majortomo"):  # the C routing's hosts and Scale0 count them
         assert result["wakeups_per_request"] > 0
 
 

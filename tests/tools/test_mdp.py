@@ -1,5 +1,9 @@
 """The Majordomo peers of tools/mdp.py against real brokers: the C strict-LRU floor
-(tools/mdp_lru.c, built with gcc) and majortomo (PyPI), each a real process on 127.0.0.1.
+(tools/mdp_lru.c, built with gcc), the same C routing in a Python process, called by its
+Tornado or asyncio loop or in a C thread of its own (tools/mdp_lru_loop.c and .py: bench cases
+c-lru-loop, c-lru-asyncio, c-lru-thread) and majortomo
+(PyPI), each a real process on 127.0.0.1. Every test of "the C broker" runs against all four
+hosts of the C routing (tools/mdp_lru.h): mdp-lru, Tornado, asyncio, a C thread in Python.
 
 A request goes through and comes back in every framing each broker speaks; the C broker's
 guarantee is checked from the worker side (a worker never holds two requests; ready workers are
@@ -9,7 +13,10 @@ broker falls silent starts over. Every wait is bounded; brokers are stopped by P
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +30,9 @@ from tools.mdp_brokers import (
     BrokerUnavailable,
     RunningBroker,
     build_c_broker,
+    build_c_loop_module,
     running_c_broker,
+    running_c_loop_broker,
     running_majortomo,
 )
 
@@ -49,11 +58,35 @@ def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
     context.destroy(linger=0)
 
 
-@pytest.fixture
-def c_broker(c_binary: Path, tmp_path: Path) -> Iterator[RunningBroker]:
-    # Heartbeats every 100 ms, so the liveness tests take well under a second.
-    with running_c_broker(c_binary, tmp_path, heartbeat_ms=100, liveness=3) as broker:
+@pytest.fixture(scope="module")
+def c_loop_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        return build_c_loop_module(tmp_path_factory.mktemp("mdp-lru-loop"))
+    except BrokerUnavailable as e:
+        if "gcc not found" in str(e):
+            pytest.skip(str(e))
+        raise
+
+
+@pytest.fixture(params=["c-lru", "c-lru-loop", "c-lru-asyncio", "c-lru-thread"])
+def c_broker(
+    request: pytest.FixtureRequest, c_binary: Path, c_loop_module: Path, tmp_path: Path
+) -> Iterator[RunningBroker]:
+    """The C routing in each of its hosts: its own zmq_poll loop (mdp-lru), Tornado's IOLoop,
+    asyncio's loop, a C thread beside a Tornado loop. Heartbeats every 100 ms, so the liveness
+    tests take well under a second."""
+    if request.param == "c-lru":
+        host = running_c_broker(c_binary, tmp_path, heartbeat_ms=100, liveness=3)
+    else:
+        loop = {"c-lru-loop": "tornado", "c-lru-asyncio": "asyncio"}.get(request.param, "thread")
+        host = running_c_loop_broker(
+            c_loop_module, tmp_path, loop=loop, heartbeat_ms=100, liveness=3
+        )
+    with host as broker:
         yield broker
+    # Stopped by SIGTERM, each host prints its counters and exits 0.
+    assert broker.process.returncode == 0, broker.stop()
+    assert broker.stats().get("wakeups", 0) > 0, broker.stop()
 
 
 Handler = Callable[[Worker, Request], None]
@@ -299,3 +332,66 @@ def test_c_broker_survives_garbage_and_serves_on(
         assert client.dropped == 0
     assert c_broker.process.poll() is None, "the broker died"
     client.close()
+
+
+def test_c_loop_wake_up_left_with_input_asks_the_loop_for_another(
+    tmp_path_factory: pytest.TempPathFactory, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    """Built with MAX_ROUNDS=0 and DRAIN_BUDGET=1 (one message per socket per drain), a
+    wake-up that still sees input after its drain stops and asks the loop (``again``) for
+    another, as ZMQ_FD will not signal that input again: with bursts of 30 requests for 2
+    workers, every one is answered, on both loops, and the path was taken."""
+    defines = ("MAX_ROUNDS=0", "DRAIN_BUDGET=1")
+    try:
+        module = build_c_loop_module(tmp_path_factory.mktemp("rounds0"), defines)
+    except BrokerUnavailable as e:
+        if "gcc not found" in str(e):
+            pytest.skip(str(e))
+        raise
+    for loop in ("tornado", "asyncio"):
+        directory = tmp_path_factory.mktemp(loop)
+        with running_c_loop_broker(module, directory, loop=loop, heartbeat_ms=100) as broker:
+            workers = [
+                Worker(broker.backend, SERVICE, MDP01, context=ctx, heartbeat_interval_s=0.1)
+                for _ in range(2)
+            ]
+            client = Client(broker.frontend, MDP01, context=ctx)
+            with serving(workers[0]), serving(workers[1]):
+                for round_ in range(10):
+                    for i in range(30):
+                        client.send(SERVICE, [b"%d" % i])
+                    answered = sorted(int(client.recv(TIMEOUT_S).body[0][5:]) for _ in range(30))
+                    assert answered == list(range(30)), round_
+            client.close()
+        stats = broker.stats()
+        assert stats["replies"] == 300 and stats["again"] > 0, (loop, stats)
+
+
+def test_c_loop_extension_names_bad_input(c_loop_module: Path) -> None:
+    """The extension's entry points refuse what they cannot use, with errors that say what
+    is wrong, before touching any socket; the host refuses bad settings the same way."""
+    spec = importlib.util.spec_from_file_location("_mdp_lru_loop", c_loop_module)
+    assert spec is not None and spec.loader is not None
+    lane = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lane)
+    with pytest.raises(RuntimeError, match=r"start\(\) was not called"):
+        lane.wake(3, 1)
+    with pytest.raises(ValueError, match="frontend is a NULL socket handle"):
+        lane.start(0, 1, 2500.0, 3, print)
+    with pytest.raises(ValueError, match="heartbeat_ms must be > 0 and liveness >= 1"):
+        lane.start(1, 1, 0.0, 3, print)
+    with pytest.raises(TypeError, match="`again` must be callable"):
+        lane.start(1, 1, 2500.0, 3, None)
+    assert lane.stats().startswith("stats requests=0 replies=0 wakeups=0 ")
+    with pytest.raises(RuntimeError, match=r"start\(\) first"):
+        lane.run_thread()
+    lane.stop_thread()  # no thread: nothing to stop
+    host = Path(__file__).resolve().parents[2] / "tools" / "mdp_lru_loop.py"
+    done = subprocess.run(
+        [sys.executable, str(host), "--module-dir", str(c_loop_module.parent), "-l", "0", "a", "b"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2 and "-i must be > 0 and -l >= 1" in done.stderr, done.stderr
