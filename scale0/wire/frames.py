@@ -139,6 +139,9 @@ def name_problem(name: str) -> str | None:
 # costs one dict lookup; the bound keeps a sender cycling random names from growing it.
 _NAME_CACHE: dict[bytes, str] = {}
 _NAME_CACHE_MAX: Final = 4096
+#: The same dict, read (never written) by the batch readers of scale0/wire/hot.py and their C
+#: twin: a name is in it only once :func:`name_frame` has found it valid.
+CHECKED_NAMES: Final[dict[bytes, str]] = _NAME_CACHE
 
 
 def name_frame(frame: bytes, index: int, what: str) -> str:
