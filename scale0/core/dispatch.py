@@ -248,9 +248,15 @@ class Dispatch:
         out: list[Effect],
     ) -> None:
         core = self.core
-        session = self.sessions.session(Channel.FRONTEND, routing_id, now, out)
+        session = self.sessions.clients.get(routing_id)
         if session is None:
+            self.sessions.session(Channel.FRONTEND, routing_id, now, out)  # R1: FORCENEGOTIATE
             return
+        session.last_seen = now  # touch(session, now) inline: the hot path (as sessions.seen)
+        order = session.order
+        if order is not None:
+            del order[routing_id]
+            order[routing_id] = session
         if core.state is not BrokerState.ACTIVE:
             refusal = self.family.not_accepting(SIG_CLIENT, Channel.FRONTEND)
             out.append(Send(Channel.FRONTEND, routing_id, refusal))
@@ -307,9 +313,17 @@ class Dispatch:
             return
         self.per_client[client] = held + 1
         deadline = now + core.timeout_s
-        pending = Pending(core.next_seq(), routing_id, key, service, request_id, body, deadline)
-        pending.started = now
-        pending.caller = session.key
+        pending = Pending(
+            core.next_seq(),
+            routing_id,
+            key,
+            service,
+            request_id,
+            body,
+            deadline,
+            started=now,
+            caller=session.key,
+        )
         speaks = self.majordomo.speaks
         if speaks and (Channel.FRONTEND, routing_id) in speaks:
             pending.ids = False  # a Majordomo client's ids are ours (mdp.N), not its own

@@ -116,7 +116,6 @@ from scale0.wire.registry import (
     PEER_SIGNATURES,
     decode_from_broker,
     decode_to_broker,
-    encode,
 )
 
 __all__ = ["BindError", "BrokerNode", "inbound_size_limit"]
@@ -1300,29 +1299,36 @@ class BrokerNode:
         # encoded once, its frames sent to each. Messages are frozen, and the one remembered
         # is held, so ``is`` cannot match a different message.
         last, last_frames = self._last_encoded
+        # The port of the last Send's channel (a run's answers mostly go to one or two): its
+        # lookup is skipped while the channel repeats. Never a link's (its port is per link).
+        last_channel: Channel | None = None
+        last_port: _Port | None = None
         for effect in effects:
             try:
-                if isinstance(effect, Send):
+                if type(effect) is Send:  # (no subclasses: frozen, slotted)
                     channel = effect.channel
-                    if asked and type(effect.message) is ManagementReply and events is not None:
-                        events.management_answered(channel, effect.routing_id, effect.message)
-                    if channel is Channel.LINK:
+                    message = effect.message
+                    if asked and type(message) is ManagementReply and events is not None:
+                        events.management_answered(channel, effect.routing_id, message)
+                    if channel is last_channel:
+                        port = last_port
+                    elif channel is Channel.LINK:
                         port = ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
                     else:
                         port = ports.get(_PORT_NAMES[channel])
+                        last_channel, last_port = channel, port
                     if port is None:
                         sink = self._sinks.get(channel)
                         if sink is not None:  # the HTTP server's waiting requests
-                            sink(effect.routing_id, effect.message)
+                            sink(effect.routing_id, message)
                             continue
                     if port is None or self._context is None:
                         self._counters["send_dropped"] += 1
                         self._log(logging.DEBUG, "send_dropped", {"channel": channel.value})
                         continue
                     # Encode now (a bug shows up as this effect's failure); sent by _flush().
-                    message = effect.message
                     if message is not last:
-                        last_frames = encode(message)
+                        last_frames = message.to_frames()  # (registry.encode, inline)
                         last = message
                         self._last_encoded = (message, last_frames)
                     frames = last_frames
