@@ -34,6 +34,7 @@ _ONE = r"""
 import asyncio, sys, time
 from scale0.config.model import BrokerConfig, BrokerEntry, NetworkConfig
 from scale0.core.effects import Channel
+from scale0.cli.broker import tune_gc
 from scale0.net.node import BrokerNode
 from scale0.wire.client import CheckConfig
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType
@@ -93,6 +94,7 @@ def main(n, profile):
             sys.exit(f"only {answered} of {count} requests answered")
 
     run(2000)
+    tune_gc()  # as scale0-broker does before it serves
     if profile:
         import cProfile, pstats
         cProfile.runctx("run(n)", globals(), {"run": run, "n": n}, "/tmp/bench_node_core.prof")

@@ -134,10 +134,10 @@ class Dispatch:
         """Give queued requests to a worker with spare capacity, then list it as ready."""
         if self.family.peers:
             self.family.table_changed(worker.services, now)
-        waiting = self.waiting
+        counts = self.waiting.counts
         for service in worker.services:
-            while worker.spare > 0 and waiting.counts.get(service):
-                pending = waiting.pop(service)
+            while counts.get(service) and worker.spare > 0:
+                pending = self.waiting.pop(service)
                 if pending is None:
                     break
                 self.dispatch_to(worker, pending, now, out)
@@ -429,7 +429,7 @@ class Dispatch:
                 pending.body,
             )
         else:
-            request = WorkerRequest(ticket=ticket, service=pending.service, body=pending.body)
+            request = WorkerRequest(ticket, pending.service, pending.body)  # (positional: faster)
         out.append(Send(Channel.BACKEND, worker.routing_id, request))
 
     def worker_reply(
@@ -458,9 +458,7 @@ class Dispatch:
                 self.worker_free(worker, now, out)
             return
         del self.inflight[ticket]
-        reply = ClientReply(
-            service=pending.service, request_id=pending.request_id, status=status, body=body
-        )
+        reply = ClientReply(pending.service, pending.request_id, status, body)  # (positional)
         self.finish(pending, reply, out, now)
         if worker is not None:
             worker.in_flight.discard(ticket)
