@@ -55,19 +55,22 @@ def _expected(frames: list[bytes], signature: bytes) -> Any:
 
 
 def _check(batch: list[list[bytes]], signature: bytes) -> list[Any]:
-    c_items = _c_items()
-    c = c_items(batch, signature, LIMIT, dict(NAMES))
+    """The Python reader against the one-message readers, and the C one (where it is built:
+    on the fallback the Python reader is the one the broker runs) against the Python one."""
     python = hot.hot_items(batch, signature, LIMIT, dict(NAMES))
-    assert c == python
-    assert [type(x) for x in c] == [type(x) for x in python]
-    for frames, item, py in zip(batch, c, python, strict=True):
+    for frames, item in zip(batch, python, strict=True):
         expected = _expected(frames, signature)
         assert item == expected
         if expected is frames:
-            assert item is frames and py is frames  # passed through, the very list
+            assert item is frames  # passed through, the very list
         else:
             assert [type(x) for x in item] == [type(x) for x in expected]
-    return c
+    if C_BUILT:
+        c = _c_items()(batch, signature, LIMIT, dict(NAMES))
+        assert c == python
+        assert [type(x) for x in c] == [type(x) for x in python]
+        assert all((a is b) == (a is f) for a, b, f in zip(c, python, batch, strict=True))
+    return python
 
 
 def request(*rest: bytes) -> list[bytes]:
@@ -125,13 +128,13 @@ REPLIES = [
 ]
 
 
-def test_the_c_and_python_readers_agree_on_every_request_example() -> None:
+def test_the_readers_agree_on_every_request_example() -> None:
     items = _check(REQUESTS, b"S0C1")
     assert sum(1 for item in items if isinstance(item, tuple) and len(item) == 4) == 6
     assert sum(1 for item in items if isinstance(item, tuple) and len(item) == 3) == 1
 
 
-def test_the_c_and_python_readers_agree_on_every_reply_example() -> None:
+def test_the_readers_agree_on_every_reply_example() -> None:
     items = _check(REPLIES, b"S0W1")
     assert sum(1 for item in items if isinstance(item, tuple) and len(item) == 4) == 4
     assert sum(1 for item in items if isinstance(item, tuple) and len(item) == 3) == 1
@@ -170,9 +173,7 @@ def near_valid(draw: st.DrawFn, signature: bytes) -> list[bytes]:
 
 @settings(max_examples=500, deadline=None)
 @given(st.data(), st.sampled_from([b"S0C1", b"S0W1"]))
-def test_the_c_and_python_readers_agree_on_near_valid_messages(
-    data: st.DataObject, signature: bytes
-) -> None:
+def test_the_readers_agree_on_near_valid_messages(data: st.DataObject, signature: bytes) -> None:
     batch = data.draw(st.lists(near_valid(signature), min_size=1, max_size=6))
     _check(batch, signature)
 
