@@ -105,7 +105,11 @@ class Metrics:
                 service = OTHER_SERVICE
             stats = self.services.setdefault(service, ServiceMetrics())
         stats.replies[status] = stats.replies.get(status, 0) + 1
-        stats.latency.observe(max(0.0, seconds))
+        latency = stats.latency  # latency.observe(seconds), inline: the hot path
+        seconds = max(0.0, seconds)
+        latency.counts[bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        latency.sum_s += seconds
+        latency.count += 1
 
     def totals(self) -> dict[str, float]:
         """Cumulative counts over every service: replies, errors (status >= 400), latency."""

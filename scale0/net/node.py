@@ -1330,7 +1330,6 @@ class BrokerNode:
                     if message is not last:
                         last_frames = message.to_frames()  # (registry.encode, inline)
                         last = message
-                        self._last_encoded = (message, last_frames)
                     frames = last_frames
                     port.sending = True  # the send may swallow its FD's edge (see _flush)
                     if port.kind == "dealer":  # a peer link: no routing id to prepend
@@ -1376,6 +1375,9 @@ class BrokerNode:
                     {"effect": type(effect).__name__},
                     exc_info=True,
                 )
+        # Remembered once per call (a pair that always matches: a nested _perform, from an
+        # effect's handler, reads and leaves a matching pair too).
+        self._last_encoded = (last, last_frames)
 
     def _flush(self) -> None:
         """Send what the round produced, back to back, in the order the core asked for.
