@@ -444,6 +444,41 @@ class Broker:
             self.majordomo.translate(out)
         return out
 
+    def handle_requests(
+        self, requests: Sequence[tuple[bytes, str, bytes, tuple[bytes, ...]]], now: float
+    ) -> list[Effect]:
+        """Exactly :meth:`handle_request` for each ``(routing_id, service, request_id, body)``
+        of ``requests``, in order, their effects in one list: a run of plain REQUESTs that one
+        batch receive read (docs/performance.md, "Runs of REQUESTs and REPLYs in one call")."""
+        if self.majordomo.speaks:  # a Majordomo peer here: one at a time, as handle_request
+            out: list[Effect] = []
+            for routing_id, service, request_id, body in requests:
+                out += self.handle_request(routing_id, service, request_id, body, now)
+            return out
+        self.core.clock = now
+        out = []
+        client_request = self.dispatch.client_request
+        for routing_id, service, request_id, body in requests:
+            client_request(routing_id, service, request_id, body, now, out)
+        return out
+
+    def handle_replies(
+        self, replies: Sequence[tuple[bytes, bytes, int, tuple[bytes, ...]]], now: float
+    ) -> list[Effect]:
+        """Exactly :meth:`handle_reply` for each ``(routing_id, ticket, status, body)`` of
+        ``replies``, in order, their effects in one list (a run of plain REPLYs)."""
+        if self.majordomo.speaks:
+            out: list[Effect] = []
+            for routing_id, ticket, status, body in replies:
+                out += self.handle_reply(routing_id, ticket, status, body, now)
+            return out
+        self.core.clock = now
+        out = []
+        worker_reply = self.dispatch.worker_reply
+        for routing_id, ticket, status, body in replies:
+            worker_reply(routing_id, ticket, status, body, now, out)
+        return out
+
     def handle_heartbeat(
         self,
         channel: Channel,
@@ -705,6 +740,12 @@ class Broker:
 
     def is_banned(self, routing_id: bytes, now: float) -> bool:
         return self.guard.is_banned(routing_id, now)
+
+    @property
+    def banned(self) -> Mapping[bytes, float]:
+        """The bans on record (routing id -> until when), read only: while it is empty no
+        sender is banned, and the node skips :meth:`is_banned` for each message."""
+        return self.guard.banned
 
     def peer_unread(self, routing_id: bytes, conn: int, command: bytes, now: float) -> bool:
         """R22: drop this peer-port message unread (frame 2 is ``command``): it comes over a

@@ -134,10 +134,10 @@ class Dispatch:
         """Give queued requests to a worker with spare capacity, then list it as ready."""
         if self.family.peers:
             self.family.table_changed(worker.services, now)
-        waiting = self.waiting
+        counts = self.waiting.counts
         for service in worker.services:
-            while worker.spare > 0 and waiting.counts.get(service):
-                pending = waiting.pop(service)
+            while counts.get(service) and worker.spare > 0:
+                pending = self.waiting.pop(service)
                 if pending is None:
                     break
                 self.dispatch_to(worker, pending, now, out)
@@ -248,9 +248,15 @@ class Dispatch:
         out: list[Effect],
     ) -> None:
         core = self.core
-        session = self.sessions.session(Channel.FRONTEND, routing_id, now, out)
+        session = self.sessions.clients.get(routing_id)
         if session is None:
+            self.sessions.session(Channel.FRONTEND, routing_id, now, out)  # R1: FORCENEGOTIATE
             return
+        session.last_seen = now  # touch(session, now) inline: the hot path (as sessions.seen)
+        order = session.order
+        if order is not None:
+            del order[routing_id]
+            order[routing_id] = session
         if core.state is not BrokerState.ACTIVE:
             refusal = self.family.not_accepting(SIG_CLIENT, Channel.FRONTEND)
             out.append(Send(Channel.FRONTEND, routing_id, refusal))
@@ -307,9 +313,17 @@ class Dispatch:
             return
         self.per_client[client] = held + 1
         deadline = now + core.timeout_s
-        pending = Pending(core.next_seq(), routing_id, key, service, request_id, body, deadline)
-        pending.started = now
-        pending.caller = session.key
+        pending = Pending(
+            core.next_seq(),
+            routing_id,
+            key,
+            service,
+            request_id,
+            body,
+            deadline,
+            started=now,
+            caller=session.key,
+        )
         speaks = self.majordomo.speaks
         if speaks and (Channel.FRONTEND, routing_id) in speaks:
             pending.ids = False  # a Majordomo client's ids are ours (mdp.N), not its own
@@ -415,7 +429,7 @@ class Dispatch:
                 pending.body,
             )
         else:
-            request = WorkerRequest(ticket=ticket, service=pending.service, body=pending.body)
+            request = WorkerRequest(ticket, pending.service, pending.body)  # (positional: faster)
         out.append(Send(Channel.BACKEND, worker.routing_id, request))
 
     def worker_reply(
@@ -444,9 +458,7 @@ class Dispatch:
                 self.worker_free(worker, now, out)
             return
         del self.inflight[ticket]
-        reply = ClientReply(
-            service=pending.service, request_id=pending.request_id, status=status, body=body
-        )
+        reply = ClientReply(pending.service, pending.request_id, status, body)  # (positional)
         self.finish(pending, reply, out, now)
         if worker is not None:
             worker.in_flight.discard(ticket)

@@ -14,7 +14,7 @@ from scale0.core.replica import Offer
 from scale0.wire.admin import ManagementReply, ManagementRequest
 from scale0.wire.configsync import PublishedConfig
 from scale0.wire.errors import ProtocolError
-from scale0.wire.frames import Message
+from scale0.wire.frames import Message, quick_init
 
 
 class Channel(Enum):
@@ -196,6 +196,7 @@ Event = (
 # ---- effects ----------------------------------------------------------------------------------
 
 
+@quick_init  # built once per request: docs/performance.md
 @dataclass(frozen=True, slots=True)
 class Send:
     """Send ``message`` to ``routing_id`` on ``channel`` (the net layer encodes it)."""

@@ -103,8 +103,10 @@ class ReplyCache:
             self._drop(key)
         self._entries[key] = (now + self.max_age_s, size, reply)
         self._bytes += size
-        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-            self._drop(next(iter(self._entries)))
+        entries = self._entries
+        while len(entries) > self.max_entries or self._bytes > self.max_bytes:
+            _, (_, dropped, _) = entries.popitem(last=False)  # the oldest
+            self._bytes -= dropped
 
     def prune(self, now: float) -> None:
         """Drop expired entries (oldest first: insertion order is expiry order)."""

@@ -73,7 +73,7 @@ class WorkerPool:
         if not queue:
             return None
         routing_id, worker = queue.popitem(last=False)
-        if worker.spare > 1:
+        if worker.capacity - len(worker.in_flight) > 1:  # (spare, inline: the hot path)
             queue[routing_id] = worker  # still has room: to the back, others go first
         else:
             self._unlist(worker)  # full after this dispatch: out of every queue
@@ -81,12 +81,19 @@ class WorkerPool:
 
     def list_ready(self, worker: Worker) -> None:
         """Put a worker with spare capacity at the back of each of its services' queues."""
-        if worker.spare <= 0 or self.workers.get(worker.routing_id) is not worker:
+        routing_id = worker.routing_id
+        if len(worker.in_flight) >= worker.capacity or self.workers.get(routing_id) is not worker:
             return
+        ready = self._ready
         for service in worker.services:
-            queue = self._ready.setdefault(service, OrderedDict())
-            queue.pop(worker.routing_id, None)
-            queue[worker.routing_id] = worker
+            queue = ready.get(service)
+            if queue is None:
+                queue = ready[service] = OrderedDict()
+            # Only the registered worker is ever listed (add() unlists the one it replaces).
+            if routing_id in queue:
+                queue.move_to_end(routing_id)
+            else:
+                queue[routing_id] = worker
 
     def _unlist(self, worker: Worker) -> None:
         for service in worker.services:

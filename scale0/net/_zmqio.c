@@ -27,6 +27,11 @@
  *       recv_batch's messages, each plain HEARTBEAT read into (routing_id, time, config_version)
  *       (scale0/wire/hot.py says what is plain; its heartbeat_items is the same in Python), so
  *       the broker hands a run of them to the core in one call (docs/performance.md, "Liveness").
+ *   hot_items(batch, signature, max_frame_bytes, names) -> list
+ *       heartbeat_items, and each plain REQUEST (S0C1) or REPLY (S0W1) read into a 4-tuple of
+ *       its fields (scale0/wire/hot.py's hot_items, the same in Python), so the broker hands a
+ *       run of them to the core in one call (docs/performance.md, "Runs of REQUESTs and
+ *       REPLYs in one call").
  *
  * EINTR is retried, as pyzmq does; Python's signal handlers run when the call returns, never
  * between two frames of a message. Neither call leaves a socket mid-message.
@@ -857,6 +862,160 @@ static PyObject *heartbeat_items(PyObject *self, PyObject *args) {
     return items;
 }
 
+/* ---- hot_items ----------------------------------------------------------------------------- */
+
+/* hot_items(batch, signature, max_frame_bytes, names) -> list, as long as batch: heartbeat_items'
+ * HEARTBEATs, and each plain message of the request path read into a 4-tuple: with signature
+ * "S0C1" a REQUEST [routing id, b"", S0C1, b"REQUEST", service, request_id, body...] as
+ * (routing id, names[service], request_id, (body...)), with "S0W1" a REPLY [routing id, b"",
+ * S0W1, b"REPLY", ticket, status, body...] as (routing id, ticket, int(status), (body...)).
+ * Plain (scale0/wire/hot.py client_request_fields, worker_reply_fields): every frame bytes of at
+ * most max_frame_bytes, frame 4 of 1..255 bytes, a REQUEST's service a key of `names` (the
+ * names already checked valid; a new one is passed through and checked by the caller) and its
+ * request_id 1..255 bytes, a REPLY's status exactly 3 ASCII digits 100..599. The pure-Python
+ * hot_items of scale0/wire/hot.py is the same function (a parity test holds them to it). */
+
+#define S0_MAX_ID_BYTES 255
+
+static int is_bytes_of(PyObject *obj, const char *text, Py_ssize_t len) {
+    return PyBytes_CheckExact(obj) && PyBytes_GET_SIZE(obj) == len &&
+           memcmp(PyBytes_AS_STRING(obj), text, (size_t)len) == 0;
+}
+
+/* The 4-tuple of a plain REQUEST (client) or REPLY, a new reference; NULL without an exception
+ * if the message is not that; NULL with one (memory). */
+static PyObject *request_path_item(PyObject *item, int client, Py_ssize_t max_frame_bytes,
+                                   PyObject *names) {
+    Py_ssize_t n = PyList_GET_SIZE(item);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *frame = PyList_GET_ITEM(item, k);
+        if (!PyBytes_CheckExact(frame) || PyBytes_GET_SIZE(frame) > max_frame_bytes) {
+            return NULL;
+        }
+    }
+    PyObject *empty = PyList_GET_ITEM(item, 1);
+    PyObject *id = PyList_GET_ITEM(item, 4);
+    if (PyBytes_GET_SIZE(empty) != 0 || PyBytes_GET_SIZE(id) == 0 ||
+        PyBytes_GET_SIZE(id) > S0_MAX_ID_BYTES) {
+        return NULL;
+    }
+    PyObject *fifth = PyList_GET_ITEM(item, 5);
+    PyObject *second = NULL; /* the service (a new reference) or the request id */
+    PyObject *third = NULL;  /* the request id or the status (new reference) */
+    if (client) {
+        if (PyBytes_GET_SIZE(fifth) == 0 || PyBytes_GET_SIZE(fifth) > S0_MAX_ID_BYTES) {
+            return NULL;
+        }
+        PyObject *service = PyDict_GetItemWithError(names, id); /* borrowed */
+        if (service == NULL || !PyUnicode_CheckExact(service)) {
+            return NULL; /* (an error from a bytes key's lookup: none is possible) */
+        }
+        Py_INCREF(service);
+        second = service;
+        Py_INCREF(fifth);
+        third = fifth;
+    } else {
+        const char *d = PyBytes_AS_STRING(fifth);
+        if (PyBytes_GET_SIZE(fifth) != 3 || d[0] < '1' || d[0] > '5' || !is_digit(d[1]) ||
+            !is_digit(d[2])) {
+            return NULL;
+        }
+        third = PyLong_FromLong((d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0'));
+        if (third == NULL) {
+            return NULL;
+        }
+        Py_INCREF(id);
+        second = id;
+    }
+    PyObject *body = PyList_GetSlice(item, 6, n);
+    PyObject *tuple = body == NULL ? NULL : PyList_AsTuple(body);
+    Py_XDECREF(body);
+    if (tuple == NULL) {
+        Py_DECREF(second);
+        Py_DECREF(third);
+        return NULL;
+    }
+    PyObject *rid = PyList_GET_ITEM(item, 0);
+    Py_INCREF(rid);
+    PyObject *out = PyTuple_New(4);
+    if (out == NULL) {
+        Py_DECREF(rid);
+        Py_DECREF(second);
+        Py_DECREF(third);
+        Py_DECREF(tuple);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, rid);
+    PyTuple_SET_ITEM(out, 1, second);
+    PyTuple_SET_ITEM(out, 2, third);
+    PyTuple_SET_ITEM(out, 3, tuple);
+    return out;
+}
+
+static PyObject *hot_items(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *batch;
+    const char *signature;
+    Py_ssize_t signature_len;
+    Py_ssize_t max_frame_bytes;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "O!y#nO!:hot_items", &PyList_Type, &batch, &signature,
+                          &signature_len, &max_frame_bytes, &PyDict_Type, &names)) {
+        return NULL;
+    }
+    int client = signature_len == 4 && memcmp(signature, "S0C1", 4) == 0;
+    const char *command = client ? "REQUEST" : "REPLY";
+    Py_ssize_t command_len = client ? 7 : 5;
+    Py_ssize_t n = PyList_GET_SIZE(batch);
+    PyObject *items = PyList_New(n);
+    if (items == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        PyObject *out = NULL;
+        if (PyList_CheckExact(item) && PyList_GET_SIZE(item) >= 6 &&
+            is_bytes_of(PyList_GET_ITEM(item, 3), command, command_len) &&
+            is_bytes_of(PyList_GET_ITEM(item, 2), signature, signature_len)) {
+            out = request_path_item(item, client, max_frame_bytes, names);
+            if (out == NULL && PyErr_Occurred()) {
+                Py_DECREF(items);
+                return NULL;
+            }
+        } else if (PyList_CheckExact(item) && PyList_GET_SIZE(item) == 5) {
+            PyObject *rid = PyList_GET_ITEM(item, 0);
+            PyObject *empty = PyList_GET_ITEM(item, 1);
+            PyObject *options = PyList_GET_ITEM(item, 4);
+            if (PyBytes_CheckExact(rid) && is_bytes_of(empty, "", 0) &&
+                is_bytes_of(PyList_GET_ITEM(item, 2), signature, signature_len) &&
+                is_bytes_of(PyList_GET_ITEM(item, 3), "HEARTBEAT", 9) &&
+                PyBytes_CheckExact(options) && PyBytes_GET_SIZE(options) <= max_frame_bytes) {
+                double time;
+                long long version;
+                int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options),
+                                      &time, &version);
+                if (ok < 0) {
+                    Py_DECREF(items);
+                    return NULL;
+                }
+                if (ok) {
+                    out = Py_BuildValue("(OdL)", rid, time, version);
+                    if (out == NULL) {
+                        Py_DECREF(items);
+                        return NULL;
+                    }
+                }
+            }
+        }
+        if (out == NULL) {
+            Py_INCREF(item);
+            out = item;
+        }
+        PyList_SET_ITEM(items, i, out);
+    }
+    return items;
+}
+
 /* ---- setup --------------------------------------------------------------------------------- */
 
 static PyObject *setup(PyObject *self, PyObject *cls) {
@@ -879,6 +1038,9 @@ static PyMethodDef methods[] = {
     {"heartbeat_items", heartbeat_items, METH_VARARGS,
      "heartbeat_items(batch, signature, max_frame_bytes) -> batch, each plain HEARTBEAT as "
      "(routing_id, time, config_version)"},
+    {"hot_items", hot_items, METH_VARARGS,
+     "hot_items(batch, signature, max_frame_bytes, names) -> batch, each plain HEARTBEAT as in "
+     "heartbeat_items, each plain REQUEST (S0C1) or REPLY (S0W1) as a 4-tuple of its fields"},
     {"setup", setup, METH_O, "setup(error_class): the exception raised, called with an errno"},
     {NULL, NULL, 0, NULL},
 };

@@ -1,5 +1,6 @@
 # Types of the C extension scale0/net/_zmqio.c (see its header comment).
 from collections.abc import Sequence
+from typing import Any
 
 def setup(error_class: type[Exception], /) -> None: ...
 def recv_batch(handle: int, limit: int, /) -> list[list[bytes]]: ...
@@ -9,3 +10,6 @@ def send_batch(items: Sequence[tuple[int, bytes, Sequence[bytes]]], /) -> tuple[
 def heartbeat_items(
     batch: list[list[bytes]], signature: bytes, max_frame_bytes: int, /
 ) -> list[list[bytes] | tuple[bytes, float, int]]: ...
+def hot_items(
+    batch: list[list[bytes]], signature: bytes, max_frame_bytes: int, names: dict[bytes, str], /
+) -> list[Any]: ...

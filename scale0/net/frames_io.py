@@ -35,7 +35,7 @@ import zmq
 import zmq.backend
 
 from scale0.wire import hot
-from scale0.wire.hot import BeatItem
+from scale0.wire.hot import BeatItem, HotItem
 
 __all__ = [
     "IMPLEMENTATION",
@@ -43,6 +43,7 @@ __all__ = [
     "batch_fds",
     "events",
     "heartbeat_items",
+    "hot_items",
     "io_key",
     "recv_batch",
     "recv_batch_keyed",
@@ -323,6 +324,29 @@ def heartbeat_items(
     ``(routing_id, time, config_version)``; in C with the C batch calls (one pass over the
     batch, no regular expression), else the Python reader itself. Both give the same items."""
     items: list[BeatItem] = _heartbeat_items(batch, signature, max_frame_bytes)
+    return items
+
+
+def _load_hot_items() -> Any:
+    """The C ``hot_items`` with the C batch calls, when the extension has it."""
+    if IMPLEMENTATION == "c":
+        from scale0.net import _zmqio  # noqa: PLC0415 - loaded above
+
+        if hasattr(_zmqio, "hot_items"):  # (an extension built before it: Python's)
+            return _zmqio.hot_items
+    return hot.hot_items
+
+
+_hot_items: Any = _load_hot_items()
+
+
+def hot_items(
+    batch: list[list[bytes]], signature: bytes, max_frame_bytes: int, names: dict[bytes, str]
+) -> list[HotItem]:
+    """:func:`scale0.wire.hot.hot_items`: ``batch`` with each plain HEARTBEAT, and each plain
+    REQUEST (``signature`` S0C1) or REPLY (S0W1), read into a tuple of its fields; in C with the
+    C batch calls, else the Python reader itself. Both give the same items."""
+    items: list[HotItem] = _hot_items(batch, signature, max_frame_bytes, names)
     return items
 
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import zmq
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -78,7 +78,7 @@ from scale0.net.frames_io import (
     IMPLEMENTATION,
     IoKey,
     batch_fds,
-    heartbeat_items,
+    hot_items,
     io_key,
     recv_batch,
     recv_batch_keyed,
@@ -100,8 +100,9 @@ from scale0.trend.eventlog import EventLogWriter
 from scale0.wire.admin import ManagementReply
 from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
-from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, SIG_WORKER, Message
+from scale0.wire.frames import CHECKED_NAMES, SIG_BROKER, SIG_CLIENT, SIG_WORKER, Message
 from scale0.wire.hot import (
+    HotItem,
     client_request_fields,
     heartbeat_fields,
     mdp_client_request_fields,
@@ -115,7 +116,6 @@ from scale0.wire.registry import (
     PEER_SIGNATURES,
     decode_from_broker,
     decode_to_broker,
-    encode,
 )
 
 __all__ = ["BindError", "BrokerNode", "inbound_size_limit"]
@@ -932,7 +932,7 @@ class BrokerNode:
             if signature is not None and port.fast is not None:
                 if any(conn >= 0 and conn not in known for conn in conns):
                     self._read_monitor(channel)  # as below, once for the whole batch
-                self._drain_beats(port, channel, signature, batch, conns, now, wall)
+                self._drain_hot(port, channel, signature, batch, conns, now, wall)
                 return len(batch)
             for frames, conn in zip(batch, conns, strict=False):
                 if _is_closed(port):
@@ -957,7 +957,7 @@ class BrokerNode:
             while self._drain(monitor, self._batch_size) >= self._batch_size:
                 pass
 
-    def _drain_beats(
+    def _drain_hot(
         self,
         port: _Port,
         channel: Channel,
@@ -967,64 +967,82 @@ class BrokerNode:
         now: float,
         wall: float,
     ) -> None:
-        """A client or worker batch: each run of plain HEARTBEATs (read by heartbeat_items, in
-        C with the C batch calls) goes to the core in one call, every other message to
-        :meth:`_dispatch`, in the order received. The same effects as a _dispatch of each."""
+        """A client or worker batch: each run of plain HEARTBEATs, and each run of plain
+        REQUESTs (frontend) or REPLYs (backend), read by hot_items (in C with the C batch
+        calls), goes to the core in one call; every other message to :meth:`_dispatch`, in the
+        order received. The same effects as a _dispatch of each (docs/performance.md)."""
         broker = self.broker
-        items: list[list[bytes] | tuple[bytes, float, int]]
+        items: list[HotItem]
         try:
-            items = heartbeat_items(batch, signature, broker.max_frame_bytes)
+            items = hot_items(batch, signature, broker.max_frame_bytes, CHECKED_NAMES)
         except Exception:  # (memory): every message its own way, as before the batch reader
             self._counters["internal_errors"] += 1
             self._log(logging.ERROR, "internal_error", {"channel": channel.value}, exc_info=True)
             items = list(batch)
-        run: list[tuple[bytes, float, int]] = []
+        run: list[Any] = []
+        kind = 0  # the length of the run's tuples: 3 HEARTBEATs, 4 REQUESTs or REPLYs
         fresh = self._fresh
+        banned = broker.banned  # empty nearly always: no is_banned call per message then
         is_banned = broker.is_banned
         for item, conn in zip(items, conns, strict=False):
-            beat = item if isinstance(item, tuple) else None
-            if beat is not None:
-                if is_banned(beat[0], now):
+            read = item if type(item) is tuple else None
+            if read is not None:
+                if banned and is_banned(read[0], now):
                     self._counters["banned_dropped"] += 1  # dropped unread (§8)
                     continue
                 if conn not in fresh:
-                    run.append(beat)
+                    if len(read) != kind:
+                        if run:
+                            self._handled(channel, kind, run, now, wall)
+                            run = []
+                            if _is_closed(port):
+                                return
+                        kind = len(read)
+                    run.append(read)
                     continue
             if run:
-                self._heard(channel, run, now, wall)
+                self._handled(channel, kind, run, now, wall)
                 run = []
             if _is_closed(port):
                 return
-            if beat is not None:  # R20: its connection is negotiated by this message
-                self._heard(channel, [beat], now, wall, conn)
+            if read is not None:  # R20: its connection is negotiated by this message
+                self._handled(channel, len(read), [read], now, wall, conn)
             elif isinstance(item, list):
                 self._dispatch(port, channel, item, now, wall, conn)
             if _is_closed(port):  # an effect closed it: drop the rest
                 return
         if run:
-            self._heard(channel, run, now, wall)
+            self._handled(channel, kind, run, now, wall)
 
-    def _heard(
+    def _handled(
         self,
         channel: Channel,
-        beats: list[tuple[bytes, float, int]],
+        kind: int,
+        run: list[Any],
         now: float,
         wall: float,
         conn: int = -1,
     ) -> None:
-        """A run of plain HEARTBEATs to the core at once. Never raises."""
+        """A run of one kind of hot_items tuple to the core at once: HEARTBEATs (``kind`` 3),
+        REQUESTs or REPLYs (4, by ``channel``). Never raises."""
         try:
-            self._counters["received"] += len(beats)
-            effects = self.broker.handle_heartbeats(channel, beats, now, wall)
+            self._counters["received"] += len(run)
+            broker = self.broker
+            if kind == 3:
+                effects = broker.handle_heartbeats(channel, run, now, wall)
+            elif channel is Channel.FRONTEND:
+                effects = broker.handle_requests(run, now)
+            else:
+                effects = broker.handle_replies(run, now)
             if conn in self._fresh:
-                self._negotiated(channel, beats[0][0], conn)
+                self._negotiated(channel, run[0][0], conn)
             self._perform(effects)
         except Exception:
             self._counters["internal_errors"] += 1
             self._log(
                 logging.ERROR,
                 "internal_error",
-                {"channel": channel.value, "heartbeats": len(beats)},
+                {"channel": channel.value, "messages": len(run)},
                 exc_info=True,
             )
 
@@ -1281,31 +1299,37 @@ class BrokerNode:
         # encoded once, its frames sent to each. Messages are frozen, and the one remembered
         # is held, so ``is`` cannot match a different message.
         last, last_frames = self._last_encoded
+        # The port of the last Send's channel (a run's answers mostly go to one or two): its
+        # lookup is skipped while the channel repeats. Never a link's (its port is per link).
+        last_channel: Channel | None = None
+        last_port: _Port | None = None
         for effect in effects:
             try:
-                if isinstance(effect, Send):
+                if type(effect) is Send:  # (no subclasses: frozen, slotted)
                     channel = effect.channel
-                    if asked and type(effect.message) is ManagementReply and events is not None:
-                        events.management_answered(channel, effect.routing_id, effect.message)
-                    if channel is Channel.LINK:
+                    message = effect.message
+                    if asked and type(message) is ManagementReply and events is not None:
+                        events.management_answered(channel, effect.routing_id, message)
+                    if channel is last_channel:
+                        port = last_port
+                    elif channel is Channel.LINK:
                         port = ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
                     else:
                         port = ports.get(_PORT_NAMES[channel])
+                        last_channel, last_port = channel, port
                     if port is None:
                         sink = self._sinks.get(channel)
                         if sink is not None:  # the HTTP server's waiting requests
-                            sink(effect.routing_id, effect.message)
+                            sink(effect.routing_id, message)
                             continue
                     if port is None or self._context is None:
                         self._counters["send_dropped"] += 1
                         self._log(logging.DEBUG, "send_dropped", {"channel": channel.value})
                         continue
                     # Encode now (a bug shows up as this effect's failure); sent by _flush().
-                    message = effect.message
                     if message is not last:
-                        last_frames = encode(message)
+                        last_frames = message.to_frames()  # (registry.encode, inline)
                         last = message
-                        self._last_encoded = (message, last_frames)
                     frames = last_frames
                     port.sending = True  # the send may swallow its FD's edge (see _flush)
                     if port.kind == "dealer":  # a peer link: no routing id to prepend
@@ -1351,6 +1375,9 @@ class BrokerNode:
                     {"effect": type(effect).__name__},
                     exc_info=True,
                 )
+        # Remembered once per call (a pair that always matches: a nested _perform, from an
+        # effect's handler, reads and leaves a matching pair too).
+        self._last_encoded = (last, last_frames)
 
     def _flush(self) -> None:
         """Send what the round produced, back to back, in the order the core asked for.

@@ -31,6 +31,7 @@ from scale0.wire.frames import (
     opt_match_or_none,
     opt_name,
     opt_str,
+    quick_init,
     status_frame,
 )
 
@@ -337,6 +338,7 @@ class ClientPartial(Message):
         return cls(*_service_request_body(frames))
 
 
+@quick_init  # built once per request: docs/performance.md
 @dataclass(frozen=True, slots=True)
 class ClientReply(Message):
     """REPLY broker → client: the final answer, ``status`` 200 = ok (§3.3 lists error statuses)."""

@@ -46,6 +46,7 @@ __all__ = [
     "client_request_fields",
     "heartbeat_fields",
     "heartbeat_items",
+    "hot_items",
     "mdp_client_request_fields",
     "mdp_worker_reply_fields",
     "worker_reply_fields",
@@ -153,6 +154,63 @@ def heartbeat_items(
     for frames in batch:
         beat = heartbeat_fields(frames, signature, max_frame_bytes)
         append(frames if beat is None else (frames[0], beat[0], beat[1]))
+    return items
+
+
+#: An item of :func:`hot_items`: a message's frames, a plain HEARTBEAT read (3 fields), or a
+#: plain REQUEST or REPLY read (4 fields: routing id, then :func:`client_request_fields` or
+#: :func:`worker_reply_fields`).
+HotItem = (
+    list[bytes]
+    | tuple[bytes, float, int]
+    | tuple[bytes, str, bytes, tuple[bytes, ...]]
+    | tuple[bytes, bytes, int, tuple[bytes, ...]]
+)
+
+
+def hot_items(
+    batch: list[list[bytes]], signature: bytes, max_frame_bytes: int, names: dict[bytes, str]
+) -> list[HotItem]:
+    """``batch`` (a client's or worker's ROUTER messages, as ``recv_batch`` gives them), each
+    plain HEARTBEAT in ``signature`` as :func:`heartbeat_items` reads it, and each plain
+    message of the request path as ``(routing_id, *fields)``: with ``signature`` S0C1 a REQUEST
+    as ``(routing_id, service, request_id, body)`` (:func:`client_request_fields`), with S0W1 a
+    REPLY as ``(routing_id, ticket, status, body)`` (:func:`worker_reply_fields`); every other
+    message as it is. A REQUEST's service must be in ``names`` (the names already checked:
+    :data:`scale0.wire.frames._NAME_CACHE`), else it is passed through, and the caller's
+    :func:`client_request_fields` checks it and remembers it for the next time. The broker
+    hands each run of one kind to the core in one call (docs/performance.md, "Runs of
+    REQUESTs and REPLYs in one call"); ``scale0.net._zmqio.hot_items`` is this function in C
+    (a parity test holds them to each other)."""
+    items: list[HotItem] = []
+    append = items.append
+    client = signature == SIG_CLIENT
+    for frames in batch:
+        n = len(frames)
+        if n >= 6 and frames[3] == (_REQUEST if client else _REPLY):
+            if (
+                not frames[1]
+                and frames[2] == signature
+                and max(map(len, frames)) <= max_frame_bytes
+                and 0 < len(frames[4]) <= MAX_ID_BYTES
+            ):
+                if client:
+                    service = names.get(frames[4])
+                    request_id = frames[5]
+                    if service is not None and 0 < len(request_id) <= MAX_ID_BYTES:
+                        append((frames[0], service, request_id, tuple(frames[6:])))
+                        continue
+                else:
+                    status = _STATUS.get(frames[5])
+                    if status is not None:
+                        append((frames[0], frames[4], status, tuple(frames[6:])))
+                        continue
+        elif n == 5:
+            beat = heartbeat_fields(frames, signature, max_frame_bytes)
+            if beat is not None:
+                append((frames[0], beat[0], beat[1]))
+                continue
+        append(frames)
     return items
 
 

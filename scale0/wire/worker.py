@@ -24,6 +24,7 @@ from scale0.wire.frames import (
     opt_float,
     opt_int,
     opt_str_list,
+    quick_init,
     ticket_body,
     ticket_status_body,
 )
@@ -84,6 +85,7 @@ class Ready(Message):
         )
 
 
+@quick_init  # built once per request: docs/performance.md
 @dataclass(frozen=True, slots=True)
 class WorkerRequest(Message):
     """REQUEST broker → worker: ``ticket, service, body...``; the ticket names this dispatch."""

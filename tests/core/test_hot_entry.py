@@ -237,3 +237,91 @@ def test_a_run_of_heartbeats_gives_the_effects_of_one_call_each() -> None:
     assert {"Heartbeat", "ForceNegotiate", "DisconnectError"} <= kinds
     logs = {e.event for step in one for e in step if isinstance(e, Log)}
     assert {"heartbeat_gap", "worker_lost"} <= logs
+
+
+def _request_runs(many: bool) -> list[list[Effect]]:
+    """Runs of REQUESTs and REPLYs as one batch receive hands them over (Broker.handle_requests,
+    handle_replies), against one handle_request / handle_reply call each: every outcome of the
+    hot path inside a run, and runs with a Majordomo peer present (one call each then)."""
+    h = Harness()
+    tickets: list[bytes] = []
+    trace: list[list[Effect]] = []
+
+    held: list[tuple[bytes, bytes]] = []  # (worker, ticket) of every dispatch in the trace
+
+    def note(effects: list[Effect]) -> None:
+        tickets.extend(m.ticket for _, m in sends(effects, BACK) if hasattr(m, "ticket"))
+        held.extend((w, m.ticket) for w, m in sends(effects, BACK) if hasattr(m, "ticket"))
+        trace.append(effects)
+
+    def requests(*items: tuple[bytes, str, bytes]) -> None:
+        run = [(rid, service, rid_, (b"body-" + rid_,)) for rid, service, rid_ in items]
+        if many:
+            note(h.broker.handle_requests(run, h.now))
+        else:
+            out: list[Effect] = []
+            for rid, service, request_id, body in run:
+                out += h.broker.handle_request(rid, service, request_id, body, h.now)
+            note(out)
+
+    def replies(*items: tuple[bytes, bytes, int]) -> None:
+        run = [(rid, ticket, status, (b"answer", ticket)) for rid, ticket, status in items]
+        if many:
+            note(h.broker.handle_replies(run, h.now))
+        else:
+            out: list[Effect] = []
+            for rid, ticket, status, body in run:
+                out += h.broker.handle_reply(rid, ticket, status, body, h.now)
+            note(out)
+
+    h.client(b"C1")
+    h.client(b"C2")
+    h.worker(b"W1", capacity=2)
+    h.worker(b"W2")
+    # R1, R5 (W1 twice, then W2), R6 (waits), R10 (joins), R7 (mmi, reserved)
+    requests(
+        (b"stranger", "echo", b"s1"),
+        (b"C1", "echo", b"r1"),
+        (b"C2", "echo", b"r2"),
+        (b"C1", "echo", b"r3"),
+        (b"C1", "echo", b"r4"),
+        (b"C2", "echo", b"r2"),
+        (b"C1", "mmi.service", b"r5"),
+        (b"C2", "scale0.x", b"r6"),
+    )
+    # answered, the waiting one dispatched; R14 unknown ticket and wrong worker; a stranger
+    replies(
+        (b"W1", tickets[0], 200),
+        (b"W1", b"no-such-ticket", 200),
+        (b"W2", tickets[1], 503),
+        (b"W2", tickets[2], 200),  # W1's ticket (R5 took W1, W2, W1)
+    )
+    replies((b"stranger", tickets[3], 200), (b"W1", tickets[3], 200), (b"W1", tickets[1], 200))
+    requests((b"C1", "echo", b"r1"), (b"C2", "echo", b"r7"))  # R10: the cached reply
+    h.advance(10.0)  # past the start-up grace; the sessions expired
+    h.client(b"C1")
+    h.worker(b"W1", capacity=5)
+    requests((b"C1", "nobody", b"r8"), (b"C1", "echo", b"r9"), (b"C2", "echo", b"r10"))
+    h.send(BACK, b"MW", MdpWorkerReady("echo", protocol=MDPW02))
+    h.send(FRONT, b"MC", MdpClientRequest("echo", (b"hi",), protocol=MDPC02))
+    # a Majordomo peer speaks: one call each; MC's routing id speaks S0P from its REQUEST on
+    assert h.broker.majordomo.speaks
+    before = len(held)
+    run = [(b"C1", "echo", b"r11"), (b"MC", "echo", b"r12")]
+    requests(*run, *[(b"C1", "echo", b"r%d" % n) for n in range(13, 17)])  # the last waits
+    # MC's answer in S0P now (D3); MW's REPLY in S0P: the waiting one goes to it as S0P
+    replies(*[(w, t, 200) for w, t in held[before:]])
+    h.broker.core.state = BrokerState.DISABLED
+    requests((b"C1", "echo", b"r17"), (b"C1", "echo", b"r18"))  # R3
+    return trace
+
+
+def test_a_run_of_requests_and_replies_gives_the_effects_of_one_call_each() -> None:
+    one, many = _request_runs(many=False), _request_runs(many=True)
+    assert len(one) == len(many) == 8
+    for step, (expected, got) in enumerate(zip(one, many, strict=True)):
+        assert got == expected, f"step {step}"
+    kinds = {type(m).__name__ for step in one for _, m in sends(step)}
+    assert {"WorkerRequest", "ClientReply", "ForceNegotiate", "DisconnectError"} <= kinds
+    statuses = {m.status for step in one for _, m in sends(step) if hasattr(m, "status")}
+    assert {200, 404, 503} <= statuses

@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 import zmq
 
-from tools import bench, bench_idle, bench_idle_core, bench_mdp_core, bench_soak
+from tools import (
+    bench,
+    bench_idle,
+    bench_idle_core,
+    bench_mdp_core,
+    bench_node_core,
+    bench_soak,
+)
 from tools.mdp import DIALECTS, Dialect, reply_header, request_header
 from tools.mdp_brokers import (
     IDLE_SOURCE,
@@ -151,6 +158,22 @@ def test_bench_mdp_core_times_every_tree_and_names_a_bad_one(
     assert figures is not None and all(float(f) > 0 for f in figures.groups()), out
     with pytest.raises(SystemExit):
         bench_mdp_core.main(["--tree", str(tmp_path)])
+    assert "no scale0/ in it" in capsys.readouterr().err
+
+
+def test_bench_node_core_times_every_tree_and_names_a_bad_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``tools/bench_node_core.py``: the node's and core's Python per S0P request at capacity
+    25, in-process, for each tree (it exits if a request went unanswered: every REQUEST of a
+    batch must reach a worker and every REPLY its client); a tree with no scale0/ is named."""
+    tree = str(Path(__file__).resolve().parents[2])
+    bench_node_core.main(["--requests", "400", "--tree", tree])
+    out = capsys.readouterr().out
+    figures = re.search(r": µs CPU per request, rounds 1-3: ([0-9.]+) / ([0-9.]+) / ([0-9.]+)", out)
+    assert figures is not None and all(float(f) > 0 for f in figures.groups()), out
+    with pytest.raises(SystemExit):
+        bench_node_core.main(["--tree", str(tmp_path)])
     assert "no scale0/ in it" in capsys.readouterr().err
 
 
