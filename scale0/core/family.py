@@ -606,7 +606,7 @@ class Family:
     ) -> None:
         """G10: a member's alive row is its whole table; services it no longer offers left."""
         before = list(peer.table)
-        peer.apply_services(offered)
+        peer.apply_services(offered, self._in_flight_at(peer))
         self.dispatch.services_left([s for s in before if s not in peer.table], now)
         self.forwarding.drain_to_peers(now, out)
 

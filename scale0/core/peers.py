@@ -85,12 +85,15 @@ class Peer:
         negative when it holds more of ours than it can run (then we wait for its answers)."""
         self.free = {s: slots.get(s, 0) - in_flight.get(s, 0) for s in self.table}
 
-    def apply_services(self, offered: tuple[tuple[str, int], ...]) -> None:
+    def apply_services(
+        self, offered: tuple[tuple[str, int], ...], in_flight: Mapping[str, int]
+    ) -> None:
         """A gossip family: its alive row's services are its whole table, one entry a service
-        (worker_id: the peer, capacity: its workers' capacity for it), all of it free."""
+        (worker_id: the peer, capacity: its workers' capacity for it), free but for our
+        requests it holds or has not received yet (G10)."""
         self.offered = offered
         self.table = {s: [TableWorker(self.broker_id, c, 0.0)] for s, c in offered}
-        self.free = dict(offered)
+        self.free = {s: c - in_flight.get(s, 0) for s, c in offered}
 
     def forget_table(self) -> None:
         self.table = {}
