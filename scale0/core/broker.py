@@ -153,9 +153,9 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
   scale0/core/dispatch.py     requests and workers: WaitQueue, in flight, reply cache, the pool
                               (R4-R11, R14, R15); the hot path
   scale0/core/guard.py        error scores and bans (R13)
-  scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13)
+  scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13, F16)
   scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G12, F14)
-  scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9, F15, F16)
+  scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9, F15)
   scale0/core/replication.py  config offers, what an applied config does (F4, F10, F11)
   scale0/core/lifecycle.py    the broker's state and moving work away (R3, R17-R19)
   scale0/core/majordomo.py    Majordomo clients and workers, an adapter at the edge (D1-D4)
