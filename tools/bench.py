@@ -116,10 +116,21 @@ def s0p_worker(endpoint: str, capacity: int, ready: Any) -> None:
     s0p_curve_worker(endpoint, capacity, None, ready)
 
 
+def s0p_tagged_worker(endpoint: str, capacity: int, tag: bytes, ready: Any) -> None:
+    """:func:`s0p_worker` that adds ``tag`` as a last body frame to every reply, so the client
+    can tell which broker's worker ran each request (``family-both``: local or forwarded)."""
+    s0p_curve_worker(endpoint, capacity, None, ready, tag)
+
+
 def s0p_curve_worker(
-    endpoint: str, capacity: int, curve: tuple[str, str, str] | None, ready: Any
+    endpoint: str,
+    capacity: int,
+    curve: tuple[str, str, str] | None,
+    ready: Any,
+    tag: bytes | None = None,
 ) -> None:
     """:func:`s0p_worker` over CURVE: ``curve`` is (public key, secret key, broker's key)."""
+    tail = [tag] if tag is not None else []
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
@@ -140,7 +151,7 @@ def s0p_curve_worker(
     while True:
         frames = sock.recv_multipart()
         if frames[2] == b"REQUEST":
-            sock.send_multipart([b"", b"S0W1", b"REPLY", frames[3], b"200", *frames[5:]])
+            sock.send_multipart([b"", b"S0W1", b"REPLY", frames[3], b"200", *frames[5:], *tail])
         elif frames[2] in (b"DISCONNECT", b"DISCONNECTERROR"):
             break
 
@@ -223,9 +234,12 @@ def run_client(
     middle_pid: int | None,
     also: tuple[int, ...] = (),
     drivers: tuple[int, ...] = (),
+    split: dict[bytes, str] | None = None,
 ) -> dict[str, float]:
     """``middle_pid``: the process whose CPU is measured (main thread apart); ``also``: more
     processes whose CPU counts towards the total (the second broker of the family case).
+    ``split``: the workers tag their replies (:func:`s0p_tagged_worker`); p50/p99 are also
+    given per tag, under the name it maps to (``p99_<name>_us``).
 
     The client speaks S0P/1 (REQUEST, the request id frame, the body), or with ``dialect`` the
     Majordomo client of tools/mdp.py, its body the same two frames: request id, payload."""
@@ -253,6 +267,7 @@ def run_client(
         # so no timed request is answered from the broker's reply cache (docs/performance.md).
         drive(sock, warmup, window, payload, [], first_id=0)
         rtts: list[float] = []
+        tagged: dict[bytes, list[float]] | None = {tag: [] for tag in split} if split else None
         cpu_before = cpu_seconds(middle_pid) if middle_pid else 0.0
         cpu_before += sum(cpu_seconds(pid) for pid in also)
         # The middle's main thread (tid = pid) apart from the rest (libzmq's I/O thread).
@@ -260,7 +275,7 @@ def run_client(
         # The drivers: this client process and the worker processes.
         drivers_before = time.process_time() + sum(cpu_seconds(pid) for pid in drivers)
         started = time.perf_counter()
-        drive(sock, requests, window, payload, rtts, first_id=warmup)
+        drive(sock, requests, window, payload, rtts, first_id=warmup, tagged=tagged)
         elapsed = time.perf_counter() - started
         cpu = (cpu_seconds(middle_pid) if middle_pid else 0.0) - cpu_before
         cpu += sum(cpu_seconds(pid) for pid in also)
@@ -270,15 +285,25 @@ def run_client(
     finally:
         sock.close()
         ctx.term()
-    rtts.sort()
-    return {
+    result = {
         "throughput": requests / elapsed,
-        "p50_us": rtts[len(rtts) // 2] * 1e6,
-        "p99_us": rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1e6,
+        "p50_us": _percentile(rtts, 0.5),
+        "p99_us": _percentile(rtts, 0.99),
         "cpu_us_per_request": cpu / requests * 1e6,
         "main_thread_us_per_request": main / requests * 1e6,
         "drivers_us_per_request": driving / requests * 1e6,
     }
+    for tag, times in (tagged or {}).items():
+        if times and split:
+            result[f"p50_{split[tag]}_us"] = _percentile(times, 0.5)
+            result[f"p99_{split[tag]}_us"] = _percentile(times, 0.99)
+    return result
+
+
+def _percentile(times: list[float], q: float) -> float:
+    """The ``q`` quantile of round trips in seconds, in µs (``times`` is sorted in place)."""
+    times.sort()
+    return times[min(len(times) - 1, int(len(times) * q))] * 1e6
 
 
 def _drive(
@@ -291,6 +316,7 @@ def _drive(
     first_id: int,
     head: list[bytes],
     id_at: int,
+    tagged: dict[bytes, list[float]] | None = None,
 ) -> None:
     """Keep ``window`` requests outstanding until ``total`` are answered; record round trips.
 
@@ -317,6 +343,8 @@ def _drive(
             started = sent_at.pop(frames[id_at], None)
             if started is not None:
                 rtts.append(clock() - started)
+                if tagged is not None:
+                    tagged[frames[-1]].append(rtts[-1])
                 answered += 1
 
 
@@ -608,8 +636,8 @@ def case_family_both(
         ) as (b1, b2),
     ):
         procs = [
-            start(s0p_worker, broker.endpoints["backend"], capacity)
-            for broker in (b1, b2)
+            start(s0p_tagged_worker, broker.endpoints["backend"], capacity, tag)
+            for broker, tag in ((b1, b"b1"), (b2, b"b2"))
             for _ in range(workers)
         ]
         try:
@@ -620,6 +648,7 @@ def case_family_both(
                 middle_pid=b1.pid,
                 also=(b2.pid,),
                 drivers=tuple(p.pid or 0 for p in procs),
+                split={b"b1": "local", b"b2": "forwarded"},
                 **client,
             )
         finally:
@@ -1081,9 +1110,19 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
     shares = [row for row in rows if "forwarded_share" in row]
     if shares:
-        lines.append("requests the first broker forwarded to the second (family-both):")
+        lines.append(
+            "requests the first broker forwarded to the second (family-both), and the round"
+            " trips of those its own workers ran (local) and of those forwarded, p50 / p99 µs:"
+        )
         for row in shares:
-            lines.append(f"  {row['case']}, workers {row['workers']}: {row['forwarded_share']:.1%}")
+            split = " ".join(
+                f"{kind} {row[f'p50_{kind}_us']:.0f} / {row[f'p99_{kind}_us']:.0f}"
+                for kind in ("local", "forwarded")
+                if f"p50_{kind}_us" in row
+            )
+            lines.append(
+                f"  {row['case']}, workers {row['workers']}: {row['forwarded_share']:.1%}; {split}"
+            )
     costs = [row for row in rows if "throughput_vs_scale0" in row]
     if costs:
         lines.append("event log on / off (eventlog / scale0, same run):")

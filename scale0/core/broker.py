@@ -130,6 +130,15 @@ The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after
      not routed again (F8). What a lost FORWARDWITH peer held under the client's ids (F3) goes
      back to that peer alone when it is usable again within min(liveness x interval,
      request_timeout_ms / 2) (it joins them to its run), and only after that anywhere.
+ F16 Every TABLE says, in `slots`, how many of the receiver's forwards the sender would hold at
+     once as it sends it, per service it offers: its free slots, less its queue, plus the
+     receiver's requests it holds. The receiver's free slots at that peer are then those
+     slots less its own requests the peer holds or has not received yet (the TABLE travels
+     behind every FORWARDREPLY sent before it, after every FORWARD received before it), and
+     move by one per forward and per answer (F6, F9) until the next TABLE. A table that
+     crossed a FORWARD never counts that forward's slot free again, and one committed
+     before the peer's last answer never hides the slot that answer freed. A TABLE without
+     `slots` (an older peer) sets them from its rows' free capacity, as before.
 
 Management (MANAGEMENTREQ and the HTTP server) has its own rules, M1-M6, in
 scale0/core/admin.py; it sees the broker through the narrow ``Managed`` interface of commands.py
@@ -144,7 +153,7 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
   scale0/core/dispatch.py     requests and workers: WaitQueue, in flight, reply cache, the pool
                               (R4-R11, R14, R15); the hot path
   scale0/core/guard.py        error scores and bans (R13)
-  scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13)
+  scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13, F16)
   scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G12, F14)
   scale0/core/forwarding.py   requests forwarded to peers and from them (F6-F9, F15)
   scale0/core/replication.py  config offers, what an applied config does (F4, F10, F11)

@@ -606,7 +606,7 @@ class Family:
     ) -> None:
         """G10: a member's alive row is its whole table; services it no longer offers left."""
         before = list(peer.table)
-        peer.apply_services(offered)
+        peer.apply_services(offered, self._in_flight_at(peer))
         self.dispatch.services_left([s for s in before if s not in peer.table], now)
         self.forwarding.drain_to_peers(now, out)
 
@@ -629,11 +629,37 @@ class Family:
             return
         identity = self.core.identity
         delta = self.table.since(since) if since is not None else None
+        slots = self._slots_for(peer)
         if delta is None:
-            table = Table(identity, self.table.seq, True, self.table.full())
+            table = Table(identity, self.table.seq, True, self.table.full(), slots)
         else:
-            table = Table(identity, self.table.seq, False, delta)
+            table = Table(identity, self.table.seq, False, delta, slots)
         out.append(Send(Channel.PEER, peer.routing_id, table))
+
+    def _slots_for(self, peer: Peer) -> tuple[tuple[str, int], ...]:
+        """F16: per service offered here, how many of ``peer``'s forwards we would hold at once
+        now: our workers' free slots, less what waits here, plus ``peer``'s requests we hold
+        (waiting or running). Counted as the TABLE leaves, behind every FORWARDREPLY sent
+        before it and after every FORWARD received before it, so the peer can subtract what
+        it has in flight to us and hold an exact count (forwarding.py ``pick_peer``)."""
+        dispatch = self.dispatch
+        sessions = self.sessions.workers
+        free: dict[str, int] = {}
+        for worker in dispatch.pool.workers.values():
+            if worker.routing_id not in sessions:
+                continue
+            spare = max(worker.spare, 0)
+            for service in worker.services:
+                free[service] = free.get(service, 0) + spare
+        held: dict[str, int] = {}
+        for pending in dispatch.requests.values():
+            if pending.origin is not None and pending.via == peer.broker_id:
+                held[pending.service] = held.get(pending.service, 0) + 1
+        waiting = dispatch.waiting
+        return tuple(
+            (service, slots + held.get(service, 0) - waiting.count(service))
+            for service, slots in sorted(free.items())
+        )
 
     def _table_req_in(
         self,
@@ -653,13 +679,26 @@ class Family:
         if not msg.full and msg.table_seq > peer.table_seq + 1 and peer.wants is TableMode.PUSH:
             # A pushed delta skipped a version we never saw: ask for everything.
             self._send_table_req(peer, full=True, out=out)
+        elif msg.full or msg.table_seq > peer.table_seq:  # else old news: rows unchanged
+            before = list(peer.table)
+            peer.apply_table(msg.table_seq, msg.full, msg.services)
+            self.dispatch.services_left([s for s in before if s not in peer.table], now)
+        if msg.slots is not None:
+            # F16: its count of our slots as it sent this, less what we sent since (in flight).
+            peer.apply_slots(dict(msg.slots), self._in_flight_at(peer))
+        elif not msg.full and msg.table_seq <= peer.table_seq:
             return
-        if not msg.full and msg.table_seq <= peer.table_seq:
-            return  # old news
-        before = list(peer.table)
-        peer.apply_table(msg.table_seq, msg.full, msg.services)
-        self.dispatch.services_left([s for s in before if s not in peer.table], now)
         self.forwarding.drain_to_peers(now, out)
+
+    def _in_flight_at(self, peer: Peer) -> dict[str, int]:
+        """Our requests ``peer`` holds or has not received yet, by service."""
+        inflight = self.dispatch.inflight
+        held: dict[str, int] = {}
+        for ticket in peer.forwarded:
+            pending = inflight.get(ticket)
+            if pending is not None:
+                held[pending.service] = held.get(pending.service, 0) + 1
+        return held
 
     def table_changed(self, services: Sequence[str], now: float) -> None:
         """Workers of ``services`` changed: peers hear of it in the next table version."""
@@ -695,9 +734,10 @@ class Family:
             return
         if not delta:
             return
-        table = Table(self.core.identity, self.table.seq, False, delta)
+        identity, seq = self.core.identity, self.table.seq
         for peer in self.peers.values():
             if peer.push_to and peer.routing_id is not None and peer.link is not PeerLink.DOWN:
+                table = Table(identity, seq, False, delta, self._slots_for(peer))  # F16
                 out.append(Send(Channel.PEER, peer.routing_id, table))
 
     def services(self) -> Iterable[str]:

@@ -38,7 +38,8 @@ Rules (tests/core/test_gossip.py names a test after each):
  G9  A row naming a config version above ours makes us CHECKCONFIG the member it is about (else
      the sender), once per version per interval (F4).
  G10 A member's alive row replaces our copy of its table: one entry per service, its capacity
-     counted as free slots (F6); then waiting requests may go to it (F9).
+     less our requests it holds or has not received yet counted as free slots (F6, as F16);
+     then waiting requests may go to it (F9).
  G11 No HEARTBEAT on links and no TABLE: F3's silence rule and F5 are replaced by G1-G10. HELLO
      still opens every link (F1, F2); once answered, a PING goes on it at once (join).
  G12 A member whose link has not answered HELLO for liveness x interval since we first held it

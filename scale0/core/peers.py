@@ -79,12 +79,21 @@ class Peer:
         self.table_seq = seq
         self.free = {s: sum(w.capacity for w in ws) for s, ws in self.table.items()}
 
-    def apply_services(self, offered: tuple[tuple[str, int], ...]) -> None:
+    def apply_slots(self, slots: Mapping[str, int], in_flight: Mapping[str, int]) -> None:
+        """F16: the free slots of each service it offers are the count it sent us (what it
+        would hold of ours at once) less our requests it holds or has not received yet;
+        negative when it holds more of ours than it can run (then we wait for its answers)."""
+        self.free = {s: slots.get(s, 0) - in_flight.get(s, 0) for s in self.table}
+
+    def apply_services(
+        self, offered: tuple[tuple[str, int], ...], in_flight: Mapping[str, int]
+    ) -> None:
         """A gossip family: its alive row's services are its whole table, one entry a service
-        (worker_id: the peer, capacity: its workers' capacity for it), all of it free."""
+        (worker_id: the peer, capacity: its workers' capacity for it), free but for our
+        requests it holds or has not received yet (G10)."""
         self.offered = offered
         self.table = {s: [TableWorker(self.broker_id, c, 0.0)] for s, c in offered}
-        self.free = dict(offered)
+        self.free = {s: c - in_flight.get(s, 0) for s, c in offered}
 
     def forget_table(self) -> None:
         self.table = {}

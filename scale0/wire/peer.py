@@ -40,6 +40,8 @@ from scale0.wire.frames import (
 #: Bounds that keep one TABLE from describing more than a broker could plausibly run.
 MAX_ENDPOINTS: Final = 16
 MAX_TABLE_WORKERS: Final = 100_000
+#: TABLE's ``slots``: a count per service within ±this (more than any table's capacity).
+MAX_SLOTS: Final = 1 << 31
 #: HELLO's ``understands``: at most this many command names, each 1..32 upper-case letters.
 MAX_UNDERSTANDS: Final = 32
 _COMMAND_NAME: Final = re.compile(r"[A-Z]{1,32}")
@@ -257,14 +259,20 @@ class Table(Message):
     table_seq: int
     full: bool
     services: tuple[TableService, ...] = ()
+    #: Per service, how many of the *receiver's* forwards the sender would hold at once when
+    #: it sends this (its free slots, less its queue, plus the receiver's requests it holds):
+    #: the receiver's own credit count (F16). None: a sender of an older version.
+    slots: tuple[tuple[str, int], ...] | None = None
 
     def to_frames(self) -> list[bytes]:
-        return control_frames(
-            SIG_BROKER,
-            self.COMMAND,
-            {"broker_id": self.broker_id, "table_seq": self.table_seq, "full": self.full},
-            _encode_table(self.services),
-        )
+        opts: dict[str, JsonValue] = {
+            "broker_id": self.broker_id,
+            "table_seq": self.table_seq,
+            "full": self.full,
+        }
+        if self.slots is not None:
+            opts["slots"] = dict(self.slots)
+        return control_frames(SIG_BROKER, self.COMMAND, opts, _encode_table(self.services))
 
     @classmethod
     def from_frames(cls, frames: Sequence[bytes]) -> Self:
@@ -274,7 +282,29 @@ class Table(Message):
             opt_int(opts, "table_seq", minimum=0),
             opt_bool(opts, "full"),
             _decode_table(frames[4]),
+            _decode_slots(opts),
         )
+
+
+def _decode_slots(opts: dict[str, JsonValue]) -> tuple[tuple[str, int], ...] | None:
+    """TABLE's optional ``slots``: an object of service name -> int (§5.3); null = absent."""
+    document = opts.get("slots")
+    if document is None:
+        return None
+    if not isinstance(document, dict):
+        raise ProtocolError.malformed(3, "option 'slots' is not a JSON object")
+    if len(document) > MAX_TABLE_WORKERS:
+        raise ProtocolError.malformed(3, f"option 'slots' lists over {MAX_TABLE_WORKERS} services")
+    slots: list[tuple[str, int]] = []
+    for service, value in document.items():
+        where = f"option 'slots'[{service[:64]!r}]"
+        problem = name_problem(service)
+        if problem is not None:
+            raise ProtocolError.malformed(3, f"{where}: service {problem}")
+        if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_SLOTS:
+            raise ProtocolError.malformed(3, f"{where} is not an integer within ±{MAX_SLOTS}")
+        slots.append((service, value))
+    return tuple(slots)
 
 
 @dataclass(frozen=True, slots=True)

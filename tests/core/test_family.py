@@ -1,4 +1,4 @@
-"""The family rules F1-F13 and F15 (scale0/core/broker.py): several pure cores wired in memory.
+"""The family rules F1-F13, F15 and F16 (scale0/core/broker.py): several pure cores wired in memory.
 
 No sockets and no sleeps: scale0/sim/fabric.py delivers what one core sends to another and
 moves one fake clock, so liveness, republish and repair are checked with exact numbers.
@@ -372,6 +372,67 @@ def test_f9_a_forwarded_reply_frees_a_slot_and_what_waits_goes_at_once() -> None
     assert fabric.serve("c") == 1
     assert [r.request_id for _, r in fabric.replies("a")] == [b"r2"]
     assert fabric.serve("a") == 1  # r0, all along at a's own worker
+
+
+def _pull_now(fabric: Fabric, origin: str, peer: str) -> None:
+    """Queue (not deliver) ``peer``'s HEARTBEAT at ``origin`` naming ``peer``'s newest table
+    version, as if its heartbeat round came now: ``origin`` pulls (TABLEREQ) when it handles
+    it, before whatever is fed after it."""
+    target = fabric.brokers[peer]
+    assert fabric.brokers[origin].family.peers[peer].table_seq < target.family.table.seq
+    rid = f"{peer}@{id(target)}".encode()
+    beat = PeerHeartbeat(peer, fabric.wall, BrokerState.ACTIVE, 1, target.family.table.seq)
+    fabric.feed(origin, Received(Channel.PEER, rid, beat))
+
+
+def test_f16_a_table_that_crossed_a_forward_does_not_count_the_slot_it_took() -> None:
+    """Issue 14: c's TABLE left c before c received a's FORWARD, so its rows still show c's
+    slot free; a must not take that for a second free slot (it did: each such table added
+    one to what a kept queued at c, behind the others, while a's own worker could run it)."""
+    fabric = started()
+    fabric.worker("a", W1)
+    fabric.worker("c", b"worker-c")
+    fabric.advance(1.1)  # a holds c's table: one free slot
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"r0")  # a's own worker
+    fabric.request("a", C1, b"r1")  # to c, its slot
+    fabric.advance(0.1)  # c's table: busy
+    assert fabric.serve("c") == 1  # r1 answered: the credit says c's slot is free (F9)
+    fabric.advance(0.1)  # c's table: free again
+    a, c = fabric.brokers["a"], fabric.brokers["c"]
+    _pull_now(fabric, "a", "c")  # a's TABLEREQ leaves before r2's FORWARD: c answers it first
+    fabric.feed("a", Received(Channel.FRONTEND, C1, ClientRequest("echo", b"r2", (b"hi",))))
+    fabric.settle()
+    assert a.counters["forwarded"] == 2  # r2 took c's slot; the table said free, from before
+    fabric.request("a", C1, b"r3")  # both busy: r3 waits at a, not in c's queue
+    assert a.counters["forwarded"] == 2
+    assert c.dispatch.waiting.count("echo") == 0
+    assert fabric.serve("a") == 1  # r0; a's worker then takes r3
+    assert fabric.serve("a") == 1
+    assert fabric.serve("c") == 1  # r2
+    assert sorted(r.request_id for _, r in fabric.replies("a")) == [b"r0", b"r1", b"r2", b"r3"]
+
+
+def test_f16_a_table_older_than_the_peers_answer_does_not_hide_its_free_slot() -> None:
+    """Issue 14: c's rows were committed while c's worker ran a's r1; c answered r1 (a got
+    the credit) and then a's TABLEREQ, from those rows. a must not count c's slot busy until
+    c's next table (it did: r2 waited for a's own worker, a HEARTBEAT away from c's)."""
+    fabric = started()
+    fabric.worker("a", W1)
+    fabric.worker("c", b"worker-c")
+    fabric.advance(1.1)
+    fabric.client("a", C1)
+    fabric.request("a", C1, b"r0")  # a's own worker
+    fabric.request("a", C1, b"r1")  # to c
+    fabric.advance(0.1)  # c's table: busy
+    a = fabric.brokers["a"]
+    assert fabric.serve("c") == 1  # r1 answered; c's table still says busy (commits in 50 ms)
+    _pull_now(fabric, "a", "c")
+    fabric.settle()
+    fabric.request("a", C1, b"r2")  # a's worker is busy, c's is free: r2 goes to c at once
+    assert a.counters["forwarded"] == 2
+    assert fabric.serve("c") == 1
+    assert [r.request_id for _, r in fabric.replies("a")] == [b"r1", b"r2"]
 
 
 def test_f3_requests_forwarded_to_a_peer_that_dies_are_routed_again() -> None:

@@ -265,6 +265,34 @@ def test_g7_a_new_service_raises_the_incarnation_and_reaches_every_table() -> No
     assert fabric.brokers["a"].family.gossip.incarnation > before
 
 
+def test_g10_a_new_row_does_not_count_free_the_slots_our_requests_hold() -> None:
+    """c's row changes (a worker for another service) while two of a's requests run at c's
+    capacity-2 worker: a must not take c's whole capacity for free slots again (it did, and
+    queued a third request at c behind them while a's own worker would free first)."""
+    fabric = gossip_family(("a", "c"))
+    fabric.worker("a", b"w-a")
+    fabric.worker("c", b"w-c", capacity=2)
+    a, c = fabric.brokers["a"], fabric.brokers["c"]
+    waited = 0.0
+    while "echo" not in a.family.peers["c"].table:
+        assert waited < 15.0
+        fabric.advance(0.5)
+        waited += 0.5
+    fabric.client("a", b"client-1")
+    for i in range(3):  # r0 at a's worker, r1 and r2 at c's
+        fabric.request("a", b"client-1", f"r{i}".encode())
+    assert a.counters["forwarded"] == 2
+    fabric.worker("c", b"w-other", ("other",))
+    waited = 0.0
+    while "other" not in a.family.peers["c"].table:
+        assert waited < 15.0
+        fabric.advance(0.5)
+        waited += 0.5
+    fabric.request("a", b"client-1", b"r3")  # every slot is busy: r3 waits at a
+    assert a.counters["forwarded"] == 2
+    assert c.dispatch.waiting.count("echo") == 0
+
+
 def test_g8_no_message_carries_more_than_piggyback_rows_besides_two() -> None:
     fabric = gossip_family(tuple(f"n{i:02d}" for i in range(20)))
     fabric.advance(5.0)

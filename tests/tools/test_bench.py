@@ -196,6 +196,32 @@ def test_bench_base_tree_cases_run_their_brokers_from_that_tree(tmp_path: Path) 
     assert os.environ.get("PYTHONPATH") == saved
 
 
+def test_bench_family_both_splits_round_trips_into_local_and_forwarded() -> None:
+    """``family-both``: each worker tags its replies with its broker, so the case reports the
+    p50/p99 of the requests the first broker's own workers ran and of those it forwarded
+    (docs/performance.md "Forwarded requests"). Window 20 with one worker at each broker:
+    the first broker cannot run them all itself, and the second's slot is free at first."""
+    result = bench.case_family_both(1, 1, requests=400, window=20, payload=b"x" * 100)
+    assert 0 < result["forwarded_share"] < 1
+    for kind in ("local", "forwarded"):
+        assert 0 < result[f"p50_{kind}_us"] <= result[f"p99_{kind}_us"]
+    assert min(result["p50_local_us"], result["p50_forwarded_us"]) <= result["p50_us"]
+    lines = bench.table(
+        [
+            {
+                "case": "family-both",
+                "driver": "S0P",
+                "workers": 1,
+                "payload": 100,
+                "wakeups_per_request": 1.0,
+                "main_thread_us_per_request": 1.0,
+                **result,
+            }
+        ]
+    )
+    assert re.search(r"workers 1: [\d.]+%; local \d+ / \d+ forwarded \d+ / \d+", lines)
+
+
 def test_bench_idle_core_times_every_tree_and_names_a_bad_one(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

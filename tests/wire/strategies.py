@@ -187,7 +187,18 @@ MESSAGES: dict[type[Message], st.SearchStrategy[Message]] = {
     PeerHeartbeat: st.builds(
         PeerHeartbeat, names, times, st.sampled_from(BrokerState), versions0, versions0
     ),
-    Table: st.builds(Table, names, versions0, st.booleans(), table_services),
+    Table: st.builds(
+        Table,
+        names,
+        versions0,
+        st.booleans(),
+        table_services,
+        # F16's slots: absent (an older sender), or a count per service, negative allowed.
+        st.none()
+        | st.dictionaries(services, st.integers(-(1 << 31), 1 << 31), max_size=3).map(
+            lambda d: tuple(d.items())
+        ),
+    ),
     TableReq: st.builds(TableReq, names, st.none() | versions0),
     Forward: st.builds(Forward, ids, services, names, bodies)
     | st.builds(  # FORWARDWITH (§5.4): ids both or neither, a deadline, maybe a caller

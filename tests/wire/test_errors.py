@@ -338,6 +338,25 @@ def test_table_row_names_the_entry() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("slots", "text"),
+    [
+        (b"[1]", "frame 3: option 'slots' is not a JSON object"),
+        (b'{"echo":true}', "frame 3: option 'slots'['echo'] is not an integer within ±2147483648"),
+        (b'{"echo":1.5}', "frame 3: option 'slots'['echo'] is not an integer within ±2147483648"),
+        (
+            b'{"echo":4294967296}',
+            "frame 3: option 'slots'['echo'] is not an integer within ±2147483648",
+        ),
+        (b'{"":1}', "frame 3: option 'slots'['']: service is empty"),
+    ],
+)
+def test_table_slots_name_what_is_wrong(slots: bytes, text: str) -> None:
+    """F16's ``slots`` (docs/protocol.md §5.3): checked whole, before the table is used."""
+    opts = b'{"broker_id":"b","table_seq":1,"full":true,"slots":' + slots + b"}"
+    assert_error(to_broker(b"", b"S0B1", b"TABLE", opts, b"{}"), 400, text)
+
+
 def test_hello_endpoint_not_a_string() -> None:
     raw = (
         b'{"broker_id":"b","family":"f","state":"active","config_version":1,'
