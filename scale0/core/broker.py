@@ -206,6 +206,7 @@ from scale0.core.timers import BeatRound, ConnDue, ExpiryDue, Periodic
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, DisconnectError, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
+from scale0.wire.hot import Beat
 from scale0.wire.mdp import (
     MDP_SIGNATURES,
     MdpClientRequest,
@@ -452,16 +453,18 @@ class Broker:
         config_version: int,
         now: float,
         wall: float,
+        interval_ms: int = 0,
     ) -> list[Effect]:
         """Exactly ``handle(Received(channel, routing_id, Heartbeat(sent, config_version,
-        protocol=PROTOCOL[channel])), now, wall)`` for a client's (FRONTEND) or a worker's
-        (BACKEND) HEARTBEAT: the liveness traffic of thousands of idle connections."""
+        interval_ms=interval_ms or None, protocol=PROTOCOL[channel])), now, wall)`` for a
+        client's (FRONTEND) or a worker's (BACKEND) HEARTBEAT: the liveness traffic of
+        thousands of idle connections."""
         self.core.clock = now
         out: list[Effect] = []
         speaks = self.majordomo.speaks
         if speaks:
             speaks.pop((channel, routing_id), None)  # an S0P HEARTBEAT: it speaks S0P
-        self.sessions.heard(channel, routing_id, sent, config_version, now, wall, out)
+        self.sessions.heard(channel, routing_id, sent, config_version, now, wall, out, interval_ms)
         if speaks:
             self.majordomo.translate(out)
         return out
@@ -469,19 +472,21 @@ class Broker:
     def handle_heartbeats(
         self,
         channel: Channel,
-        beats: Sequence[tuple[bytes, float, int]],
+        beats: Sequence[Beat],
         now: float,
         wall: float,
     ) -> list[Effect]:
-        """Exactly :meth:`handle_heartbeat` for each ``(routing_id, sent, config_version)`` of
-        ``beats`` in order, their effects in one list: a run of HEARTBEATs that one batch
-        receive read (docs/performance.md, "Liveness")."""
+        """Exactly :meth:`handle_heartbeat` for each ``(routing_id, sent, config_version,
+        interval_ms)`` of ``beats`` in order, their effects in one list: a run of HEARTBEATs
+        that one batch receive read (docs/performance.md, "Liveness")."""
         self.core.clock = now
         out: list[Effect] = []
         speaks = self.majordomo.speaks
         if speaks:  # a Majordomo peer here: one at a time, as handle_heartbeat does
-            for routing_id, sent, config_version in beats:
-                out += self.handle_heartbeat(channel, routing_id, sent, config_version, now, wall)
+            for routing_id, sent, config_version, interval_ms in beats:
+                out += self.handle_heartbeat(
+                    channel, routing_id, sent, config_version, now, wall, interval_ms
+                )
             return out
         self.sessions.heard_many(channel, beats, now, wall, out)
         return out

@@ -24,8 +24,9 @@
  *       whole batch is checked first: a bad item or frame raises TypeError naming the message
  *       and frame, and nothing of the batch is sent (see "send_batch" below for why).
  *   heartbeat_items(batch, signature, max_frame_bytes) -> list
- *       recv_batch's messages, each plain HEARTBEAT read into (routing_id, time, config_version)
- *       (scale0/wire/hot.py says what is plain; its heartbeat_items is the same in Python), so
+ *       recv_batch's messages, each plain HEARTBEAT read into (routing_id, time, config_version,
+ *       interval_ms), interval_ms 0 when it has none (scale0/wire/hot.py says what is plain;
+ *       its heartbeat_items is the same in Python), so
  *       the broker hands a run of them to the core in one call (docs/performance.md, "Liveness").
  *
  * EINTR is retried, as pyzmq does; Python's signal handlers run when the call returns, never
@@ -693,7 +694,9 @@ done:
  * HEARTBEAT (scale0/wire/hot.py heartbeat_fields: exactly [routing id, b"", signature,
  * b"HEARTBEAT", options], the options frame at most max_frame_bytes and exactly
  * {"time":<number with a fraction>,"config_version":<int of at most 18 digits>} in that order,
- * JSON whitespace allowed, time finite) becomes the tuple (routing id, time, config_version);
+ * optionally followed by ,"interval_ms":<int 1..999999999 without leading zeros>, JSON
+ * whitespace allowed, time finite) becomes the tuple (routing id, time, config_version,
+ * interval_ms), interval_ms 0 when absent;
  * every other item is passed through as it is. It reads what recv_batch made; the pure-Python
  * heartbeat_items of scale0/wire/hot.py is the same function (a parity test holds them to it).
  * It never raises for what it cannot read: that item is passed through. */
@@ -714,9 +717,10 @@ static const char *expect(const char *p, const char *end, const char *text, size
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* The options of a plain HEARTBEAT: 1 and *time, *version set; 0 if not that form (or the time
- * is not finite); -1 with an exception (memory). */
-static int beat_options(const char *p, Py_ssize_t size, double *time, long long *version) {
+/* The options of a plain HEARTBEAT: 1 and *time, *version, *promise (0: no interval_ms) set; 0
+ * if not that form (or the time is not finite); -1 with an exception (memory). */
+static int beat_options(const char *p, Py_ssize_t size, double *time, long long *version,
+                        long long *promise) {
     const char *end = p + size;
     if ((p = expect(p, end, "{", 1)) == NULL) return 0; /* (no whitespace before it) */
     p = skip_ws(p, end);
@@ -767,6 +771,23 @@ static int beat_options(const char *p, Py_ssize_t size, double *time, long long 
         return 0;
     }
     p = skip_ws(p, end); /* a 19th digit is not whitespace or "}": no match, as the regex */
+    long long interval = 0;
+    if (p < end && *p == ',') {
+        /* ,"interval_ms":[1-9][0-9]{0,8} */
+        p = skip_ws(p + 1, end);
+        if ((p = expect(p, end, "\"interval_ms\"", 13)) == NULL) return 0;
+        p = skip_ws(p, end);
+        if ((p = expect(p, end, ":", 1)) == NULL) return 0;
+        p = skip_ws(p, end);
+        if (p >= end || *p < '1' || *p > '9') return 0;
+        int digits = 0;
+        while (p < end && is_digit(*p) && digits < 9) {
+            interval = interval * 10 + (*p - '0');
+            p++;
+            digits++;
+        }
+        p = skip_ws(p, end); /* a 10th digit is not whitespace or "}": no match */
+    }
     if ((p = expect(p, end, "}", 1)) == NULL) return 0;
     p = skip_ws(p, end);
     if (p != end) return 0;
@@ -797,6 +818,7 @@ static int beat_options(const char *p, Py_ssize_t size, double *time, long long 
     }
     *time = t;
     *version = v;
+    *promise = interval;
     return 1;
 }
 
@@ -833,14 +855,15 @@ static PyObject *heartbeat_items(PyObject *self, PyObject *args) {
                 PyBytes_CheckExact(options) && PyBytes_GET_SIZE(options) <= max_frame_bytes) {
                 double time;
                 long long version;
+                long long promise;
                 int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options),
-                                      &time, &version);
+                                      &time, &version, &promise);
                 if (ok < 0) {
                     Py_DECREF(items);
                     return NULL;
                 }
                 if (ok) {
-                    out = Py_BuildValue("(OdL)", rid, time, version);
+                    out = Py_BuildValue("(OdLL)", rid, time, version, promise);
                     if (out == NULL) {
                         Py_DECREF(items);
                         return NULL;
@@ -878,7 +901,7 @@ static PyMethodDef methods[] = {
      "send_batch([(handle, first, rest), ...]) -> (sent, [errno of each failed message])"},
     {"heartbeat_items", heartbeat_items, METH_VARARGS,
      "heartbeat_items(batch, signature, max_frame_bytes) -> batch, each plain HEARTBEAT as "
-     "(routing_id, time, config_version)"},
+     "(routing_id, time, config_version, interval_ms)"},
     {"setup", setup, METH_O, "setup(error_class): the exception raised, called with an errno"},
     {NULL, NULL, 0, NULL},
 };

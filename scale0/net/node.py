@@ -102,6 +102,7 @@ from scale0.wire.configsync import TOPIC, decode_config_publication
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import SIG_BROKER, SIG_CLIENT, SIG_WORKER, Message
 from scale0.wire.hot import (
+    Beat,
     client_request_fields,
     heartbeat_fields,
     mdp_client_request_fields,
@@ -971,14 +972,14 @@ class BrokerNode:
         C with the C batch calls) goes to the core in one call, every other message to
         :meth:`_dispatch`, in the order received. The same effects as a _dispatch of each."""
         broker = self.broker
-        items: list[list[bytes] | tuple[bytes, float, int]]
+        items: list[list[bytes] | Beat]
         try:
             items = heartbeat_items(batch, signature, broker.max_frame_bytes)
         except Exception:  # (memory): every message its own way, as before the batch reader
             self._counters["internal_errors"] += 1
             self._log(logging.ERROR, "internal_error", {"channel": channel.value}, exc_info=True)
             items = list(batch)
-        run: list[tuple[bytes, float, int]] = []
+        run: list[Beat] = []
         fresh = self._fresh
         is_banned = broker.is_banned
         for item, conn in zip(items, conns, strict=False):
@@ -1007,7 +1008,7 @@ class BrokerNode:
     def _heard(
         self,
         channel: Channel,
-        beats: list[tuple[bytes, float, int]],
+        beats: list[Beat],
         now: float,
         wall: float,
         conn: int = -1,
@@ -1191,7 +1192,10 @@ class BrokerNode:
             beat = heartbeat_fields(frames, SIG_CLIENT, broker.max_frame_bytes)
             if beat is not None:
                 self._counters["received"] += 1
-                return broker.handle_heartbeat(Channel.FRONTEND, frames[0], *beat, now, wall)
+                sent, version, promise = beat
+                return broker.handle_heartbeat(
+                    Channel.FRONTEND, frames[0], sent, version, now, wall, promise
+                )
         elif signature in (MDPC02, MDPC01):
             mdp = mdp_client_request_fields(frames, broker.max_frame_bytes)
             if mdp is not None:
@@ -1216,7 +1220,10 @@ class BrokerNode:
             beat = heartbeat_fields(frames, SIG_WORKER, broker.max_frame_bytes)
             if beat is not None:
                 self._counters["received"] += 1
-                return broker.handle_heartbeat(Channel.BACKEND, frames[0], *beat, now, wall)
+                sent, version, promise = beat
+                return broker.handle_heartbeat(
+                    Channel.BACKEND, frames[0], sent, version, now, wall, promise
+                )
         elif signature in (MDPW02, MDPW01):
             mdp = mdp_worker_reply_fields(frames, broker.max_frame_bytes)
             if mdp is not None:
