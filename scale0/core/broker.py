@@ -75,6 +75,15 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      rest dropped unread) and refusals are not answered.
      A member's accepted HELLO is never refused for its address, and its link, once heard,
      is never hung up or scored by address.
+ R23 Idle beating (docs/protocol.md §3.4): a client's or worker's HEARTBEAT may promise with
+     interval_ms that its next message comes within that many ms: its negotiated interval up
+     to idle_heartbeat_interval_ms (any other value, or any value while that is 0, is
+     malformed: R13). Its session expires after liveness x its last promise (absent: the
+     negotiated interval); a client's HEARTBEAT is answered with its promise, and an idle
+     worker is beaten at its promise, each beat saying it. A request dispatched to a worker
+     that promised more than its interval, or a REQUEST from such a client, holds it to its
+     interval again from that moment (expiry now + liveness x interval); a worker holding
+     requests is held to its interval whatever it promises.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)
