@@ -194,10 +194,23 @@ class Dispatch:
             self.core.timers.push(at, key)
         members[routing_id] = None
 
-    def promised(self, worker: Worker, promise_s: float, now: float) -> None:
+    def promised(
+        self, worker: Worker, promise_s: float, now: float, wall: float, out: list[Effect]
+    ) -> None:
         """§3.4: ``worker`` promised to beat every ``promise_s`` (0: its interval): the broker
-        beats it at that period from now on, saying it (R11's round of that promise)."""
+        beats it at that period from now on, saying it (R11's round of that promise). A new
+        idle promise is answered at once with a HEARTBEAT saying it, so the worker holds the
+        broker to it from now, not from the round's first beat (up to a period away)."""
         self._join_round(worker.routing_id, worker.interval_s, now, promise_s)
+        if promise_s:
+            beat = Heartbeat(
+                time=wall,
+                config_version=self.core.network.config_version,
+                hbeatinterval_ms=round(worker.interval_s * 1000),
+                interval_ms=round(promise_s * 1000),
+                protocol=SIG_WORKER,
+            )
+            out.append(Send(Channel.BACKEND, worker.routing_id, beat))
 
     def _wake(self, worker: Worker, now: float) -> None:
         """§3.4: a request goes to a worker that promised the idle interval: it is held to its

@@ -89,7 +89,9 @@ class DispatchPort(Protocol):
         self, routing_id: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
     ) -> None: ...
 
-    def promised(self, worker: Worker, promise_s: float, now: float) -> None: ...
+    def promised(
+        self, worker: Worker, promise_s: float, now: float, wall: float, out: list[Effect]
+    ) -> None: ...
 
     def route_again(
         self, pending: Pending, now: float, out: list[Effect], status: int, why: str

@@ -389,7 +389,7 @@ class Sessions:
         if session is None:
             return
         if interval_ms != session.promise_ms and not self.promise(
-            channel, session, interval_ms, now, out
+            channel, session, interval_ms, now, wall, out
         ):
             return
         network = self.core.network
@@ -434,7 +434,13 @@ class Sessions:
         return beat
 
     def promise(
-        self, channel: Channel, session: Session, interval_ms: int, now: float, out: list[Effect]
+        self,
+        channel: Channel,
+        session: Session,
+        interval_ms: int,
+        now: float,
+        wall: float,
+        out: list[Effect],
     ) -> bool:
         """R23 (§3.4): a HEARTBEAT's ``interval_ms`` (0: none, the negotiated interval) is its
         sender's promise; the session expires after liveness x it, and an idle worker is beaten
@@ -472,7 +478,7 @@ class Sessions:
         if worker is None or worker.heartbeat:
             self.set_timeout(session, network.liveness * (promise_ms / 1000 or normal_s))
         if worker is not None:
-            self.dispatch.promised(worker, promise_ms / 1000, now)
+            self.dispatch.promised(worker, promise_ms / 1000, now, wall, out)
         return True
 
     def heard_many(

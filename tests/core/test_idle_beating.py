@@ -29,7 +29,11 @@ def test_r23_an_idle_worker_is_kept_past_liveness_intervals_and_lost_at_liveness
     h = Harness()
     h.worker(W1)
     h.worker(W2)  # beats at its interval, saying nothing: expired at 3 s as ever
-    assert sends(h.heartbeat(BACK, W1, promise=5000)) == []
+    # The promise is answered at once with a HEARTBEAT saying it (the worker holds us to it).
+    answer = only(sends(h.heartbeat(BACK, W1, promise=5000)))[1]
+    assert isinstance(answer, Heartbeat)
+    assert (answer.interval_ms, answer.hbeatinterval_ms) == (5000, 1000)
+    assert sends(h.heartbeat(BACK, W1, promise=5000)) == []  # kept: nothing to say
     out = h.advance(2.9)
     out += h.heartbeat(BACK, W2)
     out += h.advance(2.0)  # 4.9 s: W1 would be gone by now without its promise
@@ -150,8 +154,8 @@ def test_r23_a_worker_promises_at_least_its_own_interval() -> None:
         error.message
     )
     h.worker(W1, interval_ms=2000)
-    assert sends(h.heartbeat(BACK, W1, promise=2000)) == []
-    assert sends(h.heartbeat(BACK, W1, promise=5000)) == []
+    assert sends(h.heartbeat(BACK, W1, promise=2000)) == []  # its own: nothing new
+    assert only(beats_to(h.heartbeat(BACK, W1, promise=5000), W1)).interval_ms == 5000
 
 
 def test_r23_idle_beating_off_refuses_any_promise() -> None:
