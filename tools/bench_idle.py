@@ -179,6 +179,18 @@ def driver(
                     version = json.loads(frames[3]).get("config_version", version)
                     if signature == b"S0W1":
                         ready(sock, signature)
+                    if promise_ms:
+                        # Idle from the start: its promise at once, as its group's first turn
+                        # may be a whole idle period away (the broker holds it to the interval
+                        # until it promises; the library beats at it until it is idle).
+                        options = {
+                            "time": time.time(),
+                            "config_version": version,
+                            "interval_ms": promise_ms,
+                        }
+                        sock.send_multipart(
+                            [b"", signature, b"HEARTBEAT", json.dumps(options).encode()]
+                        )
                     if sock in pending:
                         del pending[sock]
                         groups[joined % SLOTS].append((sock, signature))
