@@ -80,10 +80,10 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      to idle_heartbeat_interval_ms (any other value, or any value while that is 0, is
      malformed: R13). Its session expires after liveness x its last promise (absent: the
      negotiated interval); a client's HEARTBEAT is answered with its promise, and an idle
-     worker is beaten at its promise, each beat saying it (the first at once). A request dispatched to a worker
-     that promised more than its interval, or a REQUEST from such a client, holds it to its
-     interval again from that moment (expiry now + liveness x interval); a worker holding
-     requests is held to its interval whatever it promises.
+     worker is beaten at its promise, each beat saying it (the first at once). A request
+     dispatched to a worker that promised more than its interval, or a REQUEST from such a
+     client, holds it to its interval again from that moment (expiry now + liveness x
+     interval); a worker holding requests is held to its interval whatever it promises.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)

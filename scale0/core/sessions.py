@@ -415,19 +415,13 @@ class Sessions:
     def _answer_of(self, promise_ms: int, wall: float) -> Heartbeat:
         """The HEARTBEAT answering a client whose promise is ``promise_ms`` (0: none)."""
         version = self.core.network.config_version
-        beat = self._answer if not promise_ms else self._idle_answer
-        if (
-            beat.time != wall
-            or beat.config_version != version
-            or (beat.interval_ms or 0) != (promise_ms)
-        ):
+        promise = promise_ms or None
+        beat = self._answer if promise is None else self._idle_answer
+        if beat.time != wall or beat.config_version != version or beat.interval_ms != promise:
             beat = Heartbeat(
-                time=wall,
-                config_version=version,
-                interval_ms=promise_ms or None,
-                protocol=SIG_CLIENT,
+                time=wall, config_version=version, interval_ms=promise, protocol=SIG_CLIENT
             )
-            if promise_ms:
+            if promise is not None:
                 self._idle_answer = beat
             else:
                 self._answer = beat
