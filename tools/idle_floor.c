@@ -20,7 +20,11 @@
  * what reading the HEARTBEATs alone costs, the least any liveness over libzmq can cost when
  * every peer speaks once per interval.
  *
- * Usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] FRONTEND BACKEND
+ * With -p promise_ms (idle beating, docs/protocol.md §3.4) its HEARTBEATs also say
+ * "interval_ms":promise_ms: run with -i and -p both the idle interval, it is the floor of the
+ * idle protocol, where every idle peer and the broker beat (and are forgotten) at that interval.
+ *
+ * Usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] [-p promise_ms] FRONTEND BACKEND
  *   binds both (tcp://127.0.0.1:* picks a port), prints "frontend <endpoint>" and
  *   "backend <endpoint>" on stdout, and on SIGTERM/SIGINT prints one "stats ..." line on
  *   stderr and exits 0.
@@ -53,6 +57,7 @@ static int table[TABLE_SIZE]; /* peer index + 1; 0 empty */
 static double heartbeat_s = 1.0;
 static int liveness = 3;
 static int silent;
+static int promise_ms; /* 0: HEARTBEATs carry no interval_ms */
 static void *frontend, *backend;
 static unsigned long long st_received, st_sent, st_wakeups, st_ticks, st_forgotten, st_forced,
     st_dropped, st_untracked;
@@ -199,8 +204,12 @@ static void drain(void *socket, int is_backend, double now) {
 static void format_beat(void) {
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
-    int n = snprintf(beat_body, sizeof(beat_body), "{\"time\":%.6f,\"config_version\":0}",
-                     (double)wall.tv_sec + (double)wall.tv_nsec / 1e9);
+    double time = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
+    int n = promise_ms > 0 ? snprintf(beat_body, sizeof(beat_body),
+                                      "{\"time\":%.6f,\"config_version\":0,\"interval_ms\":%d}",
+                                      time, promise_ms)
+                           : snprintf(beat_body, sizeof(beat_body),
+                                      "{\"time\":%.6f,\"config_version\":0}", time);
     beat_len = n > 0 ? (size_t)n : 0;
 }
 
@@ -238,13 +247,16 @@ int main(int argc, char **argv) {
             liveness = atoi(argv[arg + 1]);
         } else if (strcmp(argv[arg], "-s") == 0) {
             silent = atoi(argv[arg + 1]);
+        } else if (strcmp(argv[arg], "-p") == 0) {
+            promise_ms = atoi(argv[arg + 1]);
         } else {
             break;
         }
         arg += 2;
     }
     if (argc - arg != 2 || heartbeat_s <= 0 || liveness < 1) {
-        fprintf(stderr, "usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] FRONTEND BACKEND\n");
+        fprintf(stderr, "usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] [-p promise_ms] "
+                        "FRONTEND BACKEND\n");
         return 2;
     }
     catch_stop_signals();

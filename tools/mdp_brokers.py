@@ -255,9 +255,11 @@ def running_idle_floor(
     heartbeat_ms: int = 1000,
     liveness: int = 3,
     silent: bool = False,
+    promise_ms: int = 0,
 ) -> Iterator[RunningBroker]:
     """The C liveness floor (tools/idle_floor.c): frontend (clients) and backend (workers).
-    ``silent``: it sends nothing after CONFIG (what reading the HEARTBEATs alone costs)."""
+    ``silent``: it sends nothing after CONFIG (what reading the HEARTBEATs alone costs);
+    ``promise_ms``: its HEARTBEATs say ``interval_ms`` (idle beating, docs/protocol.md §3.4)."""
     broker = _start(
         "c-idle",
         [
@@ -268,6 +270,8 @@ def running_idle_floor(
             str(liveness),
             "-s",
             str(int(silent)),
+            "-p",
+            str(promise_ms),
             "tcp://127.0.0.1:*",
             "tcp://127.0.0.1:*",
         ],

@@ -25,6 +25,7 @@ DEFAULT_CLIENT_VIEW: tuple[str, ...] = (
     "config_version",
     "brokers",
     "default_heartbeat_interval_ms",
+    "idle_heartbeat_interval_ms",
     "liveness",
     "max_clock_skew_s",
     "services",
@@ -303,6 +304,13 @@ class NetworkConfig:
     )
     liveness: int = field(
         default=3, metadata=doc("Missed heartbeat intervals after which a peer is dead.")
+    )
+    idle_heartbeat_interval_ms: int = field(
+        default=5000,
+        metadata=doc(
+            "Interval an idle client or worker (and the broker to it) may heartbeat at, saying "
+            "so in its HEARTBEAT; 0: off. At least default_heartbeat_interval_ms."
+        ),
     )
     max_clock_skew_s: float = field(
         default=30.0, metadata=doc("Largest clock difference accepted from a peer (else 412).")

@@ -173,6 +173,13 @@ def _network(c: NetworkConfig) -> Iterator[Finding]:
             yield from check_service(f"services[{j}]", s)
     yield from _positive("default_heartbeat_interval_ms", c.default_heartbeat_interval_ms)
     yield from _positive("liveness", c.liveness)
+    idle = c.idle_heartbeat_interval_ms
+    if idle != 0 and idle < c.default_heartbeat_interval_ms:
+        yield (
+            "idle_heartbeat_interval_ms",
+            f"must be 0 (off) or at least default_heartbeat_interval_ms "
+            f"({c.default_heartbeat_interval_ms}), got {idle}",
+        )
     yield from _positive("max_clock_skew_s", c.max_clock_skew_s)
     yield from _positive("error_threshold", c.error_threshold)
     yield from _positive("error_window_s", c.error_window_s)

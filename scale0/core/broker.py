@@ -75,6 +75,15 @@ Rules (docs/protocol.md; tests/core/test_broker.py names a test after each):
      rest dropped unread) and refusals are not answered.
      A member's accepted HELLO is never refused for its address, and its link, once heard,
      is never hung up or scored by address.
+ R23 Idle beating (docs/protocol.md §3.4): a client's or worker's HEARTBEAT may promise with
+     interval_ms that its next message comes within that many ms: its negotiated interval up
+     to idle_heartbeat_interval_ms (any other value, or any value while that is 0, is
+     malformed: R13). Its session expires after liveness x its last promise (absent: the
+     negotiated interval); a client's HEARTBEAT is answered with its promise, and an idle
+     worker is beaten at its promise, each beat saying it (the first at once). A request
+     dispatched to a worker that promised more than its interval, or a REQUEST from such a
+     client, holds it to its interval again from that moment (expiry now + liveness x
+     interval); a worker holding requests is held to its interval whatever it promises.
 
 The family (docs/protocol.md §5-6; tests/core/test_family.py names a test after each):
  F1  Start connects a link to every other member of the family (to each seed while joining)
@@ -215,6 +224,7 @@ from scale0.core.timers import BeatRound, ConnDue, ExpiryDue, Periodic
 from scale0.wire.admin import ManagementRequest
 from scale0.wire.client import CheckConfig, ClientRequest, Disconnect, DisconnectError, Heartbeat
 from scale0.wire.frames import ConfigType, JsonValue, Message
+from scale0.wire.hot import Beat
 from scale0.wire.mdp import (
     MDP_SIGNATURES,
     MdpClientRequest,
@@ -496,16 +506,18 @@ class Broker:
         config_version: int,
         now: float,
         wall: float,
+        interval_ms: int = 0,
     ) -> list[Effect]:
         """Exactly ``handle(Received(channel, routing_id, Heartbeat(sent, config_version,
-        protocol=PROTOCOL[channel])), now, wall)`` for a client's (FRONTEND) or a worker's
-        (BACKEND) HEARTBEAT: the liveness traffic of thousands of idle connections."""
+        interval_ms=interval_ms or None, protocol=PROTOCOL[channel])), now, wall)`` for a
+        client's (FRONTEND) or a worker's (BACKEND) HEARTBEAT: the liveness traffic of
+        thousands of idle connections."""
         self.core.clock = now
         out: list[Effect] = []
         speaks = self.majordomo.speaks
         if speaks:
             speaks.pop((channel, routing_id), None)  # an S0P HEARTBEAT: it speaks S0P
-        self.sessions.heard(channel, routing_id, sent, config_version, now, wall, out)
+        self.sessions.heard(channel, routing_id, sent, config_version, now, wall, out, interval_ms)
         if speaks:
             self.majordomo.translate(out)
         return out
@@ -513,19 +525,21 @@ class Broker:
     def handle_heartbeats(
         self,
         channel: Channel,
-        beats: Sequence[tuple[bytes, float, int]],
+        beats: Sequence[Beat],
         now: float,
         wall: float,
     ) -> list[Effect]:
-        """Exactly :meth:`handle_heartbeat` for each ``(routing_id, sent, config_version)`` of
-        ``beats`` in order, their effects in one list: a run of HEARTBEATs that one batch
-        receive read (docs/performance.md, "Liveness")."""
+        """Exactly :meth:`handle_heartbeat` for each ``(routing_id, sent, config_version,
+        interval_ms)`` of ``beats`` in order, their effects in one list: a run of HEARTBEATs
+        that one batch receive read (docs/performance.md, "Liveness")."""
         self.core.clock = now
         out: list[Effect] = []
         speaks = self.majordomo.speaks
         if speaks:  # a Majordomo peer here: one at a time, as handle_heartbeat does
-            for routing_id, sent, config_version in beats:
-                out += self.handle_heartbeat(channel, routing_id, sent, config_version, now, wall)
+            for routing_id, sent, config_version, interval_ms in beats:
+                out += self.handle_heartbeat(
+                    channel, routing_id, sent, config_version, now, wall, interval_ms
+                )
             return out
         self.sessions.heard_many(channel, beats, now, wall, out)
         return out

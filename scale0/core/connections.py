@@ -29,6 +29,9 @@ class Session:
     key: str = ""  # its CURVE public key (Z85), "" without CURVE (scale0/core/trust.py)
     allowed: Allowed = "all"  # what the key may call (clients) or serve (workers), T1-T4
     checked: float = float("-inf")  # its last CHECKCONFIG (R21)
+    #: The interval its last message promised (HEARTBEAT's ``interval_ms``, idle beating,
+    #: docs/protocol.md §3.4) when longer than the negotiated one; 0: the negotiated one.
+    promise_ms: int = 0
     #: The sessions of its channel and timeout, in order of last_seen (scale0/core/sessions.py,
     #: the liveness sweep); None: never expired (a worker with ``heartbeat: false``).
     order: dict[bytes, Session] | None = None

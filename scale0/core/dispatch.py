@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from scale0.core.connections import touch
 from scale0.core.context import Core
 from scale0.core.effects import Channel, Effect, Log, Send
 from scale0.core.ports import (
@@ -124,6 +125,7 @@ class Dispatch:
         if self.family.peers:
             self.family.table_changed(old.services if old is not None else (), now)
         self.pool.add(worker)
+        session.promise_ms = 0  # a READY starts at the negotiated interval (§3.4)
         sessions.set_timeout(session, interval_s * network.liveness if msg.heartbeat else INF)
         self._join_round(routing_id, interval_s, now)
         details = {"worker": routing_id.hex(), "services": list(services), "capacity": msg.capacity}
@@ -167,26 +169,59 @@ class Dispatch:
         if gone and family.peers:
             self.forwarding.orphaned(gone, now, out)
 
-    def _join_round(self, routing_id: bytes, interval_s: float, now: float) -> None:
-        """R11: ``routing_id`` is beaten with the workers of ``interval_s`` that said READY in
-        the same slot (a tenth of the interval): first at most ``interval_s`` from now, then
-        every interval. A READY with the interval it has keeps its round."""
+    def _join_round(
+        self, routing_id: bytes, interval_s: float, now: float, promise_s: float = 0.0
+    ) -> None:
+        """R11: ``routing_id`` is beaten with the workers of ``interval_s`` (and ``promise_s``,
+        an idle worker's promise, §3.4; 0: none) that joined in the same slot (a tenth of the
+        period): first at most one period from now, then every period. A READY with the
+        interval it has keeps its round."""
         before = self._round_of.get(routing_id)
         if before is not None:
-            if before.interval_s == interval_s:
+            if before.interval_s == interval_s and before.promise_s == promise_s:
                 return
             self._rounds[before].pop(routing_id, None)
-        slot_s = interval_s / BEAT_SLOTS
+        period_s = promise_s or interval_s
+        slot_s = period_s / BEAT_SLOTS
         tick = math.floor(now / slot_s)
-        key = BeatRound(interval_s, tick % BEAT_SLOTS)
+        key = BeatRound(interval_s, tick % BEAT_SLOTS, promise_s)
         self._round_of[routing_id] = key
         members = self._rounds.get(key)
         if members is None:
             members = self._rounds[key] = {}
-            # The slot's start plus one interval: within one interval of now, never after it.
-            at = self._round_at[key] = min(tick * slot_s + interval_s, now + interval_s)
+            # The slot's start plus one period: within one period of now, never after it.
+            at = self._round_at[key] = min(tick * slot_s + period_s, now + period_s)
             self.core.timers.push(at, key)
         members[routing_id] = None
+
+    def promised(
+        self, worker: Worker, promise_s: float, now: float, wall: float, out: list[Effect]
+    ) -> None:
+        """§3.4: ``worker`` promised to beat every ``promise_s`` (0: its interval): the broker
+        beats it at that period from now on, saying it (R11's round of that promise). A new
+        idle promise is answered at once with a HEARTBEAT saying it, so the worker holds the
+        broker to it from now, not from the round's first beat (up to a period away)."""
+        self._join_round(worker.routing_id, worker.interval_s, now, promise_s)
+        if promise_s:
+            beat = Heartbeat(
+                time=wall,
+                config_version=self.core.network.config_version,
+                hbeatinterval_ms=round(worker.interval_s * 1000),
+                interval_ms=round(promise_s * 1000),
+                protocol=SIG_WORKER,
+            )
+            out.append(Send(Channel.BACKEND, worker.routing_id, beat))
+
+    def _wake(self, worker: Worker, now: float) -> None:
+        """§3.4: a request goes to a worker that promised the idle interval: it is held to its
+        own interval again from now (expiry now + liveness x interval), and beaten at it."""
+        session = self.sessions.workers.get(worker.routing_id)
+        if session is not None:
+            session.promise_ms = 0
+            touch(session, now)
+            if worker.heartbeat:
+                self.sessions.set_timeout(session, worker.interval_s * self.core.network.liveness)
+        self._join_round(worker.routing_id, worker.interval_s, now)
 
     def beat(self, key: BeatRound, now: float, wall: float, out: list[Effect]) -> None:
         """R11: the broker's HEARTBEAT to every worker of one round, carrying the interval it
@@ -203,15 +238,18 @@ class Dispatch:
         beat = self._beat
         version = self.core.network.config_version
         interval_ms = round(interval_s * 1000)
+        promise_ms = round(key.promise_s * 1000) or None  # §3.4: an idle worker's round
         if (
             beat.time != wall
             or beat.config_version != version
             or beat.hbeatinterval_ms != interval_ms
+            or beat.interval_ms != promise_ms
         ):
             beat = self._beat = Heartbeat(
                 time=wall,
                 config_version=version,
                 hbeatinterval_ms=interval_ms,
+                interval_ms=promise_ms,
                 protocol=SIG_WORKER,
             )
         gone: list[bytes] = []
@@ -227,9 +265,10 @@ class Dispatch:
             # One interval after it was due (not after it fired: a late timer does not move the
             # slot); after a stall of more than an interval, one interval from now (not at
             # once: no worker is beaten twice in a row).
-            at = self._round_at[key] + interval_s
+            period_s = key.promise_s or interval_s
+            at = self._round_at[key] + period_s
             if at <= now:
-                at = now + interval_s
+                at = now + period_s
             self._round_at[key] = at
             self.core.timers.push(at, key)
         else:
@@ -257,6 +296,11 @@ class Dispatch:
         if order is not None:
             del order[routing_id]
             order[routing_id] = session
+        if session.promise_ms:
+            # §3.4: a client that promised the idle interval is active by its REQUEST: held to
+            # the negotiated interval again from now, as the client library beats once busy.
+            session.promise_ms = 0
+            self.sessions.set_timeout(session, core.interval_s * core.network.liveness)
         if core.state is not BrokerState.ACTIVE:
             refusal = self.family.not_accepting(SIG_CLIENT, Channel.FRONTEND)
             out.append(Send(Channel.FRONTEND, routing_id, refusal))
@@ -409,6 +453,9 @@ class Dispatch:
             pending.deadline = max(pending.deadline, min(now + self.core.timeout_s, pending.limit))
         worker.in_flight.add(ticket)
         self.inflight[ticket] = pending
+        beats = self._round_of.get(worker.routing_id)
+        if beats is not None and beats.promise_s:
+            self._wake(worker, now)
         if self.family.peers:
             self.family.table_changed(worker.services, now)
         request: WorkerRequest | WorkerIdRequest | MdpWorkerRequest | None = None

@@ -14,13 +14,13 @@ from typing import Protocol
 
 from scale0.config.model import NetworkConfig
 from scale0.core.connections import Session
-from scale0.core.effects import Channel, Effect
+from scale0.core.effects import Channel, Effect, Malformed
 from scale0.core.peers import Peer
 from scale0.core.replica import Plan, Replica
 from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
 from scale0.core.states import BrokerInput, Change
 from scale0.core.timers import RequestDue
-from scale0.core.workers import WorkerPool
+from scale0.core.workers import Worker, WorkerPool
 from scale0.wire.client import CheckConfig, ClientReply, Config, ConfigAck, DisconnectError
 from scale0.wire.mdp import MdpClientReply, MdpWorkerRequest
 from scale0.wire.peer import Forward, ForwardPartial, ForwardReply
@@ -87,6 +87,10 @@ class DispatchPort(Protocol):
 
     def worker_lost(
         self, routing_id: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
+    ) -> None: ...
+
+    def promised(
+        self, worker: Worker, promise_s: float, now: float, wall: float, out: list[Effect]
     ) -> None: ...
 
     def route_again(
@@ -171,6 +175,8 @@ class GuardPort(Protocol):
     def count_error(
         self, channel: Channel, sender: bytes, reply_to: bytes, now: float, out: list[Effect]
     ) -> bool: ...
+
+    def malformed(self, event: Malformed, now: float, out: list[Effect]) -> None: ...
 
 
 class FamilyPort(Protocol):

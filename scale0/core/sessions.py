@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from scale0.config.model import KeyGrant
 from scale0.core.connections import Session, touch
 from scale0.core.context import PROTOCOL, Core
-from scale0.core.effects import Authenticated, Channel, Effect, Log, Send
+from scale0.core.effects import Authenticated, Channel, Effect, Log, Malformed, Send
 from scale0.core.ports import DispatchPort, FamilyPort, GuardPort
 from scale0.core.records import heartbeat_gap
 from scale0.core.timers import ExpiryDue
@@ -35,7 +35,9 @@ from scale0.wire.client import (
     ForceNegotiate,
     Heartbeat,
 )
-from scale0.wire.frames import SIG_CLIENT
+from scale0.wire.errors import ProtocolError
+from scale0.wire.frames import FRAME_OPTIONS, SIG_CLIENT
+from scale0.wire.hot import Beat
 from scale0.wire.peer import BrokerState
 
 __all__ = ["Sessions"]
@@ -65,6 +67,7 @@ class Sessions:
         self._gen = 0
         #: The last answer to a client's HEARTBEAT, reused while wall and version are the same.
         self._answer = Heartbeat(time=-1.0, config_version=-1, protocol=SIG_CLIENT)
+        self._idle_answer = self._answer  # ...and to one that promised the idle interval (R23)
         self._keys: dict[tuple[Channel, bytes], str] = {}  # Authenticated, before a session
         #: (channel, timeout_s) -> its sessions in order of last_seen (the liveness sweep).
         self._orders: dict[tuple[Channel, float], dict[bytes, Session]] = {}
@@ -117,6 +120,8 @@ class Sessions:
         version = core.network.config_version
         session = Session(routing_id, channel, client_id, version, now, timeout_s, self._gen)
         old = self.by_channel[channel].get(routing_id)
+        if old is not None:
+            session.promise_ms = old.promise_ms  # its timeout's promise (§3.4) stands too
         key = self._keys.pop((channel, routing_id), old.key if old is not None else "")
         if key or core.curve:
             session.key = key
@@ -361,8 +366,10 @@ class Sessions:
         wall: float,
         out: list[Effect],
     ) -> None:
-        """A client's or worker's HEARTBEAT: liveness, skew (R12), its config version (R16)."""
-        self.heard(channel, routing_id, msg.time, msg.config_version, now, wall, out)
+        """A client's or worker's HEARTBEAT: liveness, skew (R12), its config version (R16),
+        its promise (R23)."""
+        promise = msg.interval_ms or 0
+        self.heard(channel, routing_id, msg.time, msg.config_version, now, wall, out, promise)
 
     def heard(
         self,
@@ -373,11 +380,17 @@ class Sessions:
         now: float,
         wall: float,
         out: list[Effect],
+        interval_ms: int = 0,
     ) -> None:
-        """:meth:`heartbeat` given a HEARTBEAT's ``time`` and ``config_version``: the one copy
-        of its rules, for the typed path and the raw-frame one (Broker.handle_heartbeat)."""
+        """:meth:`heartbeat` given a HEARTBEAT's ``time``, ``config_version`` and
+        ``interval_ms`` (0: none): the one copy of its rules, for the typed path and the
+        raw-frame one (Broker.handle_heartbeat)."""
         session = self.session(channel, routing_id, now, out)
         if session is None:
+            return
+        if interval_ms != session.promise_ms and not self.promise(
+            channel, session, interval_ms, now, wall, out
+        ):
             return
         network = self.core.network
         # R12's check inline (skewed() says it and ends the session): thousands a second.
@@ -393,27 +406,87 @@ class Sessions:
             )
             return
         if channel is Channel.FRONTEND:
-            # Workers get the broker's own heartbeats on their schedule; clients get an answer.
-            # The answers of one batch share wall and version: one message, encoded once (the
-            # net layer reuses the frames of a message it has just encoded).
-            beat = self._answer
-            if beat.time != wall or beat.config_version != version:
-                beat = self._answer = Heartbeat(
-                    time=wall, config_version=version, protocol=SIG_CLIENT
+            # Workers get the broker's own heartbeats on their schedule; clients get an answer,
+            # with the client's promise (§3.4). The answers of one batch share wall, version
+            # and promise: one message, encoded once (the net layer reuses the frames of a
+            # message it has just encoded).
+            out.append(Send(channel, routing_id, self._answer_of(session.promise_ms, wall)))
+
+    def _answer_of(self, promise_ms: int, wall: float) -> Heartbeat:
+        """The HEARTBEAT answering a client whose promise is ``promise_ms`` (0: none)."""
+        version = self.core.network.config_version
+        promise = promise_ms or None
+        beat = self._answer if promise is None else self._idle_answer
+        if beat.time != wall or beat.config_version != version or beat.interval_ms != promise:
+            beat = Heartbeat(
+                time=wall, config_version=version, interval_ms=promise, protocol=SIG_CLIENT
+            )
+            if promise is not None:
+                self._idle_answer = beat
+            else:
+                self._answer = beat
+        return beat
+
+    def promise(
+        self,
+        channel: Channel,
+        session: Session,
+        interval_ms: int,
+        now: float,
+        wall: float,
+        out: list[Effect],
+    ) -> bool:
+        """R23 (§3.4): a HEARTBEAT's ``interval_ms`` (0: none, the negotiated interval) is its
+        sender's promise; the session expires after liveness x it, and an idle worker is beaten
+        at it. A value that is not the negotiated interval up to ``idle_heartbeat_interval_ms``
+        is malformed (R13: DISCONNECTERROR 400 naming it, the session ends, the sender's error
+        score goes up) and False is returned. A worker holding requests is held to its own
+        interval whatever it promises."""
+        network = self.core.network
+        routing_id = session.routing_id
+        worker = self.dispatch.pool.workers.get(routing_id) if channel is Channel.BACKEND else None
+        normal_s = worker.interval_s if worker is not None else self.core.interval_s
+        normal_ms = round(normal_s * 1000)
+        if interval_ms:
+            idle_ms = network.idle_heartbeat_interval_ms
+            why = ""
+            if idle_ms == 0:
+                why = (
+                    f"interval_ms {interval_ms}: idle beating is off (idle_heartbeat_interval_ms 0)"
                 )
-            out.append(Send(channel, routing_id, beat))
+            elif interval_ms < normal_ms:
+                why = f"interval_ms {interval_ms} is below the negotiated interval ({normal_ms})"
+            elif interval_ms > max(idle_ms, normal_ms):
+                why = f"interval_ms {interval_ms} is above idle_heartbeat_interval_ms ({idle_ms})"
+            if why:
+                error = ProtocolError.malformed(FRAME_OPTIONS, why)
+                event = Malformed(channel, routing_id, error, PROTOCOL[channel])
+                self.guard.malformed(event, now, out)
+                return False
+        promise_ms = interval_ms if interval_ms != normal_ms else 0
+        if worker is not None and worker.in_flight:
+            promise_ms = 0  # it has work: its own interval (the dispatch said so, §3.4)
+        if promise_ms == session.promise_ms:
+            return True
+        session.promise_ms = promise_ms
+        if worker is None or worker.heartbeat:
+            self.set_timeout(session, network.liveness * (promise_ms / 1000 or normal_s))
+        if worker is not None:
+            self.dispatch.promised(worker, promise_ms / 1000, now, wall, out)
+        return True
 
     def heard_many(
         self,
         channel: Channel,
-        beats: Sequence[tuple[bytes, float, int]],
+        beats: Sequence[Beat],
         now: float,
         wall: float,
         out: list[Effect],
     ) -> None:
-        """:meth:`heard` for each ``(routing_id, sent, config_version)`` in order. The usual
-        HEARTBEAT (a session, the clock within R12, the running version, no gap) is taken here
-        in a few steps; any other goes to :meth:`heard` itself, the one copy of the rules."""
+        """:meth:`heard` for each ``(routing_id, sent, config_version, interval_ms)`` in order.
+        The usual HEARTBEAT (a session, the clock within R12, the running version, the promise
+        it made before, no gap) is taken here in a few steps; any other goes to :meth:`heard`
+        itself, the one copy of the rules."""
         sessions = self.by_channel[channel]
         network = self.core.network
         limit = network.max_clock_skew_s
@@ -421,19 +494,20 @@ class Sessions:
         frontend = channel is Channel.FRONTEND
         liveness = network.liveness
         heard = self.heard
-        for routing_id, sent, config_version in beats:
+        answer_of = self._answer_of
+        for routing_id, sent, config_version, interval_ms in beats:
             session = sessions.get(routing_id)
-            if session is None or abs(sent - wall) > limit or config_version < version:
-                heard(channel, routing_id, sent, config_version, now, wall, out)
+            if (
+                session is None
+                or abs(sent - wall) > limit
+                or config_version < version
+                or interval_ms != session.promise_ms
+            ):
+                heard(channel, routing_id, sent, config_version, now, wall, out, interval_ms)
                 continue
             if frontend:
                 touch(session, now)
-                beat = self._answer
-                if beat.time != wall or beat.config_version != version:
-                    beat = self._answer = Heartbeat(
-                        time=wall, config_version=version, protocol=SIG_CLIENT
-                    )
-                out.append(Send(channel, routing_id, beat))
+                out.append(Send(channel, routing_id, answer_of(interval_ms, wall)))
             else:
                 heartbeat_gap(
                     out, routing_id, now - session.last_seen, session.timeout_s / liveness

@@ -92,10 +92,17 @@ class ExpiryDue(NamedTuple):
 class BeatRound(NamedTuple):
     """The broker's HEARTBEATs to the workers of one enforced interval (R11) whose beats fall in
     one of its BEAT_SLOTS slots: one entry per slot in use, re-armed every interval while any
-    worker is in it (a coarse timing wheel; scale0/core/dispatch.py)."""
+    worker is in it (a coarse timing wheel; scale0/core/dispatch.py). ``promise_s`` not 0: the
+    idle workers of that interval that promised to beat every ``promise_s`` (§3.4), beaten at
+    that period instead, each beat saying it as ``interval_ms``."""
 
     interval_s: float
     slot: int
+    promise_s: float = 0.0
+
+    @property
+    def period_s(self) -> float:
+        return self.promise_s or self.interval_s
 
 
 #: Slots per heartbeat interval: the broker's beats to workers go out in at most this many

@@ -131,6 +131,7 @@ def client_table(broker: Viewed, now: float) -> list[JsonValue]:
             "config_version": s.config_version,
             "idle_s": round(now - s.last_seen, 3),
             "requests": open_requests.get(s.routing_id, 0),
+            "promise_ms": s.promise_ms,  # idle beating's promise (§3.4); 0: the interval
         }
         for s in clients
     ]
@@ -152,6 +153,7 @@ def worker_table(broker: Viewed, now: float) -> list[JsonValue]:
                 "heartbeat": worker.heartbeat,
                 "interval_ms": round(worker.interval_s * 1000),
                 "idle_s": round(now - session.last_seen, 3) if session is not None else None,
+                "promise_ms": session.promise_ms if session is not None else 0,
             }
         )
     rows.sort(key=lambda row: str(row["worker_id"]))

@@ -24,8 +24,9 @@
  *       whole batch is checked first: a bad item or frame raises TypeError naming the message
  *       and frame, and nothing of the batch is sent (see "send_batch" below for why).
  *   heartbeat_items(batch, signature, max_frame_bytes) -> list
- *       recv_batch's messages, each plain HEARTBEAT read into (routing_id, time, config_version)
- *       (scale0/wire/hot.py says what is plain; its heartbeat_items is the same in Python), so
+ *       recv_batch's messages, each plain HEARTBEAT read into (routing_id, time, config_version,
+ *       interval_ms), interval_ms 0 when it has none (scale0/wire/hot.py says what is plain;
+ *       its heartbeat_items is the same in Python), so
  *       the broker hands a run of them to the core in one call (docs/performance.md, "Liveness").
  *   hot_items(batch, signature, max_frame_bytes, names) -> list
  *       heartbeat_items, and each plain REQUEST (S0C1) or REPLY (S0W1) read into a 4-tuple of
@@ -698,7 +699,9 @@ done:
  * HEARTBEAT (scale0/wire/hot.py heartbeat_fields: exactly [routing id, b"", signature,
  * b"HEARTBEAT", options], the options frame at most max_frame_bytes and exactly
  * {"time":<number with a fraction>,"config_version":<int of at most 18 digits>} in that order,
- * JSON whitespace allowed, time finite) becomes the tuple (routing id, time, config_version);
+ * optionally followed by ,"interval_ms":<int 1..999999999 without leading zeros>, JSON
+ * whitespace allowed, time finite) becomes the tuple (routing id, time, config_version,
+ * interval_ms), interval_ms 0 when absent;
  * every other item is passed through as it is. It reads what recv_batch made; the pure-Python
  * heartbeat_items of scale0/wire/hot.py is the same function (a parity test holds them to it).
  * It never raises for what it cannot read: that item is passed through. */
@@ -719,9 +722,10 @@ static const char *expect(const char *p, const char *end, const char *text, size
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* The options of a plain HEARTBEAT: 1 and *time, *version set; 0 if not that form (or the time
- * is not finite); -1 with an exception (memory). */
-static int beat_options(const char *p, Py_ssize_t size, double *time, long long *version) {
+/* The options of a plain HEARTBEAT: 1 and *time, *version, *promise (0: no interval_ms) set; 0
+ * if not that form (or the time is not finite); -1 with an exception (memory). */
+static int beat_options(const char *p, Py_ssize_t size, double *time, long long *version,
+                        long long *promise) {
     const char *end = p + size;
     if ((p = expect(p, end, "{", 1)) == NULL) return 0; /* (no whitespace before it) */
     p = skip_ws(p, end);
@@ -772,6 +776,23 @@ static int beat_options(const char *p, Py_ssize_t size, double *time, long long 
         return 0;
     }
     p = skip_ws(p, end); /* a 19th digit is not whitespace or "}": no match, as the regex */
+    long long interval = 0;
+    if (p < end && *p == ',') {
+        /* ,"interval_ms":[1-9][0-9]{0,8} */
+        p = skip_ws(p + 1, end);
+        if ((p = expect(p, end, "\"interval_ms\"", 13)) == NULL) return 0;
+        p = skip_ws(p, end);
+        if ((p = expect(p, end, ":", 1)) == NULL) return 0;
+        p = skip_ws(p, end);
+        if (p >= end || *p < '1' || *p > '9') return 0;
+        int digits = 0;
+        while (p < end && is_digit(*p) && digits < 9) {
+            interval = interval * 10 + (*p - '0');
+            p++;
+            digits++;
+        }
+        p = skip_ws(p, end); /* a 10th digit is not whitespace or "}": no match */
+    }
     if ((p = expect(p, end, "}", 1)) == NULL) return 0;
     p = skip_ws(p, end);
     if (p != end) return 0;
@@ -802,6 +823,7 @@ static int beat_options(const char *p, Py_ssize_t size, double *time, long long 
     }
     *time = t;
     *version = v;
+    *promise = interval;
     return 1;
 }
 
@@ -838,14 +860,15 @@ static PyObject *heartbeat_items(PyObject *self, PyObject *args) {
                 PyBytes_CheckExact(options) && PyBytes_GET_SIZE(options) <= max_frame_bytes) {
                 double time;
                 long long version;
+                long long promise;
                 int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options),
-                                      &time, &version);
+                                      &time, &version, &promise);
                 if (ok < 0) {
                     Py_DECREF(items);
                     return NULL;
                 }
                 if (ok) {
-                    out = Py_BuildValue("(OdL)", rid, time, version);
+                    out = Py_BuildValue("(OdLL)", rid, time, version, promise);
                     if (out == NULL) {
                         Py_DECREF(items);
                         return NULL;
@@ -865,7 +888,7 @@ static PyObject *heartbeat_items(PyObject *self, PyObject *args) {
 /* ---- hot_items ----------------------------------------------------------------------------- */
 
 /* hot_items(batch, signature, max_frame_bytes, names) -> list, as long as batch: heartbeat_items'
- * HEARTBEATs, and each plain message of the request path read into a 4-tuple: with signature
+ * HEARTBEATs (4-tuples too, told apart by their float time), and each plain message of the request path read into a 4-tuple: with signature
  * "S0C1" a REQUEST [routing id, b"", S0C1, b"REQUEST", service, request_id, body...] as
  * (routing id, names[service], request_id, (body...)), with "S0W1" a REPLY [routing id, b"",
  * S0W1, b"REPLY", ticket, status, body...] as (routing id, ticket, int(status), (body...)).
@@ -992,14 +1015,15 @@ static PyObject *hot_items(PyObject *self, PyObject *args) {
                 PyBytes_CheckExact(options) && PyBytes_GET_SIZE(options) <= max_frame_bytes) {
                 double time;
                 long long version;
+                long long promise;
                 int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options),
-                                      &time, &version);
+                                      &time, &version, &promise);
                 if (ok < 0) {
                     Py_DECREF(items);
                     return NULL;
                 }
                 if (ok) {
-                    out = Py_BuildValue("(OdL)", rid, time, version);
+                    out = Py_BuildValue("(OdLL)", rid, time, version, promise);
                     if (out == NULL) {
                         Py_DECREF(items);
                         return NULL;
@@ -1037,7 +1061,7 @@ static PyMethodDef methods[] = {
      "send_batch([(handle, first, rest), ...]) -> (sent, [errno of each failed message])"},
     {"heartbeat_items", heartbeat_items, METH_VARARGS,
      "heartbeat_items(batch, signature, max_frame_bytes) -> batch, each plain HEARTBEAT as "
-     "(routing_id, time, config_version)"},
+     "(routing_id, time, config_version, interval_ms)"},
     {"hot_items", hot_items, METH_VARARGS,
      "hot_items(batch, signature, max_frame_bytes, names) -> batch, each plain HEARTBEAT as in "
      "heartbeat_items, each plain REQUEST (S0C1) or REPLY (S0W1) as a 4-tuple of its fields"},

@@ -980,7 +980,7 @@ class BrokerNode:
             self._log(logging.ERROR, "internal_error", {"channel": channel.value}, exc_info=True)
             items = list(batch)
         run: list[Any] = []
-        kind = 0  # the length of the run's tuples: 3 HEARTBEATs, 4 REQUESTs or REPLYs
+        kind = 0  # the run's: 1 HEARTBEATs (their time is a float), 2 REQUESTs or REPLYs
         fresh = self._fresh
         banned = broker.banned  # empty nearly always: no is_banned call per message then
         is_banned = broker.is_banned
@@ -991,13 +991,14 @@ class BrokerNode:
                     self._counters["banned_dropped"] += 1  # dropped unread (§8)
                     continue
                 if conn not in fresh:
-                    if len(read) != kind:
+                    this = 1 if type(read[1]) is float else 2
+                    if this != kind:
                         if run:
                             self._handled(channel, kind, run, now, wall)
                             run = []
                             if _is_closed(port):
                                 return
-                        kind = len(read)
+                        kind = this
                     run.append(read)
                     continue
             if run:
@@ -1006,7 +1007,7 @@ class BrokerNode:
             if _is_closed(port):
                 return
             if read is not None:  # R20: its connection is negotiated by this message
-                self._handled(channel, len(read), [read], now, wall, conn)
+                self._handled(channel, 1 if type(read[1]) is float else 2, [read], now, wall, conn)
             elif isinstance(item, list):
                 self._dispatch(port, channel, item, now, wall, conn)
             if _is_closed(port):  # an effect closed it: drop the rest
@@ -1023,12 +1024,12 @@ class BrokerNode:
         wall: float,
         conn: int = -1,
     ) -> None:
-        """A run of one kind of hot_items tuple to the core at once: HEARTBEATs (``kind`` 3),
-        REQUESTs or REPLYs (4, by ``channel``). Never raises."""
+        """A run of one kind of hot_items tuple to the core at once: HEARTBEATs (``kind`` 1),
+        REQUESTs or REPLYs (2, by ``channel``). Never raises."""
         try:
             self._counters["received"] += len(run)
             broker = self.broker
-            if kind == 3:
+            if kind == 1:
                 effects = broker.handle_heartbeats(channel, run, now, wall)
             elif channel is Channel.FRONTEND:
                 effects = broker.handle_requests(run, now)
@@ -1209,7 +1210,10 @@ class BrokerNode:
             beat = heartbeat_fields(frames, SIG_CLIENT, broker.max_frame_bytes)
             if beat is not None:
                 self._counters["received"] += 1
-                return broker.handle_heartbeat(Channel.FRONTEND, frames[0], *beat, now, wall)
+                sent, version, promise = beat
+                return broker.handle_heartbeat(
+                    Channel.FRONTEND, frames[0], sent, version, now, wall, promise
+                )
         elif signature in (MDPC02, MDPC01):
             mdp = mdp_client_request_fields(frames, broker.max_frame_bytes)
             if mdp is not None:
@@ -1234,7 +1238,10 @@ class BrokerNode:
             beat = heartbeat_fields(frames, SIG_WORKER, broker.max_frame_bytes)
             if beat is not None:
                 self._counters["received"] += 1
-                return broker.handle_heartbeat(Channel.BACKEND, frames[0], *beat, now, wall)
+                sent, version, promise = beat
+                return broker.handle_heartbeat(
+                    Channel.BACKEND, frames[0], sent, version, now, wall, promise
+                )
         elif signature in (MDPW02, MDPW01):
             mdp = mdp_worker_reply_fields(frames, broker.max_frame_bytes)
             if mdp is not None:

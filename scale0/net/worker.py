@@ -33,6 +33,10 @@ W1  On each new socket: CHECKCONFIG, then on CONFIG/CONFIGACK send READY (servic
     sends READY again.
 W2  HEARTBEAT every interval: the larger of ours, the config's default and any
     ``hbeatinterval_ms`` the broker announces (§4.2); READY carries the interval in force.
+    Idle beating (§3.4): a worker that has held no request for ``liveness`` intervals beats
+    at the config's ``idle_heartbeat_interval_ms`` instead, saying so (``interval_ms``), and
+    holds the broker to the interval the broker's HEARTBEAT says; a REQUEST makes it beat at
+    its interval again.
 W3  A broker silent for ``liveness`` intervals (or that does not answer CHECKCONFIG in that
     time), a broker DISCONNECT, DISCONNECTERROR 503 or 301 makes the worker leave it: the
     socket is closed (linger 0) at once and, at the move's time, a new DEALER connects to the
@@ -332,7 +336,7 @@ class Worker(FailoverView):
                     send_disconnect(io, Disconnect(protocol=SIG_WORKER).to_frames())
                     linger = CLOSE_LINGER_MS
                     return
-                session.tick(time.monotonic(), time.time())
+                session.tick(time.monotonic(), time.time(), bool(self._tasks))
                 send_outbox(io, session.outbox)
                 self._sync_registered()
                 if session.ended():
@@ -354,6 +358,7 @@ class Worker(FailoverView):
             self.registered.clear()
 
     async def _send(self, generation: int, frames: list[bytes]) -> None:
+        self._session.link.note_work(time.monotonic())  # a reply: not idle yet (W2, §3.4)
         io = self._io
         if io is None or generation != self._generation:
             log.debug("reply dropped: its connection is gone (W4)")

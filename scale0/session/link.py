@@ -91,6 +91,15 @@ class BrokerLink:
         self.trust = trust
         self.untrusted: UntrustedConfig | None = None  # the last CONFIG refused (S3)
         self.endpoint = ""  # the broker in use, to name it in an untrusted config's error
+        # Idle beating (docs/protocol.md §3.4): the config's idle interval (0: off, or a broker
+        # that does not know it), whether the owner holds work now (set by the owner), when it
+        # last did, whether our last HEARTBEAT promised the idle interval, and the interval the
+        # broker's last HEARTBEAT promised (0: ours).
+        self.idle_interval_s = 0.0
+        self.busy = False
+        self.last_work = 0.0
+        self.idle = False
+        self.broker_interval_s = 0.0
 
     @property
     def config_version(self) -> int:
@@ -100,6 +109,7 @@ class BrokerLink:
         """A new socket: start negotiating, and give the broker a full liveness period."""
         self.outbox.clear()
         self.last_heard = now
+        self.broker_interval_s = 0.0
         self.negotiate(now)
 
     def resume(self, now: float) -> None:
@@ -136,6 +146,20 @@ class BrokerLink:
         """Any message from the broker counts as a heartbeat (§3.4)."""
         self.last_heard = now
 
+    def note_work(self, now: float) -> None:
+        """The owner has work now (a request sent or received, a reply): not idle for
+        ``liveness`` intervals from now; an idle link beats at its interval again (§3.4)."""
+        self.last_work = now
+        if self.idle:
+            self.idle = False
+            self.next_heartbeat = min(self.next_heartbeat, now + self.interval_s)
+
+    @property
+    def expect_s(self) -> float:
+        """The broker's interval we hold it to: ours, or longer if its last HEARTBEAT promised
+        so (§3.4); it is dead after ``liveness`` of them."""
+        return max(self.interval_s, self.broker_interval_s)
+
     def handle(self, message: Message, now: float) -> LinkEvent | None:
         """Act on a control message; returns what the owner must do, if anything."""
         if isinstance(message, Config) and self.trust is not None:
@@ -170,6 +194,7 @@ class BrokerLink:
         if isinstance(message, Heartbeat):
             if message.hbeatinterval_ms is not None:
                 self._raise_interval(message.hbeatinterval_ms / 1000)
+            self.broker_interval_s = (message.interval_ms or 0) / 1000
             return None
         if isinstance(message, ForceNegotiate):
             # Several messages sent before our CHECKCONFIG (a HEARTBEAT and a REQUEST after an
@@ -227,6 +252,10 @@ class BrokerLink:
             liveness = self.config.number("liveness")
             if liveness is not None and liveness >= 1:
                 self.liveness = int(liveness)
+            idle_ms = self.config.number("idle_heartbeat_interval_ms")
+            self.idle_interval_s = idle_ms / 1000 if idle_ms is not None and idle_ms > 0 else 0.0
+        self.last_work = now
+        self.idle = False
         self.next_heartbeat = now + self.interval_s
         return LinkEvent.NEGOTIATED
 
@@ -264,17 +293,29 @@ class BrokerLink:
             self.negotiate(now)
         if self.negotiated and now - self.negotiated_at > self.liveness * self.interval_s:
             self._refusals = 0  # a session that lasted: the next refusal starts back-off afresh
+        if self.busy:
+            self.last_work = now
         if self.negotiated and now >= self.next_heartbeat:
-            self.outbox.append(
-                Heartbeat(wall, self.config_version, protocol=self.protocol).to_frames()
+            # §3.4: idle for liveness intervals, it beats at the idle interval, promising it.
+            idle = (
+                self.idle_interval_s > self.interval_s
+                and not self.busy
+                and now - self.last_work >= self.liveness * self.interval_s
             )
-            self.next_heartbeat = now + self.interval_s
-        return now - self.last_heard > self.liveness * self.interval_s
+            promise = round(self.idle_interval_s * 1000) if idle else None
+            self.outbox.append(
+                Heartbeat(
+                    wall, self.config_version, interval_ms=promise, protocol=self.protocol
+                ).to_frames()
+            )
+            self.idle = idle
+            self.next_heartbeat = now + (self.idle_interval_s if idle else self.interval_s)
+        return now - self.last_heard > self.liveness * self.expect_s
 
     def silence_reason(self) -> str:
         """Why :meth:`tick` said the broker is dead, for the failover log line (V6)."""
         state = "answered nothing" if self.negotiated else "did not answer CHECKCONFIG"
-        return f"{state} for {self.liveness * self.interval_s:.3g} s"
+        return f"{state} for {self.liveness * self.expect_s:.3g} s"
 
     @property
     def settle_s(self) -> float:
@@ -283,7 +324,7 @@ class BrokerLink:
 
     def next_wakeup(self) -> float:
         """The monotonic time of the next timer :meth:`tick` must see."""
-        wake = self.last_heard + self.liveness * self.interval_s
+        wake = self.last_heard + self.liveness * self.expect_s
         if self.negotiated:
             wake = min(wake, self.next_heartbeat)
         if self.retry_at is not None:

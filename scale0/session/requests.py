@@ -29,7 +29,11 @@ C4  Each request has ``timeout`` seconds. It is resent (same ``request_id``) eve
 C5  A negotiated link sends HEARTBEAT every interval (the larger of ours, the config's
     ``default_heartbeat_interval_ms`` and any ``hbeatinterval_ms`` the broker announces). A
     broker silent for ``liveness`` (config, default 3) intervals is dead, and so is one that
-    does not answer CHECKCONFIG in that time: the client leaves it (C7).
+    does not answer CHECKCONFIG in that time: the client leaves it (C7). Idle beating (§3.4):
+    a client with no request outstanding for ``liveness`` intervals beats at the config's
+    ``idle_heartbeat_interval_ms`` instead, saying so (``interval_ms``), and the broker is
+    then dead after ``liveness`` of the interval its answer says; a request makes it beat at
+    its interval again.
 C6  REPLY 200 gives the body; any other status raises (errors.error_for_reply), except a 409
     to a request we resent (§3.3: the first one is unaffected, its REPLY follows). REPLY/PARTIAL
     for a request_id nobody waits for (late duplicates) are dropped; undecodable frames are
@@ -201,6 +205,7 @@ class ClientSession:
         )
         request.next_resend = now + request.attempt_s
         request.sends += 1
+        self.link.note_work(now)  # C5: a client with a request out beats at its interval
 
     def receive(self, frames: Sequence[bytes], now: float) -> None:
         self.link.heard(now)
@@ -216,6 +221,7 @@ class ClientSession:
                 # "the first request is unaffected": its own REPLY is still to come.
                 return
             del self.pending[message.request_id]
+            self.link.note_work(now)
             if message.status == 200:
                 request.push((True, list(message.body)))
             else:
@@ -264,6 +270,7 @@ class ClientSession:
 
     def tick(self, now: float, wall: float) -> None:
         """Timers: liveness and heartbeats (C5), resends (C4), deadlines (C4)."""
+        self.link.busy = bool(self.pending)  # none outstanding: it may go idle (§3.4)
         if self.move is None and self.link.tick(now, wall):
             self.leave(self.link.silence_reason(), now)
         for request in list(self.pending.values()):

@@ -74,6 +74,7 @@ class WorkerSession:
             # work from it (it retries what it sent us elsewhere; W3, W4).
             return None
         if isinstance(message, WorkerRequest | WorkerIdRequest):
+            link.note_work(now)  # W2: it holds a request: its interval again (§3.4)
             return message
         event = link.handle(message, now)
         if event is LinkEvent.NEGOTIATED:
@@ -90,8 +91,10 @@ class WorkerSession:
             self.registered = False
         return None
 
-    def tick(self, now: float, wall: float) -> None:
-        """Timers: heartbeats and renegotiation (W2, C3); a silent broker is left (W3)."""
+    def tick(self, now: float, wall: float, busy: bool = False) -> None:
+        """Timers: heartbeats and renegotiation (W2, C3); a silent broker is left (W3).
+        ``busy``: the worker holds a request now (it does not go idle, §3.4)."""
+        self.link.busy = busy
         if self.move is None and not self.stopped and self.link.tick(now, wall):
             self._leave(self.link.silence_reason(), now, None)
 

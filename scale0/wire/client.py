@@ -167,6 +167,8 @@ class Heartbeat(Message):
     """HEARTBEAT between a client or worker and its broker (both directions, §3.4).
 
     ``hbeatinterval_ms`` is only sent by the broker, to announce the interval it enforces (§4.2).
+    ``interval_ms`` is the sender's promise that its next message comes within that many ms
+    (idle beating, §3.4); None: the negotiated interval.
     """
 
     COMMAND: ClassVar[bytes] = b"HEARTBEAT"
@@ -174,26 +176,36 @@ class Heartbeat(Message):
     time: float
     config_version: int
     hbeatinterval_ms: int | None = None
+    interval_ms: int | None = None
     protocol: bytes = field(kw_only=True)
 
     def to_frames(self) -> list[bytes]:
         sent, version, interval = self.time, self.config_version, self.hbeatinterval_ms
+        promise = self.interval_ms
         if (
             type(sent) is float
             and math.isfinite(sent)
             and type(version) is int
             and (interval is None or type(interval) is int)
+            and (promise is None or type(promise) is int)
         ):
             # The bytes control_frames would give (JSON writes a float as its repr, an int as
             # its digits), without the encoder: a broker sends one to every connection.
             options = b'{"time":%s,"config_version":%d' % (repr(sent).encode(), version)
             if interval is not None:
                 options += b',"hbeatinterval_ms":%d' % interval
+            if promise is not None:
+                options += b',"interval_ms":%d' % promise
             return [EMPTY, self.protocol, self.COMMAND, options + b"}"]
         return control_frames(
             self.protocol,
             self.COMMAND,
-            {"time": sent, "config_version": version, "hbeatinterval_ms": interval},
+            {
+                "time": sent,
+                "config_version": version,
+                "hbeatinterval_ms": interval,
+                "interval_ms": promise,
+            },
         )
 
     @classmethod
@@ -203,6 +215,7 @@ class Heartbeat(Message):
             opt_float(opts, "time", minimum=0.0),
             opt_int(opts, "config_version", minimum=0),
             opt_int(opts, "hbeatinterval_ms", None, minimum=1, maximum=MAX_INTERVAL_MS),
+            opt_int(opts, "interval_ms", None, minimum=1, maximum=MAX_INTERVAL_MS),
             protocol=frames[1],
         )
 

@@ -15,8 +15,9 @@ empty delimiter) and on; so no list is sliced before it is known to be a hot mes
 
 HEARTBEAT is not on the request path, but a broker with thousands of idle clients and workers
 receives one from each every interval (docs/performance.md, "Liveness"): its reader matches the
-options frame as the plain JSON object ``{"time":<number>,"config_version":<int>}`` (in that
-order, JSON whitespace allowed) with one regular expression instead of the strict JSON decoder.
+options frame as the plain JSON object ``{"time":<number>,"config_version":<int>}``, or with
+``"interval_ms":<int>`` after them (idle beating, §3.4; in that order, JSON whitespace allowed)
+with one regular expression instead of the strict JSON decoder.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "MAJORTOMO_READING",
     "MDP01_READING",
     "MDP02_READING",
+    "Beat",
     "MdpReading",
     "client_request_fields",
     "heartbeat_fields",
@@ -59,12 +61,15 @@ _STATUS: Final[dict[bytes, int]] = {b"%d" % code: code for code in range(100, 60
 _HEARTBEAT: Final = b"HEARTBEAT"
 # The options of a plain HEARTBEAT to the broker: time, a JSON number with a fraction (what
 # time.time() gives; an integer time takes the typed path, which turns it into a float), and
-# config_version, a JSON integer of at most 18 digits (within int64, the typed limit). JSON
-# whitespace is allowed where JSON allows it; nothing else (no hbeatinterval_ms, no other key).
+# config_version, a JSON integer of at most 18 digits (within int64, the typed limit), then
+# optionally interval_ms, a JSON integer 1..999 999 999 (within the typed 1..2^31-1: any other
+# value takes the typed path, which names the problem). JSON whitespace is allowed where JSON
+# allows it; nothing else (no hbeatinterval_ms, no other key).
 _WS: Final = rb"[ \t\n\r]*"
 _BEAT_OPTIONS: Final = re.compile(
     rb"\{%(ws)s\"time\"%(ws)s:%(ws)s((?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][-+]?[0-9]+)?)%(ws)s,"
-    rb"%(ws)s\"config_version\"%(ws)s:%(ws)s(0|[1-9][0-9]{0,17})%(ws)s\}%(ws)s" % {b"ws": _WS}
+    rb"%(ws)s\"config_version\"%(ws)s:%(ws)s(0|[1-9][0-9]{0,17})%(ws)s"
+    rb"(?:,%(ws)s\"interval_ms\"%(ws)s:%(ws)s([1-9][0-9]{0,8})%(ws)s)?\}%(ws)s" % {b"ws": _WS}
 )
 
 
@@ -113,12 +118,14 @@ def worker_reply_fields(
 
 def heartbeat_fields(
     frames: Sequence[bytes], signature: bytes, max_frame_bytes: int
-) -> tuple[float, int] | None:
-    """``(time, config_version)`` of a plain HEARTBEAT in ``signature`` (S0C1 or S0W1), or None.
+) -> tuple[float, int, int] | None:
+    """``(time, config_version, interval_ms)`` of a plain HEARTBEAT in ``signature`` (S0C1 or
+    S0W1), or None; ``interval_ms`` 0 when the HEARTBEAT has none.
 
     Exactly the 5 frames of the control command (routing id, empty, signature, HEARTBEAT,
     options); the options frame as above, ``time`` finite. ``Heartbeat.from_frames`` would read
-    the same two values (a property test holds it to it), and ``hbeatinterval_ms`` as None.
+    the same values (a property test holds it to it; its ``interval_ms`` None for 0), and
+    ``hbeatinterval_ms`` as None.
     """
     if (
         len(frames) != 5
@@ -134,35 +141,39 @@ def heartbeat_fields(
     sent = float(match[1])
     if not math.isfinite(sent):  # "1.0e999": the typed decoder names the problem
         return None
-    return sent, int(match[2])
+    promise = match[3]
+    return sent, int(match[2]), 0 if promise is None else int(promise)
 
 
+#: A plain HEARTBEAT read: ``(routing_id, time, config_version, interval_ms)`` (0: none).
+Beat = tuple[bytes, float, int, int]
 #: An item of :func:`heartbeat_items`: a message's frames, or a plain HEARTBEAT read.
-BeatItem = list[bytes] | tuple[bytes, float, int]
+BeatItem = list[bytes] | Beat
 
 
 def heartbeat_items(
     batch: list[list[bytes]], signature: bytes, max_frame_bytes: int
 ) -> list[BeatItem]:
     """``batch`` (a ROUTER's messages, as ``recv_batch`` gives them), each plain HEARTBEAT in
-    ``signature`` (:func:`heartbeat_fields`) as ``(routing_id, time, config_version)``, every
-    other message as it is. The broker hands a run of HEARTBEATs to the core in one call
-    (docs/performance.md, "Liveness"); ``scale0.net._zmqio.heartbeat_items`` is this function in
-    C (a parity test holds them to each other)."""
+    ``signature`` (:func:`heartbeat_fields`) as a :data:`Beat`, ``(routing_id, time,
+    config_version, interval_ms)``, every other message as it is. The broker hands a run of
+    HEARTBEATs to the core in one call (docs/performance.md, "Liveness");
+    ``scale0.net._zmqio.heartbeat_items`` is this function in C (a parity test holds them to
+    each other)."""
     items: list[BeatItem] = []
     append = items.append
     for frames in batch:
         beat = heartbeat_fields(frames, signature, max_frame_bytes)
-        append(frames if beat is None else (frames[0], beat[0], beat[1]))
+        append(frames if beat is None else (frames[0], beat[0], beat[1], beat[2]))
     return items
 
 
-#: An item of :func:`hot_items`: a message's frames, a plain HEARTBEAT read (3 fields), or a
-#: plain REQUEST or REPLY read (4 fields: routing id, then :func:`client_request_fields` or
-#: :func:`worker_reply_fields`).
+#: An item of :func:`hot_items`: a message's frames, a plain HEARTBEAT read (a :data:`Beat`,
+#: told by its float time), or a plain REQUEST or REPLY read (routing id, then
+#: :func:`client_request_fields` or :func:`worker_reply_fields`).
 HotItem = (
     list[bytes]
-    | tuple[bytes, float, int]
+    | Beat
     | tuple[bytes, str, bytes, tuple[bytes, ...]]
     | tuple[bytes, bytes, int, tuple[bytes, ...]]
 )
@@ -208,7 +219,7 @@ def hot_items(
         elif n == 5:
             beat = heartbeat_fields(frames, signature, max_frame_bytes)
             if beat is not None:
-                append((frames[0], beat[0], beat[1]))
+                append((frames[0], beat[0], beat[1], beat[2]))
                 continue
         append(frames)
     return items

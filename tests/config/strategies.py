@@ -63,12 +63,15 @@ def network_configs(draw: st.DrawFn) -> NetworkConfig:
     pairs = [(a, b) for a in identities for b in identities if a != b]
     links = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=4)) if pairs else []
     admins = draw(st.lists(names, unique=True, max_size=3))
+    interval_ms = draw(st.integers(1, 10**6))
+    idle_ms = draw(st.one_of(st.just(0), st.integers(interval_ms, 2 * 10**6)))
     return NetworkConfig(
         family=draw(names),
         config_version=draw(st.integers(1, 2**62)),
         brokers=brokers,
         peers=tuple(PeerLink(a, b, draw(st.sampled_from(["push", "pull"]))) for a, b in links),
-        default_heartbeat_interval_ms=draw(st.integers(1, 10**6)),
+        default_heartbeat_interval_ms=interval_ms,
+        idle_heartbeat_interval_ms=idle_ms,
         liveness=draw(st.integers(1, 100)),
         max_clock_skew_s=draw(finite),
         services=draw(service_choice()),

@@ -8,6 +8,7 @@ import pytest
 
 from scale0.config.errors import ConfigError, Problem
 from scale0.config.loader import load, loads
+from scale0.config.model import NetworkConfig
 from tests.config.conftest import CONF
 
 
@@ -377,3 +378,23 @@ def test_seed_curve_keys_need_one_key_per_seed(tmp_path: Path) -> None:
     )
     found = problems(write(tmp_path, "b.yaml", text))
     assert "one per seed" in only(found, "seed_curve_keys").message
+
+
+@pytest.mark.parametrize("ext", ["json", "xml", "yaml", "zfl"])
+def test_idle_heartbeat_interval_in_every_format(tmp_path: Path, ext: str) -> None:
+    """The example config carries idle beating (5000, in its client view); a value below the
+    heartbeat interval is refused naming the field and its line, and nothing is returned."""
+    source = (CONF / f"network.{ext}").read_text()
+    config = load(CONF / f"network.{ext}")
+    assert isinstance(config, NetworkConfig) and config.idle_heartbeat_interval_ms == 5000
+    assert "idle_heartbeat_interval_ms" in config.client_view
+    for bad, why in (("500", "at least default_heartbeat_interval_ms (1000), got 500"),):
+        assert source.count("5000") == 1
+        path = write(tmp_path, f"bad.{ext}", source.replace("5000", bad))
+        found = problems(path)
+        p = only(found, "idle_heartbeat_interval_ms")
+        assert why in p.message and p.line is not None
+        assert source.splitlines()[p.line - 1].strip().find("5000") >= 0
+    off = write(tmp_path, f"off.{ext}", source.replace("5000", "0"))
+    off_config = load(off)
+    assert isinstance(off_config, NetworkConfig) and off_config.idle_heartbeat_interval_ms == 0

@@ -127,13 +127,25 @@ class Harness:
         return self.send(BACK, rid, WorkerReply(ticket=ticket, status=status, body=(body,)))
 
     def heartbeat(
-        self, channel: Channel, rid: bytes, *, version: int = 3, skew: float = 0.0
+        self,
+        channel: Channel,
+        rid: bytes,
+        *,
+        version: int = 3,
+        skew: float = 0.0,
+        promise: int | None = None,
     ) -> list[Effect]:
+        """A HEARTBEAT; ``promise``: its ``interval_ms`` (idle beating, §3.4)."""
         protocol = SIG_CLIENT if channel is FRONT else SIG_WORKER
         return self.send(
             channel,
             rid,
-            Heartbeat(time=self.wall + skew, config_version=version, protocol=protocol),
+            Heartbeat(
+                time=self.wall + skew,
+                config_version=version,
+                interval_ms=promise,
+                protocol=protocol,
+            ),
         )
 
 

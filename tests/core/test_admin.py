@@ -373,6 +373,7 @@ def test_lists_and_status_describe_live_state() -> None:
                 "config_version": 3,
                 "idle_s": 0.25,
                 "requests": 1,
+                "promise_ms": 0,
             }
         ]
     }

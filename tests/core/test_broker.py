@@ -35,9 +35,9 @@ def error_of(reply: ClientReply) -> tuple[int, str]:
     return reply.status, json.loads(reply.body[0])["message"]
 
 
-def test_rules_header_lists_twenty_two_rules() -> None:
+def test_rules_header_lists_twenty_three_rules() -> None:
     doc = broker_module.__doc__ or ""
-    assert re.findall(r"^ R(\d+) ", doc, re.M) == [str(i) for i in range(1, 23)]
+    assert re.findall(r"^ R(\d+) ", doc, re.M) == [str(i) for i in range(1, 24)]
 
 
 # ---- R1, R2, R3: negotiation ------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from scale0.core.effects import Channel, Effect, Log
 from scale0.wire.client import ClientRequest, Heartbeat
+from scale0.wire.hot import Beat
 from scale0.wire.mdp import (
     MDPC01,
     MDPC02,
@@ -76,12 +77,18 @@ def _beats(lean: bool) -> list[list[Effect]]:
     h = Harness()
     trace: list[list[Effect]] = []
 
-    def beat(channel: Channel, rid: bytes, *, version: int = 3, skew: float = 0.0) -> None:
+    def beat(
+        channel: Channel, rid: bytes, *, version: int = 3, skew: float = 0.0, promise: int = 0
+    ) -> None:
         if lean:
             sent = h.wall + skew
-            trace.append(h.broker.handle_heartbeat(channel, rid, sent, version, h.now, h.wall))
+            trace.append(
+                h.broker.handle_heartbeat(channel, rid, sent, version, h.now, h.wall, promise)
+            )
         else:
-            trace.append(h.heartbeat(channel, rid, version=version, skew=skew))
+            trace.append(
+                h.heartbeat(channel, rid, version=version, skew=skew, promise=promise or None)
+            )
 
     beat(FRONT, b"stranger")  # R1: not negotiated
     beat(BACK, b"stranger")
@@ -100,14 +107,34 @@ def _beats(lean: bool) -> list[list[Effect]]:
     trace.append(h.advance(1.0))  # R11: the broker's HEARTBEATs to W1 and W2
     h.advance(2.5)  # W2, silent past liveness, expires (R8); W1 was heard at 0 s only
     beat(BACK, b"W2")  # R1: forgotten
+    # R23 (§3.4): promises, answered with the promise; bad ones are 400 and end the session
+    h.client(b"C3")
+    h.client(b"C4")
+    h.worker(b"W3")
+    beat(FRONT, b"C3", promise=5000)
+    beat(FRONT, b"C4", promise=5000)  # the same answer object
+    beat(FRONT, b"C3", promise=1000)  # the negotiated interval again
+    beat(FRONT, b"C4", promise=999)  # below: 400
+    beat(BACK, b"W3", promise=5000)
+    trace.append(h.advance(5.0))  # the broker's beat to the idle W3 says interval_ms 5000
+    beat(BACK, b"W3", promise=5001)  # above: 400
     return trace
 
 
 def test_lean_heartbeat_gives_the_same_effects_as_handle() -> None:
     typed, lean = _beats(lean=False), _beats(lean=True)
-    assert len(typed) == len(lean) == 11
+    assert len(typed) == len(lean) == 18
     for step, (expected, got) in enumerate(zip(typed, lean, strict=True)):
         assert got == expected, f"step {step}"
+    promises = [m.interval_ms for step in typed for _, m in sends(step) if isinstance(m, Heartbeat)]
+    assert promises.count(5000) == 4  # two answers, and the broker's to W3 at once and later
+    errors = [
+        m.message
+        for step in typed[-7:]
+        for _, m in sends(step)
+        if type(m).__name__ == "DisconnectError"
+    ]
+    assert len(errors) == 2 and "999" in errors[0] and "5001" in errors[1], errors
     kinds = {type(m).__name__ for step in typed for _, m in sends(step)}
     assert {"Heartbeat", "ForceNegotiate", "DisconnectError"} <= kinds
 
@@ -200,13 +227,16 @@ def _runs(many: bool) -> list[list[Effect]]:
     h = Harness()
     trace: list[list[Effect]] = []
 
-    def run(channel: Channel, beats: list[tuple[bytes, float, int]]) -> None:
+    def run(channel: Channel, plain: list[tuple[bytes, float, int] | Beat]) -> None:
+        beats = [b if len(b) == 4 else (*b, 0) for b in plain]
         if many:
             trace.append(h.broker.handle_heartbeats(channel, beats, h.now, h.wall))
         else:
             out: list[Effect] = []
-            for rid, sent, version in beats:
-                out += h.broker.handle_heartbeat(channel, rid, sent, version, h.now, h.wall)
+            for rid, sent, version, promise in beats:
+                out += h.broker.handle_heartbeat(
+                    channel, rid, sent, version, h.now, h.wall, promise
+                )
             trace.append(out)
 
     for rid in (b"C1", b"C2", b"C3"):
@@ -225,12 +255,21 @@ def _runs(many: bool) -> list[list[Effect]]:
     run(BACK, [(b"MW", h.wall, 3), (b"W1", h.wall, 3), (b"MW", h.wall, 3)])  # it speaks S0P now
     trace.append(h.advance(3.0))
     run(FRONT, [(b"C1", h.wall, 3), (b"C2", h.wall, 3)])  # expired: FORCENEGOTIATE
+    # R23: promises in a run: made, kept, broken (400), and the broker's beats that follow
+    h.client(b"C5")
+    h.worker(b"W5")
+    w = h.wall
+    run(FRONT, [(b"C5", w, 3, 5000), (b"C5", w, 3, 5000), (b"C5", w, 3, 0), (b"C5", w, 3, 5000)])
+    run(BACK, [(b"W5", w, 3, 5000), (b"W5", w, 3, 5000), (b"W5", w, 3, 1)])
+    h.worker(b"W5")
+    run(BACK, [(b"W5", w, 3, 5000)])
+    trace.append(h.advance(5.0))
     return trace
 
 
 def test_a_run_of_heartbeats_gives_the_effects_of_one_call_each() -> None:
     one, many = _runs(many=False), _runs(many=True)
-    assert len(one) == len(many) == 9
+    assert len(one) == len(many) == 13
     for step, (expected, got) in enumerate(zip(one, many, strict=True)):
         assert got == expected, f"step {step}"
     kinds = {type(m).__name__ for step in one for _, m in sends(step)}

@@ -241,3 +241,20 @@ def test_k6_a_bad_view_signature_for_the_running_config_is_refused() -> None:
     outcome = r.offer(offer)
     assert isinstance(outcome, Refused) and "view_signature" in outcome.reason
     assert r.current is not None and r.current.view_signature is None
+
+
+def test_k1_an_idle_heartbeat_interval_below_the_interval_is_refused_in_every_format() -> None:
+    """Idle beating (docs/protocol.md §3.4): a signed config whose idle_heartbeat_interval_ms
+    is below default_heartbeat_interval_ms is never applied, whatever its format."""
+    bad = dataclasses.replace(family_config(version=2), idle_heartbeat_interval_ms=500)
+    for config_type in ConfigType:
+        r = replica()
+        offer = offer_of(bad)  # JSON, signed
+        if config_type is not ConfigType.JSON:
+            document = render(to_tree(bad, typed=False), config_type.value, kind="network")
+            offer = dataclasses.replace(offer, config_type=config_type, document=document)
+        outcome = r.offer(offer)
+        assert isinstance(outcome, Refused), config_type
+        assert "idle_heartbeat_interval_ms" in outcome.reason, outcome.reason
+        assert r.version == 1 and r.current is not None
+        assert r.current.network.idle_heartbeat_interval_ms == 5000

@@ -61,6 +61,18 @@ EXAMPLES = [
     b'{"time":1.5,"config_version":-1}',
     b'{"config_version":3,"time":1.5}',
     b'{"time":1.5,"config_version":3,"hbeatinterval_ms":1000}',
+    b'{"time":1.5,"config_version":3,"interval_ms":5000}',  # idle beating (§3.4)
+    b'{"time":1.5,"config_version":3 , "interval_ms" :\n999999999 }\t',
+    b'{"time":1.5,"config_version":3,"interval_ms":1000000000}',  # 10 digits: typed path
+    b'{"time":1.5,"config_version":3,"interval_ms":0}',
+    b'{"time":1.5,"config_version":3,"interval_ms":05}',
+    b'{"time":1.5,"config_version":3,"interval_ms":-5}',
+    b'{"time":1.5,"config_version":3,"interval_ms":5.0}',
+    b'{"time":1.5,"config_version":3,"interval_ms":5000,}',
+    b'{"time":1.5,"config_version":3,"interval_ms":}',
+    b'{"time":1.5,"config_version":3,"interval_ms"}',
+    b'{"time":1.5,"config_version":3,"interval":5000}',
+    b'{"time":1.5,"config_version":3,}',
     b'{"time":1.5,"config_version":3}x',
     b'{"time":1.5,"config_version":3',
     b'{"time":1.5 "config_version":3}',
@@ -89,8 +101,10 @@ def test_the_c_and_python_readers_agree_on_every_example() -> None:
             assert item is frames  # passed through, the very list
         else:
             assert item == (RID, *fields) and type(item[1]) is float and type(item[2]) is int
+            assert type(item[3]) is int
     read = sum(1 for item in c if isinstance(item, tuple))
-    assert read == 9, "the examples must exercise both outcomes"
+    assert read == 11, "the examples must exercise both outcomes"
+    assert {item[3] for item in c if isinstance(item, tuple)} == {0, 5000, 999999999}
 
 
 json_ws = st.sampled_from([b"", b" ", b"\t", b"\n", b"\r", b"  ", b"x"])
@@ -103,10 +117,14 @@ number = st.one_of(
 
 @st.composite
 def options(draw: st.DrawFn) -> bytes:
-    w = [draw(json_ws) for _ in range(9)]
+    w = [draw(json_ws) for _ in range(13)]
     key1, key2 = draw(st.sampled_from([(b'"time"', b'"config_version"')] * 4 + [(b'"t"', b"x")]))
     text = b"{" + w[0] + key1 + w[1] + b":" + w[2] + draw(number) + w[3] + b"," + w[4] + key2 + w[5]
-    text += b":" + w[6] + draw(number) + w[7] + b"}" + w[8]
+    text += b":" + w[6] + draw(number) + w[7]
+    key3 = draw(st.sampled_from([None, None, b'"interval_ms"', b'"interval_ms"', b'"i"']))
+    if key3 is not None:  # idle beating's promise (§3.4)
+        text += b"," + w[8] + key3 + w[9] + b":" + w[10] + draw(number) + w[11]
+    text += b"}" + w[12]
     if draw(st.booleans()):  # one byte changed
         at = draw(st.integers(0, len(text) - 1))
         text = text[:at] + bytes([draw(st.integers(0, 255))]) + text[at + 1 :]
@@ -125,12 +143,16 @@ def test_the_c_and_python_readers_agree_on_near_valid_heartbeats(
     assert [type(x) for x in c] == [type(x) for x in hot.heartbeat_items(batch, signature, LIMIT)]
 
 
-@given(st.floats(min_value=0, allow_infinity=False), st.integers(0, 10**18 - 1))
+@given(
+    st.floats(min_value=0, allow_infinity=False),
+    st.integers(0, 10**18 - 1),
+    st.none() | st.integers(1, 2**31 - 1),
+)
 def test_what_the_broker_and_clients_write_is_read_the_same_by_both(
-    time: float, version: int
+    time: float, version: int, promise: int | None
 ) -> None:
     c_items = _c_items()
-    frames = [RID, *Heartbeat(time, version, protocol=b"S0W1").to_frames()]
+    frames = [RID, *Heartbeat(time, version, interval_ms=promise, protocol=b"S0W1").to_frames()]
     c = c_items([frames], b"S0W1", LIMIT)
     assert c == hot.heartbeat_items([frames], b"S0W1", LIMIT)
 

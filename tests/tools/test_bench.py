@@ -271,7 +271,9 @@ def test_idle_floor_answers_what_the_idle_drivers_wait_for(
 
     beat = b'{"time":1.5,"config_version":0}'
     try:
-        with running_idle_floor(idle_floor_binary, tmp_path, heartbeat_ms=200, liveness=5) as floor:
+        with running_idle_floor(
+            idle_floor_binary, tmp_path, heartbeat_ms=200, liveness=5, promise_ms=200
+        ) as floor:
             client, stranger = dealer(floor.frontend), dealer(floor.frontend)
             worker = dealer(floor.backend)
             client.send_multipart([b"", b"S0C1", b"CHECKCONFIG", bench_idle.CHECKCONFIG])
@@ -279,7 +281,11 @@ def test_idle_floor_answers_what_the_idle_drivers_wait_for(
             client.send_multipart([b"", b"S0C1", b"HEARTBEAT", beat])
             answer = client.recv_multipart()
             assert answer[:3] == [b"", b"S0C1", b"HEARTBEAT"]
-            assert json.loads(answer[3])["config_version"] == 0
+            assert json.loads(answer[3]) == {
+                "time": json.loads(answer[3])["time"],
+                "config_version": 0,
+                "interval_ms": 200,  # -p: idle beating's promise (§3.4)
+            }
             stranger.send_multipart([b"", b"S0C1", b"HEARTBEAT", beat])
             assert stranger.recv_multipart()[2] == b"FORCENEGOTIATE"
             worker.send_multipart([b"", b"S0W1", b"CHECKCONFIG", bench_idle.CHECKCONFIG])
@@ -290,6 +296,7 @@ def test_idle_floor_answers_what_the_idle_drivers_wait_for(
             while beats < 3 and time.monotonic() < deadline:  # 3 beats, then it falls silent
                 frames = worker.recv_multipart()
                 assert frames[2] == b"HEARTBEAT", frames
+                assert json.loads(frames[3])["interval_ms"] == 200
                 beats += 1
                 worker.send_multipart([b"", b"S0W1", b"HEARTBEAT", beat])
             assert beats == 3
@@ -314,21 +321,26 @@ def test_idle_floor_answers_what_the_idle_drivers_wait_for(
 def test_bench_idle_measures_scale0_and_the_c_floor_in_one_invocation(
     idle_floor_binary: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``tools/bench idle --cases scale0 c-idle``, small and short: both brokers under the same
-    drivers, each one's share of a core printed, and scale0's ratio to the floor."""
+    """``tools/bench idle --cases scale0 scale0-1s c-idle``, small and short: the brokers under
+    the same drivers, with idle beating and without, each one's share of a core printed, and
+    scale0's ratios to the floor and to itself without idle beating."""
     code = bench_idle.main(
         [
             *("--workers", "20", "--clients", "20", "--seconds", "2", "--drivers", "1"),
-            *("--cases", "scale0", "c-idle"),
+            *("--cases", "scale0", "scale0-1s", "c-idle", "--idle-interval", "1500"),
         ]
     )
     out = capsys.readouterr().out
-    for case in ("scale0", "c-idle"):
+    assert "idle beating every 1.5 s" in out, out
+    assert "found after liveness x idle = 4.5 s" in out, out
+    assert re.search(r"broker CPU, median run: scale0-1s [0-9.]+ %, scale0 [0-9.]+ %", out), out
+    for case in ("scale0", "scale0-1s", "c-idle"):
         run = re.search(rf"{case}: broker CPU ([0-9.]+) % of one core, ([0-9.]+) µs", out)
         assert run is not None, out
         assert float(run[2]) >= 0 and re.search(rf"^{case} CPU: [0-9.]+ % of one core", out, re.M)
     # /proc counts CPU in 10 ms ticks: 40 idle connections for 2 s may cost the floor none.
     ratio = r"broker CPU, median run: c-idle [0-9.]+ %, scale0 [0-9.]+ % \((x [0-9.]+ of|no ratio)"
     assert re.search(ratio, out), out
-    assert "connections a broker forgot or hung up: 0" in out, out
+    assert "connections a broker forgot or hung up: 0 (should be 0)" in out, out
+    assert "... and in the comparison runs at 1 s (scale0-1s): 0" in out, out
     assert code == 0, out

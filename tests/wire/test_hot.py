@@ -137,6 +137,9 @@ def beat_options(draw: st.DrawFn) -> bytes:
                 (b"config_version", b"time"),
                 (b"time", b"time"),
                 (b"time", b"config_version", b"hbeatinterval_ms"),
+                *[(b"time", b"config_version", b"interval_ms")] * 3,
+                (b"time", b"interval_ms", b"config_version"),
+                (b"time", b"config_version", b"interval_ms", b"interval_ms"),
                 (b"time",),
                 (b"tim\\u0065", b"config_version"),
             ]
@@ -145,6 +148,7 @@ def beat_options(draw: st.DrawFn) -> bytes:
     fitting = {
         b"time": st.floats(0, 2e9).map(lambda f: repr(f).encode()),
         b"config_version": st.integers(0, 2**63 - 1).map(lambda i: b"%d" % i),
+        b"interval_ms": st.integers(0, 2**32).map(lambda i: b"%d" % i),
     }
     parts = [
         b'%s"%s"%s:%s%s%s'
@@ -182,16 +186,21 @@ def test_heartbeat_reader_returns_what_the_decoder_reads_or_declines(
     if fields is not None:
         assert isinstance(message, Heartbeat) and message.protocol == signature
         assert message.hbeatinterval_ms is None
-        assert fields == (message.time, message.config_version)
-        assert type(fields[0]) is float and type(fields[1]) is int
+        assert fields == (message.time, message.config_version, message.interval_ms or 0)
+        assert type(fields[0]) is float and type(fields[1]) is int and type(fields[2]) is int
 
 
 def test_plain_heartbeats_take_the_fast_way() -> None:
-    assert heartbeat_fields(BEAT, b"S0C1", LIMIT) == (1764127000.25, 3)
-    assert heartbeat_fields(WORKER_BEAT, b"S0W1", LIMIT) == (0.5, 0)
+    assert heartbeat_fields(BEAT, b"S0C1", LIMIT) == (1764127000.25, 3, 0)
+    assert heartbeat_fields(WORKER_BEAT, b"S0W1", LIMIT) == (0.5, 0, 0)
     # What the broker's own encoder and a Python client's json.dumps write:
     ours = [RID, *Heartbeat(1764127000.123456, 7, protocol=b"S0C1").to_frames()]
-    assert heartbeat_fields(ours, b"S0C1", LIMIT) == (1764127000.123456, 7)
+    assert heartbeat_fields(ours, b"S0C1", LIMIT) == (1764127000.123456, 7, 0)
+    # An idle client's or worker's promise (§3.4):
+    idle = [RID, *Heartbeat(1764127000.5, 7, interval_ms=5000, protocol=b"S0W1").to_frames()]
+    assert heartbeat_fields(idle, b"S0W1", LIMIT) == (1764127000.5, 7, 5000)
+    spaced = [*BEAT[:4], b'{"time":1.5 , "config_version":3 ,\n"interval_ms" : 999999999 }']
+    assert heartbeat_fields(spaced, b"S0C1", LIMIT) == (1.5, 3, 999999999)
 
 
 def test_unusual_heartbeats_are_left_to_the_typed_decoder() -> None:
@@ -204,6 +213,12 @@ def test_unusual_heartbeats_are_left_to_the_typed_decoder() -> None:
         b'{"time":5,"config_version":3}',  # an integer time: valid, the typed path reads it
         b'{"config_version":3,"time":1.5}',  # another order: valid, typed path
         b'{"time":1.5,"config_version":3,"hbeatinterval_ms":1000}',  # the broker's own form
+        b'{"time":1.5,"config_version":3,"interval_ms":0}',  # below 1: 400
+        b'{"time":1.5,"config_version":3,"interval_ms":05000}',  # not JSON: 400
+        b'{"time":1.5,"config_version":3,"interval_ms":1000000000}',  # 10 digits: typed path
+        b'{"time":1.5,"config_version":3,"interval_ms":5000.0}',  # not an int: 400
+        b'{"time":1.5,"config_version":3,"interval_ms":"5000"}',  # not an int: 400
+        b'{"time":1.5,"interval_ms":5000,"config_version":3}',  # another order: typed path
         b'{"time":1.5,"config_version":9223372036854775808}',  # past int64: 400
         b'{"time":-1.5,"config_version":3}',  # negative: 400
         b'{"time":1.5,"config_version":3}' + b" " * LIMIT,  # too long: 400
@@ -215,16 +230,22 @@ def test_unusual_heartbeats_are_left_to_the_typed_decoder() -> None:
     st.floats(allow_nan=False, allow_infinity=False) | st.integers(0, 2**53),
     st.integers(0, 2**63 - 1),
     st.none() | st.integers(1, 2**31 - 1),
+    st.none() | st.integers(1, 2**31 - 1),
     st.sampled_from([b"S0C1", b"S0W1"]),
 )
 def test_heartbeat_frames_are_the_bytes_of_the_options_encoder(
-    sent: float, version: int, interval: int | None, protocol: bytes
+    sent: float, version: int, interval: int | None, promise: int | None, protocol: bytes
 ) -> None:
-    beat = Heartbeat(sent, version, interval, protocol=protocol)
+    beat = Heartbeat(sent, version, interval, promise, protocol=protocol)
     expected = control_frames(
         protocol,
         b"HEARTBEAT",
-        {"time": sent, "config_version": version, "hbeatinterval_ms": interval},
+        {
+            "time": sent,
+            "config_version": version,
+            "hbeatinterval_ms": interval,
+            "interval_ms": promise,
+        },
     )
     assert beat.to_frames() == expected
 
