@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from scale0.net.client import Client
-from scale0.testing import BrokerProcess, running_broker
-from tests.net.probe import PROBE, management_rows, wait_until
+from scale0.testing import BrokerProcess, running_broker, wait_until
+from tests.net.probe import PROBE, management_rows
 
 pytestmark = pytest.mark.system
 
