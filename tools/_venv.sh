@@ -11,7 +11,14 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 inputs="setup.cfg setup.py scale0/net/_zmqio.c"
 # shellcheck disable=SC2086
-if [ -z "${SCALE0_VENV_READY:-}" ] && { [ ! -f "$stamp" ] || ! cat $inputs | cmp -s - "$stamp"; }; then
+if [ -z "${SCALE0_VENV_READY:-}" ] && [ -L "$venv" ] && ! cat $inputs | cmp -s - "$stamp"; then
+    # A venv borrowed from another checkout (a git worktree's .venv linked to the main one):
+    # reinstalling would point that checkout's environment at this tree. Build this tree's
+    # C extension in place instead, and leave the venv and its stamp to their owner.
+    echo "tools/_venv.sh: $venv is a link; building this tree's extension in place," \
+        "not reinstalling (new dependencies in setup.cfg: install them by hand)" >&2
+    "$venv/bin/python" setup.py --quiet build_ext --inplace
+elif [ -z "${SCALE0_VENV_READY:-}" ] && { [ ! -f "$stamp" ] || ! cat $inputs | cmp -s - "$stamp"; }; then
     "$venv/bin/python" -m pip install --quiet --upgrade pip
     "$venv/bin/python" -m pip install --quiet -e ".[test]"
     # shellcheck disable=SC2086
