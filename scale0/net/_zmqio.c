@@ -827,6 +827,40 @@ static int beat_options(const char *p, Py_ssize_t size, double *time, long long 
     return 1;
 }
 
+/* One message of a batch (a list) read as a plain HEARTBEAT in `signature`: 1 and *out the
+ * tuple (routing id, time, config_version, interval_ms); 0 and *out NULL if it is not one; -1
+ * with an exception (memory). heartbeat_items and hot_items both read HEARTBEATs with it. */
+static int beat_item(PyObject *item, const char *signature, Py_ssize_t signature_len,
+                     Py_ssize_t max_frame_bytes, PyObject **out) {
+    *out = NULL;
+    if (PyList_GET_SIZE(item) != 5) {
+        return 0;
+    }
+    PyObject *rid = PyList_GET_ITEM(item, 0);
+    PyObject *empty = PyList_GET_ITEM(item, 1);
+    PyObject *sig = PyList_GET_ITEM(item, 2);
+    PyObject *command = PyList_GET_ITEM(item, 3);
+    PyObject *options = PyList_GET_ITEM(item, 4);
+    if (!(PyBytes_CheckExact(rid) && PyBytes_CheckExact(empty) && PyBytes_GET_SIZE(empty) == 0 &&
+          PyBytes_CheckExact(sig) && PyBytes_GET_SIZE(sig) == signature_len &&
+          memcmp(PyBytes_AS_STRING(sig), signature, (size_t)signature_len) == 0 &&
+          PyBytes_CheckExact(command) && PyBytes_GET_SIZE(command) == 9 &&
+          memcmp(PyBytes_AS_STRING(command), "HEARTBEAT", 9) == 0 &&
+          PyBytes_CheckExact(options) && PyBytes_GET_SIZE(options) <= max_frame_bytes)) {
+        return 0;
+    }
+    double time;
+    long long version;
+    long long promise;
+    int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options), &time, &version,
+                          &promise);
+    if (ok <= 0) {
+        return ok;
+    }
+    *out = Py_BuildValue("(OdLL)", rid, time, version, promise);
+    return *out == NULL ? -1 : 1;
+}
+
 static PyObject *heartbeat_items(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *batch;
@@ -845,36 +879,10 @@ static PyObject *heartbeat_items(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GET_ITEM(batch, i);
         PyObject *out = NULL;
-        if (PyList_CheckExact(item) && PyList_GET_SIZE(item) == 5) {
-            PyObject *rid = PyList_GET_ITEM(item, 0);
-            PyObject *empty = PyList_GET_ITEM(item, 1);
-            PyObject *sig = PyList_GET_ITEM(item, 2);
-            PyObject *command = PyList_GET_ITEM(item, 3);
-            PyObject *options = PyList_GET_ITEM(item, 4);
-            if (PyBytes_CheckExact(rid) && PyBytes_CheckExact(empty) &&
-                PyBytes_GET_SIZE(empty) == 0 && PyBytes_CheckExact(sig) &&
-                PyBytes_GET_SIZE(sig) == signature_len &&
-                memcmp(PyBytes_AS_STRING(sig), signature, (size_t)signature_len) == 0 &&
-                PyBytes_CheckExact(command) && PyBytes_GET_SIZE(command) == 9 &&
-                memcmp(PyBytes_AS_STRING(command), "HEARTBEAT", 9) == 0 &&
-                PyBytes_CheckExact(options) && PyBytes_GET_SIZE(options) <= max_frame_bytes) {
-                double time;
-                long long version;
-                long long promise;
-                int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options),
-                                      &time, &version, &promise);
-                if (ok < 0) {
-                    Py_DECREF(items);
-                    return NULL;
-                }
-                if (ok) {
-                    out = Py_BuildValue("(OdLL)", rid, time, version, promise);
-                    if (out == NULL) {
-                        Py_DECREF(items);
-                        return NULL;
-                    }
-                }
-            }
+        if (PyList_CheckExact(item) && beat_item(item, signature, signature_len, max_frame_bytes,
+                                                 &out) < 0) {
+            Py_DECREF(items);
+            return NULL;
         }
         if (out == NULL) {
             Py_INCREF(item);
@@ -1005,31 +1013,10 @@ static PyObject *hot_items(PyObject *self, PyObject *args) {
                 Py_DECREF(items);
                 return NULL;
             }
-        } else if (PyList_CheckExact(item) && PyList_GET_SIZE(item) == 5) {
-            PyObject *rid = PyList_GET_ITEM(item, 0);
-            PyObject *empty = PyList_GET_ITEM(item, 1);
-            PyObject *options = PyList_GET_ITEM(item, 4);
-            if (PyBytes_CheckExact(rid) && is_bytes_of(empty, "", 0) &&
-                is_bytes_of(PyList_GET_ITEM(item, 2), signature, signature_len) &&
-                is_bytes_of(PyList_GET_ITEM(item, 3), "HEARTBEAT", 9) &&
-                PyBytes_CheckExact(options) && PyBytes_GET_SIZE(options) <= max_frame_bytes) {
-                double time;
-                long long version;
-                long long promise;
-                int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options),
-                                      &time, &version, &promise);
-                if (ok < 0) {
-                    Py_DECREF(items);
-                    return NULL;
-                }
-                if (ok) {
-                    out = Py_BuildValue("(OdLL)", rid, time, version, promise);
-                    if (out == NULL) {
-                        Py_DECREF(items);
-                        return NULL;
-                    }
-                }
-            }
+        } else if (PyList_CheckExact(item) &&
+                   beat_item(item, signature, signature_len, max_frame_bytes, &out) < 0) {
+            Py_DECREF(items);
+            return NULL;
         }
         if (out == NULL) {
             Py_INCREF(item);

@@ -304,40 +304,29 @@ IMPLEMENTATION: str
 IMPLEMENTATION, _io_key, _recv_batch, _recv_batch_keyed, _send_batch, _batch_fds = _load()
 
 
-def _load_items() -> Any:
-    """The C ``heartbeat_items`` with the C batch calls, when the extension has it."""
+def _reader(name: str) -> Any:
+    """The C reader ``name`` of ``_zmqio`` with the C batch calls, else scale0.wire.hot's."""
     if IMPLEMENTATION == "c":
         from scale0.net import _zmqio  # noqa: PLC0415 - loaded above
 
-        if hasattr(_zmqio, "heartbeat_items"):  # (an extension built before it: Python's)
-            return _zmqio.heartbeat_items
-    return hot.heartbeat_items
+        if hasattr(_zmqio, name):  # (an extension built before it: Python's)
+            return getattr(_zmqio, name)
+    return getattr(hot, name)
 
 
-_heartbeat_items: Any = _load_items()
+_heartbeat_items: Any = _reader("heartbeat_items")
+_hot_items: Any = _reader("hot_items")
 
 
 def heartbeat_items(
     batch: list[list[bytes]], signature: bytes, max_frame_bytes: int
 ) -> list[BeatItem]:
     """:func:`scale0.wire.hot.heartbeat_items`: ``batch`` with each plain HEARTBEAT read into
-    ``(routing_id, time, config_version)``; in C with the C batch calls (one pass over the
-    batch, no regular expression), else the Python reader itself. Both give the same items."""
+    ``(routing_id, time, config_version, interval_ms)``; in C with the C batch calls (one pass
+    over the batch, no regular expression), else the Python reader itself. Both give the same
+    items."""
     items: list[BeatItem] = _heartbeat_items(batch, signature, max_frame_bytes)
     return items
-
-
-def _load_hot_items() -> Any:
-    """The C ``hot_items`` with the C batch calls, when the extension has it."""
-    if IMPLEMENTATION == "c":
-        from scale0.net import _zmqio  # noqa: PLC0415 - loaded above
-
-        if hasattr(_zmqio, "hot_items"):  # (an extension built before it: Python's)
-            return _zmqio.hot_items
-    return hot.hot_items
-
-
-_hot_items: Any = _load_hot_items()
 
 
 def hot_items(
