@@ -482,19 +482,17 @@ class Dispatch:
                 del order[routing_id]
                 order[routing_id] = session
         ledger = self.ledger
+        pending = ledger.answer(ticket, routing_id)  # out of flight, the worker's slot free
         worker = ledger.worker(routing_id)
-        pending = ledger.running(ticket)
-        if pending is None or pending.worker != routing_id:
+        if pending is None:
             self.core.counters["dropped"] += 1  # R14: unknown ticket, silently
             if worker is not None and ledger.release(worker, ticket):
                 # A late answer to a request already given 504 (R9): the slot is free again.
                 self.worker_free(worker, now, out)
             return
-        ledger.settle(ticket)
         reply = ClientReply(pending.service, pending.request_id, status, body)  # (positional)
         self.finish(pending, reply, out, now)
         if worker is not None:
-            ledger.release(worker, ticket)
             if self.core.state is not BrokerState.ACTIVE and not worker.in_flight:
                 self.lifecycle.move_worker(
                     routing_id, now, out

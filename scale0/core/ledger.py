@@ -32,6 +32,8 @@ In flight (a ticket names one dispatch of a request, to a worker or to a peer):
   (one of the worker's slots is taken).
 - ``forwarded(ticket, pending)``: ``pending`` went to a peer under ``ticket``.
 - ``running(ticket)``: the request a ticket names, while in flight (R14: else None).
+- ``answer(ticket, routing_id)``: a worker's REPLY: the request ``ticket`` names if that worker
+  runs it, taken out of flight and the worker's slot freed; else None, nothing changed (R14).
 - ``settle(ticket)``: the ticket is out of flight (answered, expired, lost); its request.
 - ``release(worker, ticket)``: the worker's slot held by ``ticket`` is free again (True if it
   was held).
@@ -66,12 +68,12 @@ Waiting (first in, first out per service, R6):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
 from scale0.core.timers import RequestDue
 from scale0.core.workers import Worker, WorkerPool
-from scale0.wire.client import ClientReply
 
 __all__ = ["REPLY_CACHE_AGE_S", "REPLY_CACHE_BYTES", "REPLY_CACHE_ENTRIES", "Ledger"]
 
@@ -92,9 +94,12 @@ class Ledger:
         "_requests",
         "_waiting",
         "_workers",
+        "cache",
         "cached",
+        "held",
         "is_open",
         "joinable",
+        "list_ready",
         "open_at",
         "running",
         "take_worker",
@@ -109,7 +114,7 @@ class Ledger:
         self._requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered
         self._inflight: dict[bytes, Pending] = {}  # by ticket: at a worker or a peer
         self._live: dict[RequestKey, Pending] = {}  # by key: joinable by a resend (R10)
-        self._per_client: dict[bytes, int] = {}  # client_id -> its requests not answered (R20)
+        self._per_client: Counter[bytes] = Counter()  # client_id -> requests not answered (R20)
         self._cache = ReplyCache(
             max_entries=REPLY_CACHE_ENTRIES,
             max_bytes=REPLY_CACHE_BYTES,
@@ -118,13 +123,16 @@ class Ledger:
         # The lookups the hot path makes most are the structures' own bound methods: no
         # second Python call per lookup (docs/performance.md).
         self.cached = self._cache.get
+        self.cache = self._cache.put
+        self.held = self._per_client.__getitem__  # (a Counter: 0 for a client holding none)
+        self.list_ready = self._pool.list_ready
         self.joinable = self._live.get
         self.open_at = self._requests.get
         self.is_open = self._requests.__contains__
         self.running = self._inflight.get
         self.worker = self._workers.get
         self.take_worker = self._pool.take
-        self.waiting_count = self._waiting.count
+        self.waiting_count = self._waiting.counts.__getitem__  # (a Counter: 0 if never queued)
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -137,9 +145,6 @@ class Ledger:
             self._live[pending.key] = pending
         elif pending.ids:
             self._live[pending.key] = pending
-
-    def held(self, client: bytes) -> int:
-        return self._per_client.get(client, 0)
 
     def held_by_client(self) -> dict[bytes, int]:
         return dict(self._per_client)
@@ -174,9 +179,6 @@ class Ledger:
                 held[pending.service] = held.get(pending.service, 0) + 1
         return held
 
-    def cache(self, key: RequestKey, reply: ClientReply, now: float) -> None:
-        self._cache.put(key, reply, now)
-
     def cached_count(self) -> int:
         return len(self._cache)
 
@@ -191,6 +193,17 @@ class Ledger:
 
     def forwarded(self, ticket: bytes, pending: Pending) -> None:
         self._inflight[ticket] = pending
+
+    def answer(self, ticket: bytes, routing_id: bytes) -> Pending | None:
+        inflight = self._inflight
+        pending = inflight.get(ticket)
+        if pending is None or pending.worker != routing_id:
+            return None
+        del inflight[ticket]
+        worker = self._workers.get(routing_id)
+        if worker is not None:
+            worker.in_flight.discard(ticket)
+        return pending
 
     def settle(self, ticket: bytes) -> Pending | None:
         return self._inflight.pop(ticket, None)
@@ -232,9 +245,6 @@ class Ledger:
 
     def ready_count(self, service: str) -> int:
         return self._pool.ready_count(service)
-
-    def list_ready(self, worker: Worker) -> None:
-        self._pool.list_ready(worker)
 
     # ---- waiting ---------------------------------------------------------------------------
 
