@@ -100,6 +100,7 @@ class Ledger:
         "is_open",
         "joinable",
         "list_ready",
+        "offers",
         "open_at",
         "running",
         "take_worker",
@@ -126,6 +127,7 @@ class Ledger:
         self.cache = self._cache.put
         self.held = self._per_client.__getitem__  # (a Counter: 0 for a client holding none)
         self.list_ready = self._pool.list_ready
+        self.offers = self._pool.offers
         self.joinable = self._live.get
         self.open_at = self._requests.get
         self.is_open = self._requests.__contains__
@@ -223,6 +225,10 @@ class Ledger:
     def enroll(self, worker: Worker) -> Worker | None:
         old = self._workers.get(worker.routing_id)
         self._pool.add(worker)
+        counts = self._waiting.counts
+        for service in worker.services:
+            if service not in counts:
+                counts[service] = 0  # so the hot path's waiting_count never misses
         return old
 
     def dismiss(self, routing_id: bytes) -> Worker | None:
@@ -233,9 +239,6 @@ class Ledger:
 
     def worker_count(self) -> int:
         return len(self._workers)
-
-    def offers(self, service: str) -> bool:
-        return self._pool.offers(service)
 
     def offered(self) -> list[str]:
         return self._pool.services()
