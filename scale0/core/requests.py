@@ -6,7 +6,7 @@ request_id) without running it again; it is bounded in entries, bytes and age.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -136,8 +136,7 @@ class WaitQueue:
 
     def __init__(self) -> None:
         self._queues: dict[str, deque[Pending]] = {}
-        # service -> requests really waiting (read only); 0 for a service never queued
-        self.counts: Counter[str] = Counter()
+        self.counts: dict[str, int] = {}  # service -> requests really waiting (read only)
 
     def count(self, service: str) -> int:
         return self.counts.get(service, 0)
