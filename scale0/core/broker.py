@@ -159,8 +159,10 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
   scale0/core/context.py      Core: identity, the running config and its documents, state, clock,
                               timers, counters and metrics, shared by every room
   scale0/core/sessions.py     sessions and negotiation (R1-R3, R12, R16)
-  scale0/core/dispatch.py     requests and workers: WaitQueue, in flight, reply cache, the pool
+  scale0/core/dispatch.py     requests and workers: waiting, in flight, answered, the pool
                               (R4-R11, R14, R15); the hot path
+  scale0/core/ledger.py       the hot path's state (requests, tickets, reply cache, workers,
+                              queues) behind LedgerPort's operations; every room reads it so
   scale0/core/guard.py        error scores and bans (R13)
   scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13, F16)
   scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G12, F14)

@@ -1,10 +1,11 @@
 """Dispatch: requests and the workers that run them (R4-R11, R14, R15 of scale0/core/broker.py,
 and R20's per-client cap: ``max_requests_per_client`` unanswered, more get 429).
 
-What waits for a worker is a :class:`WaitQueue`; what runs is in flight by ticket; a request's
-identity across retries (client_id, request_id) finds it while it lives (R10) and the reply
-cache after. Workers are in a :class:`~scale0.core.workers.WorkerPool`, least recently used
-first. A request with no ready worker here may go to a peer (F6, scale0/core/family.py).
+What waits for a worker, what runs (in flight by ticket), a request's identity across retries
+(client_id, request_id, R10), the reply cache and the worker pool (least recently used first)
+are the ledger's (scale0/core/ledger.py): Dispatch holds the rules and reaches that state only
+by the ledger's operations (:class:`~scale0.core.ports.LedgerPort`). A request with no ready
+worker here may go to a peer (F6, scale0/core/family.py).
 
 The hot path (docs/performance.md) is :meth:`Dispatch.client_request` and
 :meth:`Dispatch.worker_reply`: the typed ``Broker.handle`` and the raw-frame entry points

@@ -70,10 +70,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
+from scale0.core.requests import Pending, ReplyCache, RequestKey, Tally, WaitQueue
 from scale0.core.timers import RequestDue
 from scale0.core.workers import Worker, WorkerPool
-from scale0.wire.client import ClientReply
 
 __all__ = ["REPLY_CACHE_AGE_S", "REPLY_CACHE_BYTES", "REPLY_CACHE_ENTRIES", "Ledger"]
 
@@ -95,6 +94,18 @@ class Ledger:
         "_waiting",
         "_waiting_counts",
         "_workers",
+        "cache",
+        "cached",
+        "held",
+        "is_open",
+        "joinable",
+        "list_ready",
+        "offers",
+        "open_at",
+        "running",
+        "take_worker",
+        "waiting_count",
+        "worker",
     )
 
     def __init__(self) -> None:
@@ -105,12 +116,26 @@ class Ledger:
         self._requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered
         self._inflight: dict[bytes, Pending] = {}  # by ticket: at a worker or a peer
         self._live: dict[RequestKey, Pending] = {}  # by key: joinable by a resend (R10)
-        self._per_client: dict[bytes, int] = {}  # client_id -> requests not answered (R20)
+        self._per_client: Tally[bytes] = Tally()  # client_id -> requests not answered (R20)
         self._cache = ReplyCache(
             max_entries=REPLY_CACHE_ENTRIES,
             max_bytes=REPLY_CACHE_BYTES,
             max_age_s=REPLY_CACHE_AGE_S,
         )
+        # The pure lookups are the structures' own bound methods, not a method of ours around
+        # them: no second Python frame per lookup on the hot path (docs/performance.md).
+        self.cached = self._cache.get
+        self.cache = self._cache.put
+        self.joinable = self._live.get
+        self.open_at = self._requests.get
+        self.is_open = self._requests.__contains__
+        self.running = self._inflight.get
+        self.worker = self._workers.get
+        self.offers = self._pool.offers
+        self.take_worker = self._pool.take
+        self.list_ready = self._pool.list_ready
+        self.held = self._per_client.__getitem__  # (a Tally: 0 for a client holding none)
+        self.waiting_count = self._waiting_counts.__getitem__  # (a Tally too)
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -124,20 +149,8 @@ class Ledger:
         elif pending.ids:
             self._live[pending.key] = pending
 
-    def held(self, client: bytes) -> int:
-        return self._per_client.get(client, 0)
-
     def held_by_client(self) -> dict[bytes, int]:
         return dict(self._per_client)
-
-    def joinable(self, key: RequestKey) -> Pending | None:
-        return self._live.get(key)
-
-    def open_at(self, seq: RequestDue) -> Pending | None:
-        return self._requests.get(seq)
-
-    def is_open(self, seq: RequestDue) -> bool:
-        return seq in self._requests
 
     def retire(self, pending: Pending) -> None:
         pending.done = True
@@ -169,12 +182,6 @@ class Ledger:
                 held[pending.service] = held.get(pending.service, 0) + 1
         return held
 
-    def cached(self, key: RequestKey, now: float) -> ClientReply | None:
-        return self._cache.get(key, now)
-
-    def cache(self, key: RequestKey, reply: ClientReply, now: float) -> None:
-        self._cache.put(key, reply, now)
-
     def cached_count(self) -> int:
         return len(self._cache)
 
@@ -189,9 +196,6 @@ class Ledger:
 
     def forwarded(self, ticket: bytes, pending: Pending) -> None:
         self._inflight[ticket] = pending
-
-    def running(self, ticket: bytes) -> Pending | None:
-        return self._inflight.get(ticket)
 
     def answer(self, ticket: bytes, routing_id: bytes) -> Pending | None:
         inflight = self._inflight
@@ -222,22 +226,20 @@ class Ledger:
     def enroll(self, worker: Worker) -> Worker | None:
         old = self._workers.get(worker.routing_id)
         self._pool.add(worker)
+        counts = self._waiting_counts
+        for service in worker.services:
+            if service not in counts:
+                counts[service] = 0  # so waiting_count, on the hot path, finds it (no __missing__)
         return old
 
     def dismiss(self, routing_id: bytes) -> Worker | None:
         return self._pool.remove(routing_id)
-
-    def worker(self, routing_id: bytes) -> Worker | None:
-        return self._workers.get(routing_id)
 
     def workers(self) -> list[Worker]:
         return list(self._workers.values())
 
     def worker_count(self) -> int:
         return len(self._workers)
-
-    def offers(self, service: str) -> bool:
-        return self._pool.offers(service)
 
     def offered(self) -> list[str]:
         return self._pool.services()
@@ -247,12 +249,6 @@ class Ledger:
 
     def ready_count(self, service: str) -> int:
         return self._pool.ready_count(service)
-
-    def take_worker(self, service: str) -> Worker | None:
-        return self._pool.take(service)
-
-    def list_ready(self, worker: Worker) -> None:
-        self._pool.list_ready(worker)
 
     # ---- waiting ---------------------------------------------------------------------------
 
@@ -273,9 +269,6 @@ class Ledger:
 
     def forwarded_waiting(self, service: str) -> Iterator[Pending]:
         return self._waiting.forwarded_to_us(service)
-
-    def waiting_count(self, service: str) -> int:
-        return self._waiting_counts.get(service, 0)
 
     def waiting_total(self) -> int:
         return self._waiting.total()
