@@ -132,7 +132,8 @@ class Dispatch:
                 if pending is None:
                     break
                 self.dispatch_to(worker, pending, now, out)
-        ledger.list_ready(worker)
+        list_ready = ledger.list_ready  # (through a local: see client_request)
+        list_ready(worker)
 
     def worker_lost(
         self, routing_id: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
@@ -309,13 +310,17 @@ class Dispatch:
         core.counters["requests"] += 1
         key = (session.client_id.encode(), request_id)
         ledger = self.ledger
-        cached = ledger.cached(key, now)
+        # The ledger's lookups are bound methods of its structures, called through a local:
+        # CPython specializes that load, not a method call on the ledger (docs/performance.md).
+        lookup = ledger.cached
+        cached = lookup(key, now)
         if cached is not None:
             core.counters["cache_hits"] += 1
             core.metrics.reply(cached.status)
             out.append(Send(Channel.FRONTEND, routing_id, cached))
             return
-        live = ledger.joinable(key)
+        joinable = ledger.joinable
+        live = joinable(key)
         if live is not None:
             core.counters["duplicates_joined"] += 1
             if live.origin is None:
@@ -335,7 +340,8 @@ class Dispatch:
             out.append(Send(Channel.FRONTEND, routing_id, failure))
             return
         client = key[0]
-        held = ledger.held(client)
+        count = ledger.held
+        held = count(client)
         if held >= core.network.max_requests_per_client:
             core.counters["errors_429"] = core.counters.get("errors_429", 0) + 1
             core.metrics.reply(429)
@@ -377,7 +383,8 @@ class Dispatch:
         core = self.core
         if core.routes is not None:
             return service in core.routes  # listed services wait for a worker (R6)
-        if self.ledger.offers(service) or now - core.started < core.timeout_s:
+        offers = self.ledger.offers  # (through a local: see client_request)
+        if offers(service) or now - core.started < core.timeout_s:
             return True
         if any(peer.offers(service) for peer in self.family.peers.values() if peer.usable()):
             return True
@@ -393,7 +400,8 @@ class Dispatch:
                     ledger.wait(pending, True)
                 return
             pending.prefer = None
-        worker = ledger.take_worker(pending.service)
+        take_worker = ledger.take_worker  # (through a local: see client_request)
+        worker = take_worker(pending.service)
         if worker is not None:
             self.dispatch_to(worker, pending, now, out)
             return
@@ -483,8 +491,9 @@ class Dispatch:
                 del order[routing_id]
                 order[routing_id] = session
         ledger = self.ledger
-        pending = ledger.answer(ticket, routing_id)  # out of flight, the worker's slot free
-        worker = ledger.worker(routing_id)
+        pending = ledger.answer(ticket, routing_id)  # out of flight, slot free, retired
+        find = ledger.worker  # (through a local: see client_request)
+        worker = find(routing_id)
         if pending is None:
             self.core.counters["dropped"] += 1  # R14: unknown ticket, silently
             if worker is not None and ledger.release(worker, ticket):
@@ -541,7 +550,8 @@ class Dispatch:
 
     def finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
         core = self.core
-        self.ledger.retire(pending)
+        if not pending.done:  # (a worker's REPLY was retired by ledger.answer)
+            self.ledger.retire(pending)
         if core.event_log is not None:
             request_done(out, pending, reply.status, reply.body, now)
         core.metrics.observe(pending.service, reply.status, now - pending.started)
@@ -556,7 +566,8 @@ class Dispatch:
             if self.majordomo.speaks:  # a Majordomo client's answer, built here (D3)
                 answer_to = self.majordomo.client_reply(pending.client, reply)
             if answer_to is None:
-                self.ledger.cache(pending.key, reply, now)
+                cache = self.ledger.cache  # (through a local: see client_request)
+                cache(pending.key, reply, now)
                 answer_to = reply
             # else not cached: a Majordomo request has no id a retry could repeat (D1)
             out.append(Send(Channel.FRONTEND, pending.client, answer_to))

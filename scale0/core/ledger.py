@@ -32,8 +32,9 @@ In flight (a ticket names one dispatch of a request, to a worker or to a peer):
   (one of the worker's slots is taken).
 - ``forwarded(ticket, pending)``: ``pending`` went to a peer under ``ticket``.
 - ``running(ticket)``: the request a ticket names, while in flight (R14: else None).
-- ``answer(ticket, routing_id)``: a worker's REPLY: the request ``ticket`` names if that worker
-  runs it, taken out of flight and the worker's slot freed; else None, nothing changed (R14).
+- ``answer(ticket, routing_id)``: a worker's final REPLY: the request ``ticket`` names if that
+  worker runs it, out of flight, the worker's slot free, and retired as ``retire`` does (one
+  call for the hot path); else None, nothing changed (R14).
 - ``settle(ticket)``: the ticket is out of flight (answered, expired, lost); its request.
 - ``release(worker, ticket)``: the worker's slot held by ``ticket`` is free again (True if it
   was held).
@@ -206,6 +207,20 @@ class Ledger:
         worker = self._workers.get(routing_id)
         if worker is not None:
             worker.in_flight.discard(ticket)
+        # retire(pending), inline: the hot path (a worker's REPLY is to our own client's
+        # request or to a peer's forward; only our own client's count its cap, R20)
+        pending.done = True
+        if self._requests.pop(pending.seq, None) is not None and pending.origin is None:
+            client = pending.key[0]
+            per_client = self._per_client
+            held = per_client[client] - 1
+            if held > 0:
+                per_client[client] = held
+            else:
+                per_client.pop(client, None)
+        live = self._live
+        if live.get(pending.key) is pending:
+            del live[pending.key]
         return pending
 
     def settle(self, ticket: bytes) -> Pending | None:
