@@ -159,8 +159,10 @@ channel, and every timer by the type of its key (scale0/core/timers.py):
   scale0/core/context.py      Core: identity, the running config and its documents, state, clock,
                               timers, counters and metrics, shared by every room
   scale0/core/sessions.py     sessions and negotiation (R1-R3, R12, R16)
-  scale0/core/dispatch.py     requests and workers: WaitQueue, in flight, reply cache, the pool
+  scale0/core/dispatch.py     requests and workers: waiting, in flight, answered, the pool
                               (R4-R11, R14, R15); the hot path
+  scale0/core/ledger.py       the hot path's state (requests, tickets, reply cache, workers,
+                              queues) behind LedgerPort's operations; every room reads it so
   scale0/core/guard.py        error scores and bans (R13)
   scale0/core/family.py       links, HELLO, heartbeat tables (F1-F5, F12, F13, F16)
   scale0/core/gossip.py       a gossip family's membership, owned by family.py (G1-G12, F14)
@@ -214,6 +216,7 @@ from scale0.core.entries import HotEntries
 from scale0.core.family import Family
 from scale0.core.forwarding import Forwarding
 from scale0.core.guard import Guard, address_key
+from scale0.core.ledger import Ledger
 from scale0.core.lifecycle import Lifecycle
 from scale0.core.majordomo import Majordomo
 from scale0.core.metrics import Metrics
@@ -294,8 +297,10 @@ class Broker(HotEntries):
             boot_id=boot_id,
             now=now,
         )
+        #: The hot path's state (scale0/core/ledger.py), which the rooms share by its operations.
+        self.ledger = ledger = Ledger()
         self.sessions = Sessions(core)
-        self.dispatch = Dispatch(core)
+        self.dispatch = Dispatch(core, ledger)
         self.family = Family(core, seeds)
         self.guard = Guard(core, self.sessions.forget, self.family.broker_of.__contains__)
         self._conn = -1  # the connection of the message being handled (R20, R22, §8)
@@ -329,6 +334,7 @@ class Broker(HotEntries):
         mdp = self.majordomo
         mdp.dispatch, mdp.family, mdp.sessions = dispatch, peers, sessions
         dispatch.majordomo = mdp
+        sessions.ledger = peers.ledger = forwarding.ledger = lifecycle.ledger = ledger
         self.management = Management(self)
         #: The net layer's own counters (received, sent, dropped...), shared for ``status``.
         self.io_counters: dict[str, int] = {}
@@ -576,16 +582,16 @@ class Broker(HotEntries):
         self.sessions.regrant(now, wall, out)  # key grants that ended (scale0/core/trust.py)
         self.dispatch.sweep(now)
         self.majordomo.sweep()
-        dispatch = self.dispatch
+        ledger = self.ledger
         self.core.metrics.maybe_sample(
             now,
             wall,
             {
                 "requests": self.core.counters["requests"],
                 "clients": len(self.sessions.clients),
-                "workers": len(dispatch.pool.workers),
-                "queued": dispatch.waiting.total(),
-                "in_flight": len(dispatch.inflight),
+                "workers": ledger.worker_count(),
+                "queued": ledger.waiting_total(),
+                "in_flight": ledger.in_flight_count(),
             },
         )
         self.core.timers.push(now + SWEEP_INTERVAL_S, Periodic.SWEEP)
@@ -601,10 +607,10 @@ class Broker(HotEntries):
         request, and the heap holds about one entry per request still running.
         """
         timers = self.core.timers
-        requests = self.dispatch.requests
+        is_open = self.ledger.is_open
         while True:
             key = timers.head()
-            if not isinstance(key, int) or key in requests:
+            if not isinstance(key, int) or is_open(key):
                 return timers.next_due()
             timers.drop_head()
 

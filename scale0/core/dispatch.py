@@ -1,10 +1,11 @@
 """Dispatch: requests and the workers that run them (R4-R11, R14, R15 of scale0/core/broker.py,
 and R20's per-client cap: ``max_requests_per_client`` unanswered, more get 429).
 
-What waits for a worker is a :class:`WaitQueue`; what runs is in flight by ticket; a request's
-identity across retries (client_id, request_id) finds it while it lives (R10) and the reply
-cache after. Workers are in a :class:`~scale0.core.workers.WorkerPool`, least recently used
-first. A request with no ready worker here may go to a peer (F6, scale0/core/family.py).
+What waits for a worker, what runs (in flight by ticket), a request's identity across retries
+(client_id, request_id, R10), the reply cache and the worker pool (least recently used first)
+are the ledger's (scale0/core/ledger.py): Dispatch holds the rules and reaches that state only
+by the ledger's operations (:class:`~scale0.core.ports.LedgerPort`). A request with no ready
+worker here may go to a peer (F6, scale0/core/family.py).
 
 The hot path (docs/performance.md) is :meth:`Dispatch.client_request` and
 :meth:`Dispatch.worker_reply`: the typed ``Broker.handle`` and the raw-frame entry points
@@ -22,15 +23,16 @@ from scale0.core.effects import Channel, Effect, Log, Send
 from scale0.core.ports import (
     FamilyPort,
     ForwardingPort,
+    LedgerPort,
     LifecyclePort,
     MajordomoPort,
     SessionsPort,
 )
 from scale0.core.records import refused, request_done
-from scale0.core.requests import Pending, ReplyCache, RequestKey, WaitQueue
+from scale0.core.requests import Pending
 from scale0.core.timers import BEAT_SLOTS, BeatRound, RequestDue
 from scale0.core.trust import may
-from scale0.core.workers import Worker, WorkerPool
+from scale0.core.workers import Worker
 from scale0.wire.client import ClientPartial, ClientReply, DisconnectError, Heartbeat
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, is_reserved_service
 from scale0.wire.mdp import MdpClientReply, MdpWorkerRequest
@@ -38,10 +40,6 @@ from scale0.wire.peer import BrokerState, ForwardPartial, ForwardReply
 from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerRequest
 
 __all__ = ["Dispatch"]
-
-REPLY_CACHE_ENTRIES = 10_000
-REPLY_CACHE_BYTES = 64 << 20
-REPLY_CACHE_AGE_S = 60.0
 
 INF = float("inf")
 
@@ -55,20 +53,11 @@ class Dispatch:
     majordomo: MajordomoPort
     sessions: SessionsPort
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, ledger: LedgerPort) -> None:
         self.core = core
-        self.pool = WorkerPool()
-        self.waiting = WaitQueue()
-        self.requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered yet
-        self.inflight: dict[bytes, Pending] = {}  # by ticket: at a worker or a peer
-        self.live: dict[RequestKey, Pending] = {}  # by key: our own clients' (R10)
-        self.per_client: dict[bytes, int] = {}  # client_id -> its requests not answered (R20)
+        #: The requests, tickets, reply cache, workers and queues (scale0/core/ledger.py).
+        self.ledger = ledger
         self.service_left: dict[str, float] = {}  # service -> when its last worker went (R7)
-        self.cache = ReplyCache(
-            max_entries=REPLY_CACHE_ENTRIES,
-            max_bytes=REPLY_CACHE_BYTES,
-            max_age_s=REPLY_CACHE_AGE_S,
-        )
         #: The last HEARTBEAT sent to a worker (R11), reused while its fields are the same.
         self._beat = Heartbeat(time=-1.0, config_version=-1, protocol=SIG_WORKER)
         #: R11: the workers of each slot of each enforced interval, beaten together once per
@@ -121,10 +110,9 @@ class Dispatch:
         services = tuple(dict.fromkeys(msg.services))
         worker = Worker(routing_id, services, msg.capacity, msg.heartbeat, interval_s)
         worker.ids = msg.request_ids
-        old = self.pool.workers.get(routing_id)
+        old = self.ledger.enroll(worker)
         if self.family.peers:
             self.family.table_changed(old.services if old is not None else (), now)
-        self.pool.add(worker)
         session.promise_ms = 0  # a READY starts at the negotiated interval (§3.4)
         sessions.set_timeout(session, interval_s * network.liveness if msg.heartbeat else INF)
         self._join_round(routing_id, interval_s, now)
@@ -136,34 +124,37 @@ class Dispatch:
         """Give queued requests to a worker with spare capacity, then list it as ready."""
         if self.family.peers:
             self.family.table_changed(worker.services, now)
-        counts = self.waiting.counts
+        ledger = self.ledger
+        waiting = ledger.waiting_count
         for service in worker.services:
-            while counts.get(service) and worker.spare > 0:
-                pending = self.waiting.pop(service)
+            while waiting(service) and worker.spare > 0:
+                pending = ledger.next_waiting(service)
                 if pending is None:
                     break
                 self.dispatch_to(worker, pending, now, out)
-        self.pool.list_ready(worker)
+        list_ready = ledger.list_ready  # (through a local: see client_request)
+        list_ready(worker)
 
     def worker_lost(
         self, routing_id: bytes, now: float, out: list[Effect], reason: str, silent_s: float = 0.0
     ) -> None:
         """R8: a worker is gone; each of its requests is dispatched again or answered 504."""
-        worker = self.pool.remove(routing_id)
+        ledger = self.ledger
+        worker = ledger.dismiss(routing_id)
         if worker is None:
             return
         self.core.counters["workers_lost"] += 1
         family = self.family
         if family.peers:
             family.table_changed(worker.services, now)
-        gone = [s for s in worker.services if not self.pool.offers(s)]
+        gone = [s for s in worker.services if not ledger.offers(s)]
         for service in gone:
             self.service_left[service] = now
         silent_ms = round(silent_s * 1000)
         details = {"worker": routing_id.hex(), "reason": reason, "silent_ms": silent_ms}
         out.append(Log("warning", "worker_lost", details))
         for ticket in sorted(worker.in_flight):
-            pending = self.inflight.pop(ticket, None)
+            pending = ledger.settle(ticket)
             if pending is not None:
                 self.route_again(pending, now, out, 504, "worker lost")
         if gone and family.peers:
@@ -231,7 +222,7 @@ class Dispatch:
         if members is None:
             return
         sessions = self.sessions.workers
-        workers = self.pool.workers
+        worker = self.ledger.worker
         round_of = self._round_of
         # The beats of one round share wall, version and interval: one message for all of
         # them, which the net layer encodes once.
@@ -254,7 +245,7 @@ class Dispatch:
             )
         gone: list[bytes] = []
         for routing_id in members:
-            if routing_id in sessions and routing_id in workers:
+            if routing_id in sessions and worker(routing_id) is not None:
                 out.append(Send(Channel.BACKEND, routing_id, beat))
             else:  # lost or forgotten since the last round
                 gone.append(routing_id)
@@ -318,13 +309,18 @@ class Dispatch:
             return
         core.counters["requests"] += 1
         key = (session.client_id.encode(), request_id)
-        cached = self.cache.get(key, now)
+        ledger = self.ledger
+        # The ledger's lookups are bound methods of its structures, called through a local:
+        # CPython specializes that load, not a method call on the ledger (docs/performance.md).
+        lookup = ledger.cached
+        cached = lookup(key, now)
         if cached is not None:
             core.counters["cache_hits"] += 1
             core.metrics.reply(cached.status)
             out.append(Send(Channel.FRONTEND, routing_id, cached))
             return
-        live = self.live.get(key)
+        joinable = ledger.joinable
+        live = joinable(key)
         if live is not None:
             core.counters["duplicates_joined"] += 1
             if live.origin is None:
@@ -344,7 +340,8 @@ class Dispatch:
             out.append(Send(Channel.FRONTEND, routing_id, failure))
             return
         client = key[0]
-        held = self.per_client.get(client, 0)
+        count = ledger.held
+        held = count(client)
         if held >= core.network.max_requests_per_client:
             core.counters["errors_429"] = core.counters.get("errors_429", 0) + 1
             core.metrics.reply(429)
@@ -355,7 +352,6 @@ class Dispatch:
                 )
             )
             return
-        self.per_client[client] = held + 1
         deadline = now + core.timeout_s
         pending = Pending(
             core.next_seq(),
@@ -371,17 +367,14 @@ class Dispatch:
         speaks = self.majordomo.speaks
         if speaks and (Channel.FRONTEND, routing_id) in speaks:
             pending.ids = False  # a Majordomo client's ids are ours (mdp.N), not its own
-        self.requests[pending.seq] = pending
-        self.live[key] = pending
+        ledger.open(pending)
         core.timers.push(deadline, pending.seq)
         self.route(pending, now, out, front=False)
 
     def take(self, pending: Pending, now: float, out: list[Effect]) -> None:
         """A request a peer forwarded us (F7): held and routed like our own, never forwarded.
         With the client's ids (FORWARDWITH, F15) a resend joins it however it comes (R10)."""
-        self.requests[pending.seq] = pending
-        if pending.ids:
-            self.live[pending.key] = pending
+        self.ledger.open(pending)
         self.core.timers.push(pending.deadline, pending.seq)
         self.route(pending, now, out, front=False)
 
@@ -390,7 +383,8 @@ class Dispatch:
         core = self.core
         if core.routes is not None:
             return service in core.routes  # listed services wait for a worker (R6)
-        if self.pool.offers(service) or now - core.started < core.timeout_s:
+        offers = self.ledger.offers  # (through a local: see client_request)
+        if offers(service) or now - core.started < core.timeout_s:
             return True
         if any(peer.offers(service) for peer in self.family.peers.values() if peer.usable()):
             return True
@@ -399,13 +393,15 @@ class Dispatch:
 
     def route(self, pending: Pending, now: float, out: list[Effect], *, front: bool) -> None:
         """R5, R6, F6: a ready worker here; else a peer; else wait here (bounded)."""
+        ledger = self.ledger
         if pending.prefer is not None:
             if now < pending.prefer_until:  # F15: back to the peer that held it, or wait
                 if not self.forwarding.send_back(pending, out):
-                    self.waiting.push(pending, front=True)
+                    ledger.wait(pending, True)
                 return
             pending.prefer = None
-        worker = self.pool.take(pending.service)
+        take_worker = ledger.take_worker  # (through a local: see client_request)
+        worker = take_worker(pending.service)
         if worker is not None:
             self.dispatch_to(worker, pending, now, out)
             return
@@ -416,19 +412,19 @@ class Dispatch:
             # F6: a peer with free slots; else wait here if we offer it; else any peer that does.
             forwarding = self.forwarding
             peer = forwarding.pick_peer(service, free=True)
-            if peer is None and not self.pool.offers(service):
+            if peer is None and not ledger.offers(service):
                 peer = forwarding.pick_peer(service, free=False)
             if peer is not None:
                 forwarding.forward_to(peer, pending, out)
                 return
-        elif pending.origin is not None and not self.pool.offers(service):
+        elif pending.origin is not None and not ledger.offers(service):
             self.fail(pending, 404, f"no worker for {service!r} on {core.identity}", out)
             return
-        waiting = self.waiting.count(service)
+        waiting = ledger.waiting_count(service)
         if waiting >= core.network.max_queued_requests and not front:
             self.fail(pending, 503, f"{waiting} requests already wait for {service!r}", out)
             return
-        self.waiting.push(pending, front=front)
+        ledger.wait(pending, front)
 
     def route_again(
         self, pending: Pending, now: float, out: list[Effect], status: int, why: str
@@ -451,8 +447,7 @@ class Dispatch:
         if pending.attempt > 1:
             # A retry gets a whole deadline of its own on the new worker.
             pending.deadline = max(pending.deadline, min(now + self.core.timeout_s, pending.limit))
-        worker.in_flight.add(ticket)
-        self.inflight[ticket] = pending
+        self.ledger.dispatched(worker, ticket, pending)
         beats = self._round_of.get(worker.routing_id)
         if beats is not None and beats.promise_s:
             self._wake(worker, now)
@@ -495,20 +490,19 @@ class Dispatch:
             if order is not None:
                 del order[routing_id]
                 order[routing_id] = session
-        worker = self.pool.workers.get(routing_id)
-        pending = self.inflight.get(ticket)
-        if pending is None or pending.worker != routing_id:
+        ledger = self.ledger
+        pending = ledger.answer(ticket, routing_id)  # out of flight, slot free, retired
+        find = ledger.worker  # (through a local: see client_request)
+        worker = find(routing_id)
+        if pending is None:
             self.core.counters["dropped"] += 1  # R14: unknown ticket, silently
-            if worker is not None and ticket in worker.in_flight:
+            if worker is not None and ledger.release(worker, ticket):
                 # A late answer to a request already given 504 (R9): the slot is free again.
-                worker.in_flight.discard(ticket)
                 self.worker_free(worker, now, out)
             return
-        del self.inflight[ticket]
         reply = ClientReply(pending.service, pending.request_id, status, body)  # (positional)
         self.finish(pending, reply, out, now)
         if worker is not None:
-            worker.in_flight.discard(ticket)
             if self.core.state is not BrokerState.ACTIVE and not worker.in_flight:
                 self.lifecycle.move_worker(
                     routing_id, now, out
@@ -526,7 +520,7 @@ class Dispatch:
         out: list[Effect],
     ) -> None:
         self.sessions.seen(Channel.BACKEND, routing_id, now)
-        pending = self.inflight.get(msg.ticket)
+        pending = self.ledger.running(msg.ticket)
         if pending is None or pending.worker != routing_id:
             self.core.counters["dropped"] += 1
             return
@@ -554,30 +548,17 @@ class Dispatch:
                     )
                 out.append(Send(Channel.FRONTEND, routing_id, partial))
 
-    def retire(self, pending: Pending) -> None:
-        """The request has its final answer: forget it everywhere but the reply cache."""
-        pending.done = True
-        if self.requests.pop(pending.seq, None) is not None and pending.origin is None:
-            client = pending.key[0]
-            held = self.per_client.get(client, 0) - 1
-            if held > 0:
-                self.per_client[client] = held
-            else:
-                self.per_client.pop(client, None)
-        live = self.live
-        if live.get(pending.key) is pending:
-            del live[pending.key]
-
     def finish(self, pending: Pending, reply: ClientReply, out: list[Effect], now: float) -> None:
         core = self.core
-        self.retire(pending)
+        if not pending.done:  # (a worker's REPLY was retired by ledger.answer)
+            self.ledger.retire(pending)
         if core.event_log is not None:
             request_done(out, pending, reply.status, reply.body, now)
         core.metrics.observe(pending.service, reply.status, now - pending.started)
         core.counters["replies"] += 1
         if pending.origin is not None:  # F7: the origin broker caches; so do we, with its ids
             if pending.ids:
-                self.cache.put(pending.key, reply, now)  # F15: a resend via any broker finds it
+                self.ledger.cache(pending.key, reply, now)  # F15: a resend via any broker finds it
             answer = ForwardReply(pending.origin, reply.status, reply.body)
             out.append(Send(Channel.PEER, pending.client, answer))
         else:
@@ -585,7 +566,8 @@ class Dispatch:
             if self.majordomo.speaks:  # a Majordomo client's answer, built here (D3)
                 answer_to = self.majordomo.client_reply(pending.client, reply)
             if answer_to is None:
-                self.cache.put(pending.key, reply, now)
+                cache = self.ledger.cache  # (through a local: see client_request)
+                cache(pending.key, reply, now)
                 answer_to = reply
             # else not cached: a Majordomo request has no id a retry could repeat (D1)
             out.append(Send(Channel.FRONTEND, pending.client, answer_to))
@@ -597,7 +579,7 @@ class Dispatch:
     def fail(self, pending: Pending, status: int, message: str, out: list[Effect]) -> None:
         core = self.core
         core.counters[f"errors_{status}"] = core.counters.get(f"errors_{status}", 0) + 1
-        self.retire(pending)
+        self.ledger.retire(pending)
         if core.event_log is not None:
             request_done(out, pending, status, (), core.clock)
         core.metrics.observe(pending.service, status, core.clock - pending.started)
@@ -630,7 +612,7 @@ class Dispatch:
         peers' forwards that joined it get FORWARDREPLY 503 so their origins route them again."""
         joined = pending.also
         pending.also = None
-        self.retire(pending)
+        self.ledger.retire(pending)
         for routing_id, ticket in joined or ():
             if ticket is not None:
                 failure = ClientReply.failure(pending.service, pending.request_id, 503, why)
@@ -652,7 +634,7 @@ class Dispatch:
         elif service == "mmi.workers":
             answer = (b"%d" % self._workers_of(name),)
         elif service == "mmi.services":
-            names = set(self.pool.services())
+            names = set(self.ledger.offered())
             for peer in self.family.peers.values():
                 if peer.usable():
                     names.update(peer.table)
@@ -670,7 +652,7 @@ class Dispatch:
 
     def _workers_of(self, service: str) -> int:
         """Workers offering ``service`` here and at every usable peer (its table's rows)."""
-        count = sum(1 for w in self.pool.workers.values() if service in w.services)
+        count = self.ledger.workers_of(service)
         for peer in self.family.peers.values():
             if peer.usable():
                 count += len(peer.table.get(service, ()))
@@ -678,7 +660,8 @@ class Dispatch:
 
     def deadline(self, key: RequestDue, now: float, out: list[Effect]) -> None:
         """R6, R9: a request past its deadline is answered 503 (waiting) or 504 (running)."""
-        pending = self.requests.get(key)
+        ledger = self.ledger
+        pending = ledger.open_at(key)
         if pending is None or pending.done:
             return
         if pending.deadline > now:
@@ -686,11 +669,11 @@ class Dispatch:
             if pending.prefer is not None and now >= pending.prefer_until:
                 # F15: its peer did not come back in time: it may go anywhere now.
                 pending.prefer = None
-                if pending.ticket is None and self.waiting.take_out(pending):
+                if pending.ticket is None and ledger.take_out(pending):
                     self.route(pending, now, out, front=True)
             return
         if pending.ticket is None:
-            self.waiting.expired(pending)
+            ledger.stop_waiting(pending)
             why = f"no worker for {pending.service!r} before the deadline"
             self.fail(pending, 503, why, out)
             return
@@ -700,12 +683,8 @@ class Dispatch:
                 peer.forwarded.discard(pending.ticket)
         # The worker keeps the slot: it may still be running the request. Its late REPLY finds
         # no ticket (R14) and gives the slot back; so does losing the worker.
-        self.inflight.pop(pending.ticket, None)
+        ledger.settle(pending.ticket)
         self.fail(pending, 504, f"no reply within {self.core.timeout_s:g} s", out)
-
-    def is_live(self, key: RequestDue) -> bool:
-        """Whether a request timer still watches a request (else it is dropped unfired)."""
-        return key in self.requests
 
     def services_left(self, services: Iterable[str], now: float) -> None:
         """R7: services a peer (or our last worker) no longer offers stay known for a while."""
@@ -717,8 +696,8 @@ class Dispatch:
         timeout_s = self.core.timeout_s
         for service in [s for s, t in self.service_left.items() if now - t >= timeout_s]:
             del self.service_left[service]
-        self.cache.prune(now)
+        self.ledger.prune_cache(now)
 
     def client_busy(self, routing_id: bytes) -> bool:
         """Whether our own client ``routing_id`` has a request not answered yet."""
-        return any(p.client == routing_id and p.origin is None for p in self.requests.values())
+        return self.ledger.client_busy(routing_id)

@@ -21,7 +21,13 @@ from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Channel, Close, Connect, Effect, Log, Send
 from scale0.core.gossip import Gossip
 from scale0.core.peers import LocalTable, Peer
-from scale0.core.ports import DispatchPort, ForwardingPort, ReplicationPort, SessionsPort
+from scale0.core.ports import (
+    DispatchPort,
+    ForwardingPort,
+    LedgerPort,
+    ReplicationPort,
+    SessionsPort,
+)
 from scale0.core.replica import Plan
 from scale0.core.states import PeerInput, PeerLink
 from scale0.core.timers import Periodic
@@ -69,6 +75,7 @@ class Family:
 
     dispatch: DispatchPort
     forwarding: ForwardingPort
+    ledger: LedgerPort
     replication: ReplicationPort
     sessions: SessionsPort
 
@@ -293,7 +300,7 @@ class Family:
         core = self.core
         until = now + min(core.interval_s * core.network.liveness, core.timeout_s / 2)
         for ticket in sorted(peer.forwarded):
-            pending = self.dispatch.inflight.pop(ticket, None)
+            pending = self.ledger.settle(ticket)
             if pending is not None:
                 if sticky and pending.ids:
                     pending.prefer = peer.broker_id
@@ -642,22 +649,19 @@ class Family:
         (waiting or running). Counted as the TABLE leaves, behind every FORWARDREPLY sent
         before it and after every FORWARD received before it, so the peer can subtract what
         it has in flight to us and hold an exact count (forwarding.py ``pick_peer``)."""
-        dispatch = self.dispatch
+        ledger = self.ledger
         sessions = self.sessions.workers
         free: dict[str, int] = {}
-        for worker in dispatch.pool.workers.values():
+        for worker in ledger.workers():
             if worker.routing_id not in sessions:
                 continue
             spare = max(worker.spare, 0)
             for service in worker.services:
                 free[service] = free.get(service, 0) + spare
-        held: dict[str, int] = {}
-        for pending in dispatch.requests.values():
-            if pending.origin is not None and pending.via == peer.broker_id:
-                held[pending.service] = held.get(pending.service, 0) + 1
-        waiting = dispatch.waiting
+        held = ledger.held_from(peer.broker_id)
+        waiting = ledger.waiting_count
         return tuple(
-            (service, slots + held.get(service, 0) - waiting.count(service))
+            (service, slots + held.get(service, 0) - waiting(service))
             for service, slots in sorted(free.items())
         )
 
@@ -692,10 +696,10 @@ class Family:
 
     def _in_flight_at(self, peer: Peer) -> dict[str, int]:
         """Our requests ``peer`` holds or has not received yet, by service."""
-        inflight = self.dispatch.inflight
+        running = self.ledger.running
         held: dict[str, int] = {}
         for ticket in peer.forwarded:
-            pending = inflight.get(ticket)
+            pending = running(ticket)
             if pending is not None:
                 held[pending.service] = held.get(pending.service, 0) + 1
         return held
@@ -715,7 +719,7 @@ class Family:
         rows: dict[str, list[TableWorker]] = {}
         offered: dict[str, int] = {}
         sessions = self.sessions.workers
-        for worker in self.dispatch.pool.workers.values():
+        for worker in self.ledger.workers():
             session = sessions.get(worker.routing_id)
             if session is None:
                 continue

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from scale0.core.context import Core
 from scale0.core.effects import Channel, Effect, Log, Send
 from scale0.core.peers import Peer
-from scale0.core.ports import DispatchPort, FamilyPort
+from scale0.core.ports import DispatchPort, FamilyPort, LedgerPort
 from scale0.core.requests import Pending
 from scale0.core.trust import allowed, may
 from scale0.wire.client import ClientReply
@@ -34,6 +34,7 @@ class Forwarding:
 
     dispatch: DispatchPort
     family: FamilyPort
+    ledger: LedgerPort
 
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -60,7 +61,7 @@ class Forwarding:
         pending.prefer = None  # lost again, it prefers it again (F3); refused, it goes on (F8)
         peer.forwarded.add(ticket)
         peer.free[pending.service] = peer.free.get(pending.service, 0) - 1
-        self.dispatch.inflight[ticket] = pending
+        self.ledger.forwarded(ticket, pending)
         self.core.counters["forwarded"] += 1
         if FORWARD_WITH_NAME in peer.understands:
             # F15: the client's ids and what is left of its deadline travel with it.
@@ -100,13 +101,13 @@ class Forwarding:
         """
         if self.core.state is not BrokerState.ACTIVE:
             return
-        waiting = self.dispatch.waiting
-        offers = self.dispatch.pool.offers
-        for service in waiting.queued():
+        ledger = self.ledger
+        offers = ledger.offers
+        for service in ledger.queued_services():
             if not any(p.usable() and p.offers(service) for p in self.family.peers.values()):
                 continue
             kept: list[Pending] = []
-            while (pending := waiting.pop(service)) is not None:
+            while (pending := ledger.next_waiting(service)) is not None:
                 if pending.origin is not None:
                     kept.append(pending)
                     continue
@@ -123,7 +124,7 @@ class Forwarding:
                     kept.append(pending)
                     break
                 self.forward_to(peer, pending, out)
-            waiting.put_back(service, kept)
+            ledger.put_back(service, kept)
 
     def orphaned(self, services: Sequence[str], now: float, out: list[Effect]) -> None:
         """F7, F9: the last local worker of ``services`` is gone. What peers forwarded to us
@@ -131,7 +132,7 @@ class Forwarding:
         own clients asked goes to a peer that offers the service."""
         identity = self.core.identity
         for service in services:
-            for pending in list(self.dispatch.waiting.forwarded_to_us(service)):
+            for pending in list(self.ledger.forwarded_waiting(service)):
                 why = f"no worker for {service!r} on {identity}"
                 self.dispatch.fail(pending, 404, why, out)
         self.drain_to_peers(now, out)
@@ -171,7 +172,7 @@ class Forwarding:
             # F15, R10 across brokers: the client's own ids find its request here however it
             # came (directly, or forwarded by any peer), running or answered.
             key = (msg.client_id.encode(), msg.request_id)
-            cached = dispatch.cache.get(key, now)
+            cached = self.ledger.cached(key, now)
             if cached is not None:
                 core.counters["requests"] += 1  # taken on and answered (docs/management.md)
                 core.counters["cache_hits"] += 1
@@ -179,7 +180,7 @@ class Forwarding:
                 answer = ForwardReply(msg.ticket, cached.status, cached.body)
                 out.append(Send(Channel.PEER, routing_id, answer))
                 return
-            live = dispatch.live.get(key)
+            live = self.ledger.joinable(key)
             if live is not None and live.ids:
                 core.counters["requests"] += 1  # answered with the one it joined
                 core.counters["duplicates_joined"] += 1
@@ -219,11 +220,12 @@ class Forwarding:
 
     def reply_in(self, peer: Peer, msg: ForwardReply, now: float, out: list[Effect]) -> None:
         dispatch = self.dispatch
-        pending = dispatch.inflight.get(msg.ticket)
+        ledger = self.ledger
+        pending = ledger.running(msg.ticket)
         if pending is None or pending.peer != peer.broker_id:
             self.core.counters["dropped"] += 1  # unknown ticket: dropped silently (§5.4)
             return
-        del dispatch.inflight[msg.ticket]
+        ledger.settle(msg.ticket)
         peer.forwarded.discard(msg.ticket)
         if msg.status in (404, 503) and not pending.done:
             # F8: it could not take it after all. Count its slots as none until its next table.
@@ -242,13 +244,13 @@ class Forwarding:
             service=service, request_id=pending.request_id, status=msg.status, body=msg.body
         )
         dispatch.finish(pending, reply, out, now)
-        if dispatch.waiting.count(service):
+        if ledger.waiting_count(service):
             # F9: the answer is the peer's credit: its slot is free now, so what waits here
             # goes at once, not at its next table (no request waits for a periodic message).
             self.drain_to_peers(now, out)
 
     def partial_in(self, peer: Peer, msg: ForwardPartial, now: float, out: list[Effect]) -> None:
-        pending = self.dispatch.inflight.get(msg.ticket)
+        pending = self.ledger.running(msg.ticket)
         if pending is None or pending.peer != peer.broker_id:
             self.core.counters["dropped"] += 1
             return

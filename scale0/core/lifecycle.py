@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Channel, Drained, Effect, Log, Send
-from scale0.core.ports import DispatchPort, FamilyPort, ForwardingPort, SessionsPort
+from scale0.core.ports import (
+    DispatchPort,
+    FamilyPort,
+    ForwardingPort,
+    LedgerPort,
+    SessionsPort,
+)
 from scale0.core.requests import Pending
 from scale0.core.states import BrokerInput, Change, broker_next
 from scale0.wire.client import Disconnect, DisconnectError
@@ -25,6 +31,7 @@ class Lifecycle:
     dispatch: DispatchPort
     family: FamilyPort
     forwarding: ForwardingPort
+    ledger: LedgerPort
     sessions: SessionsPort
 
     def __init__(self, core: Core) -> None:
@@ -56,8 +63,9 @@ class Lifecycle:
         dispatch = self.dispatch
         forwarding = self.forwarding
         moved: set[bytes] = set()
-        for service in dispatch.waiting.queued():
-            while (pending := dispatch.waiting.pop(service)) is not None:
+        ledger = self.ledger
+        for service in ledger.queued_services():
+            while (pending := ledger.next_waiting(service)) is not None:
                 if pending.origin is not None:
                     why = f"broker {core.identity} is {core.state.value}"
                     dispatch.fail(pending, 503, why, out)
@@ -71,7 +79,7 @@ class Lifecycle:
                 moved.add(pending.client)
         for routing_id in moved:
             self.move_client(routing_id, now, out)
-        for worker in list(dispatch.pool.workers.values()):
+        for worker in ledger.workers():
             if not worker.in_flight:
                 self.move_worker(worker.routing_id, now, out)
         self.check_drained(out)
@@ -101,24 +109,24 @@ class Lifecycle:
             return
         core.draining = True
         core.wanted = BrokerState.DISABLED  # a joining broker that stops does not start serving
-        in_flight = len(self.dispatch.inflight)
+        in_flight = self.ledger.in_flight_count()
         out.append(Log("info", "broker_draining", {"in_flight": in_flight, "grace_ms": grace_ms}))
         if core.state is BrokerState.DISABLED:
             self.move_away(now, out)  # already disabled: move what came since
         else:
             self.change(BrokerInput.DRAIN, now, "shutdown", out)
         for routing_id in list(self.sessions.clients):
-            if not self.dispatch.client_busy(routing_id):
+            if not self.ledger.client_busy(routing_id):
                 self.move_client(routing_id, now, out)
         self.check_drained(out)
 
     def answered(self, pending: Pending, out: list[Effect]) -> None:
         """R19: a request was answered while draining: move its client once it is idle here."""
-        if pending.origin is None and not self.dispatch.client_busy(pending.client):
+        if pending.origin is None and not self.ledger.client_busy(pending.client):
             self.move_client(pending.client, self.core.clock, out)
         self.check_drained(out)
 
     def check_drained(self, out: list[Effect]) -> None:
-        if self.core.draining and not self.dispatch.inflight and not self._drained_said:
+        if self.core.draining and not self.ledger.in_flight_count() and not self._drained_said:
             self._drained_said = True
             out.append(Drained())

@@ -7,8 +7,9 @@ request_id) without running it again; it is bounded in entries, bytes and age.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from scale0.core.timers import RequestDue
 from scale0.wire.client import ClientReply
@@ -19,6 +20,19 @@ RequestKey = tuple[bytes, bytes]
 
 #: How many others (peers' forwards, a client's other connection) one request answers at most.
 MAX_JOINED = 16
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Tally(dict[K, int]):
+    """Counts by key, 0 for a key never counted. Unlike ``collections.Counter`` it overrides
+    no store or delete, so writes stay dict's own C code; its ``__getitem__`` is a lookup with
+    no Python frame but on a miss (the ledger's hot path binds it, scale0/core/ledger.py)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: K) -> int:
+        return 0
 
 
 @dataclass(slots=True, eq=False)
@@ -136,7 +150,7 @@ class WaitQueue:
 
     def __init__(self) -> None:
         self._queues: dict[str, deque[Pending]] = {}
-        self.counts: dict[str, int] = {}  # service -> requests really waiting (read only)
+        self.counts: Tally[str] = Tally()  # service -> requests really waiting (read only)
 
     def count(self, service: str) -> int:
         return self.counts.get(service, 0)

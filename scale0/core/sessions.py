@@ -21,7 +21,7 @@ from scale0.config.model import KeyGrant
 from scale0.core.connections import Session, touch
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Authenticated, Channel, Effect, Log, Malformed, Send
-from scale0.core.ports import DispatchPort, FamilyPort, GuardPort
+from scale0.core.ports import DispatchPort, FamilyPort, GuardPort, LedgerPort
 from scale0.core.records import heartbeat_gap
 from scale0.core.timers import ExpiryDue
 from scale0.core.trust import allowed
@@ -54,6 +54,7 @@ class Sessions:
     dispatch: DispatchPort
     family: FamilyPort
     guard: GuardPort
+    ledger: LedgerPort
 
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -230,7 +231,7 @@ class Sessions:
                 if not session.allowed:
                     ended.append((routing_id, "its grants have ended"))
                 elif channel is Channel.BACKEND:
-                    worker = self.dispatch.pool.workers.get(routing_id)
+                    worker = self.ledger.worker(routing_id)
                     denied = (
                         [s for s in worker.services if not self.may(session, s)] if worker else []
                     )
@@ -444,7 +445,7 @@ class Sessions:
         interval whatever it promises."""
         network = self.core.network
         routing_id = session.routing_id
-        worker = self.dispatch.pool.workers.get(routing_id) if channel is Channel.BACKEND else None
+        worker = self.ledger.worker(routing_id) if channel is Channel.BACKEND else None
         normal_s = worker.interval_s if worker is not None else self.core.interval_s
         normal_ms = round(normal_s * 1000)
         if interval_ms:

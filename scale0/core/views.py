@@ -9,7 +9,7 @@ from typing import Protocol
 
 from scale0.core.context import Core
 from scale0.core.metrics import LATENCY_BUCKETS_S, Histogram
-from scale0.core.ports import DispatchPort, FamilyPort, GuardPort, SessionsPort
+from scale0.core.ports import FamilyPort, GuardPort, LedgerPort, SessionsPort
 from scale0.wire.frames import JsonValue
 
 __all__ = [
@@ -33,7 +33,7 @@ class Viewed(Protocol):
     def sessions(self) -> SessionsPort: ...
 
     @property
-    def dispatch(self) -> DispatchPort: ...
+    def ledger(self) -> LedgerPort: ...
 
     @property
     def guard(self) -> GuardPort: ...
@@ -52,14 +52,14 @@ class Viewed(Protocol):
 
 def stats(broker: Viewed) -> dict[str, int]:
     """The counters with the sizes of what the broker holds."""
-    dispatch = broker.dispatch
+    ledger = broker.ledger
     return {
         **broker.core.counters,
         "clients": len(broker.sessions.clients),
-        "workers": len(dispatch.pool.workers),
-        "in_flight": len(dispatch.inflight),
-        "queued": dispatch.waiting.total(),
-        "reply_cache": len(dispatch.cache),
+        "workers": ledger.worker_count(),
+        "in_flight": ledger.in_flight_count(),
+        "queued": ledger.waiting_total(),
+        "reply_cache": ledger.cached_count(),
         "banned_senders": len(broker.guard.banned),
         "connections": len(broker.guard.conns),  # frontend, backend and peer, as monitors say
         "unnegotiated": len(broker.guard.unnegotiated),  # frontend and backend not negotiated (R20)
@@ -70,14 +70,13 @@ def stats(broker: Viewed) -> dict[str, int]:
 
 def services(broker: Viewed) -> dict[str, dict[str, int]]:
     """Per service: workers offering it, ready workers, requests waiting."""
-    pool = broker.dispatch.pool
-    waiting = broker.dispatch.waiting
-    names = set(pool.services()) | waiting.services()
+    ledger = broker.ledger
+    names = set(ledger.offered()) | ledger.waiting_services()
     return {
         s: {
-            "workers": sum(1 for w in pool.workers.values() if s in w.services),
-            "ready": pool.ready_count(s),
-            "queued": waiting.count(s),
+            "workers": ledger.workers_of(s),
+            "ready": ledger.ready_count(s),
+            "queued": ledger.waiting_count(s),
         }
         for s in sorted(names)
     }
@@ -85,22 +84,22 @@ def services(broker: Viewed) -> dict[str, dict[str, int]]:
 
 def service_table(broker: Viewed) -> list[JsonValue]:
     """Per service: workers, ready and busy workers, queue depth, answers and latency."""
-    pool = broker.dispatch.pool
-    waiting = broker.dispatch.waiting
+    ledger = broker.ledger
+    workers = ledger.workers()
     metrics = broker.core.metrics
-    names = set(pool.services()) | waiting.services() | set(metrics.services)
+    names = set(ledger.offered()) | ledger.waiting_services() | set(metrics.services)
     rows: list[JsonValue] = []
     for name in sorted(names):
-        offering = [w for w in pool.workers.values() if name in w.services]
+        offering = [w for w in workers if name in w.services]
         stats = metrics.services.get(name)
         latency = stats.latency if stats is not None else None
         rows.append(
             {
                 "service": name,
                 "workers": len(offering),
-                "ready": pool.ready_count(name),
+                "ready": ledger.ready_count(name),
                 "busy": sum(1 for w in offering if w.in_flight),
-                "queued": waiting.count(name),
+                "queued": ledger.waiting_count(name),
                 "replies": {str(k): v for k, v in sorted(stats.replies.items())}
                 if stats is not None
                 else {},
@@ -119,10 +118,7 @@ def service_table(broker: Viewed) -> list[JsonValue]:
 
 def client_table(broker: Viewed, now: float) -> list[JsonValue]:
     """The client sessions: id, connection, how long silent, requests waiting or running."""
-    open_requests: dict[bytes, int] = {}
-    for pending in broker.dispatch.requests.values():
-        if not pending.done:
-            open_requests[pending.client] = open_requests.get(pending.client, 0) + 1
+    open_requests = broker.ledger.open_by_connection()
     clients = sorted(broker.sessions.clients.values(), key=lambda s: s.client_id)
     return [
         {
@@ -141,7 +137,8 @@ def worker_table(broker: Viewed, now: float) -> list[JsonValue]:
     """The READY workers: id, services, capacity, requests running, heartbeat, silence."""
     sessions = broker.sessions.workers
     rows: list[dict[str, JsonValue]] = []
-    for routing_id, worker in broker.dispatch.pool.workers.items():
+    for worker in broker.ledger.workers():
+        routing_id = worker.routing_id
         session = sessions.get(routing_id)
         rows.append(
             {

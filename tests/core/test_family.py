@@ -406,7 +406,7 @@ def test_f16_a_table_that_crossed_a_forward_does_not_count_the_slot_it_took() ->
     assert a.counters["forwarded"] == 2  # r2 took c's slot; the table said free, from before
     fabric.request("a", C1, b"r3")  # both busy: r3 waits at a, not in c's queue
     assert a.counters["forwarded"] == 2
-    assert c.dispatch.waiting.count("echo") == 0
+    assert c.ledger.waiting_count("echo") == 0
     assert fabric.serve("a") == 1  # r0; a's worker then takes r3
     assert fabric.serve("a") == 1
     assert fabric.serve("c") == 1  # r2
@@ -856,7 +856,12 @@ def test_f15_f8_a_refusal_that_arrives_after_the_deadline_is_not_routed_again() 
     fabric.drops.append(lambda src, dst, m: isinstance(m, Forward))  # held: answered by hand
     fabric.request("a", C1, b"r1")
     a = fabric.brokers["a"]
-    ((ticket, pending),) = [(t, p) for t, p in a.dispatch.inflight.items() if p.peer]
+    ((ticket, pending),) = [
+        (t, p)
+        for held in a.family.peers.values()
+        for t in held.forwarded
+        if (p := a.ledger.running(t)) is not None and p.peer
+    ]
     peer = pending.peer
     fabric.now = pending.deadline  # the 503 reaches a just as the request's deadline passes
     refusal = ForwardReply(ticket, 503, ())
@@ -893,7 +898,13 @@ def test_f15_a_malformed_forwardwith_gets_400_and_counts_towards_the_error_score
 
 
 def _held_by(fabric: Fabric, name: str) -> str:
-    ((_, pending),) = [(t, p) for t, p in fabric.brokers[name].dispatch.inflight.items() if p.peer]
+    broker = fabric.brokers[name]
+    ((_, pending),) = [
+        (t, p)
+        for held in broker.family.peers.values()
+        for t in held.forwarded
+        if (p := broker.ledger.running(t)) is not None and p.peer
+    ]
     assert pending.peer is not None
     return pending.peer
 

@@ -290,7 +290,7 @@ def test_g10_a_new_row_does_not_count_free_the_slots_our_requests_hold() -> None
         waited += 0.5
     fabric.request("a", b"client-1", b"r3")  # every slot is busy: r3 waits at a
     assert a.counters["forwarded"] == 2
-    assert c.dispatch.waiting.count("echo") == 0
+    assert c.ledger.waiting_count("echo") == 0
 
 
 def test_g8_no_message_carries_more_than_piggyback_rows_besides_two() -> None:

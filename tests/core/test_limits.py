@@ -91,7 +91,7 @@ def test_r20_requests_past_max_requests_per_client_get_429_at_once() -> None:
     # Another client is not affected; a resend of a held request joins it (R10), no 429.
     assert replies(h.request(C2, b"r1")) == []
     assert replies(h.request(C1, b"r2")) == []
-    assert h.broker.dispatch.per_client == {
+    assert h.broker.ledger.held_by_client() == {
         b"b1." + C1.hex().encode(): 2,
         b"b1." + C2.hex().encode(): 1,
     }
@@ -106,12 +106,12 @@ def test_r20_an_answer_frees_the_client_slot() -> None:
     assert worker == W1
     assert only(replies(h.request(C1, b"r2")))[1].status == 429
     h.reply(W1, request.ticket, b"ok")
-    assert h.broker.dispatch.per_client == {}
+    assert h.broker.ledger.held_by_client() == {}
     assert replies(h.request(C1, b"r2")) == []  # held now, not refused
     # A failure answer frees it too (its worker is lost, then its deadline passes: 503).
     h.advance(10.0)
     h.advance(10.0)
-    assert h.broker.dispatch.per_client == {}
+    assert h.broker.ledger.held_by_client() == {}
 
 
 # ---- connections that never negotiate -----------------------------------------------------------

@@ -95,7 +95,7 @@ def test_a_ready_for_a_service_the_key_may_not_serve_gets_403_and_is_logged() ->
     assert "may not serve secret" in refusal.message
     logs = [e for e in out if isinstance(e, Log) and e.event == "key_refused"]
     assert logs and logs[0].fields["key"] == OLD
-    assert not a.dispatch.pool.workers  # registered nothing
+    assert a.ledger.worker_count() == 0  # registered nothing
 
 
 def test_a_request_for_a_service_the_key_may_not_call_gets_403() -> None:

@@ -1,0 +1,295 @@
+"""The ledger: the state the hot path reads and writes, behind one set of operations.
+
+Requests not answered yet (by their deadline's timer key, by their identity across retries
+(R10), by the ticket they run under), the per-client counts (R20), the reply cache, the worker
+pool (least recently used first per service, capacity, tickets in flight) and what waits for a
+worker (R6). The rooms (scale0/core/dispatch.py, forwarding.py, lifecycle.py, family.py,
+sessions.py, views.py) reach it only by these operations, typed as
+:class:`scale0.core.ports.LedgerPort`, never by its dicts; each operation is one step a C
+implementation shared with a C lane thread can serve without calling back into Python
+(docs/architecture.md, "Decided, not built", phase 1). :class:`Ledger` is the Python one:
+today's structures, kept as the model and the pure fallback.
+
+Requests (a :class:`~scale0.core.requests.Pending` is the record passed in and out):
+
+- ``open(pending)``: hold a new request: by its timer key; by its key (R10) if it is our own
+  client's or a forward with the client's ids; our own client's counts against its cap (R20).
+- ``held(client)``: how many of our own client ``client_id``'s requests are not answered (R20).
+- ``held_by_client()``: the same for every client holding some, a snapshot.
+- ``joinable(key)``: the request not answered yet that a resend of ``key`` joins (R10).
+- ``open_at(seq)``: the request a deadline timer key watches, if not answered yet (R6, R9).
+- ``is_open(seq)``: whether a deadline timer key still watches a request (else dropped unfired).
+- ``retire(pending)``: it has its final answer: forgotten everywhere but the reply cache.
+- ``client_busy(routing_id)``: whether our own client connection has a request not answered.
+- ``open_by_connection()``: per client routing id, its requests not answered (client table).
+- ``held_from(broker_id)``: per service, the requests forwarded to us by that peer (F16).
+- ``cached(key, now)`` / ``cache(key, reply, now)``: the reply cache's answer to a resend of
+  ``key``, and a final reply put in it; ``cached_count()``; ``prune_cache(now)``: drop the old.
+
+In flight (a ticket names one dispatch of a request, to a worker or to a peer):
+
+- ``dispatched(worker, ticket, pending)``: ``pending`` runs at ``worker`` under ``ticket``
+  (one of the worker's slots is taken).
+- ``forwarded(ticket, pending)``: ``pending`` went to a peer under ``ticket``.
+- ``running(ticket)``: the request a ticket names, while in flight (R14: else None).
+- ``answer(ticket, routing_id)``: a worker's final REPLY: the request ``ticket`` names if that
+  worker runs it, out of flight, the worker's slot free, and retired as ``retire`` does (one
+  call for the hot path); else None, nothing changed (R14).
+- ``settle(ticket)``: the ticket is out of flight (answered, expired, lost); its request.
+- ``release(worker, ticket)``: the worker's slot held by ``ticket`` is free again (True if it
+  was held).
+- ``in_flight_count()``: tickets in flight, to workers and peers.
+
+Workers (a :class:`~scale0.core.workers.Worker` is the record passed in and out):
+
+- ``enroll(worker)``: a READY: register it, or replace a known one's services (keeping its
+  slots in use); the one it replaces (or None).
+- ``dismiss(routing_id)``: the worker is gone: out of the pool; it (or None).
+- ``worker(routing_id)``: a registered worker, or None.
+- ``workers()``: every registered worker (a snapshot); ``worker_count()``.
+- ``offers(service)``: whether a registered worker (ready or busy) offers ``service`` (R7).
+- ``offered()``: the services registered workers offer, sorted.
+- ``workers_of(service)``: how many registered workers offer ``service``.
+- ``ready_count(service)``: how many have a free slot for it now.
+- ``take_worker(service)``: the least recently used worker with a free slot for ``service``,
+  marked used (R5).
+- ``list_ready(worker)``: a worker with a free slot goes to the back of its services' queues.
+
+Waiting (first in, first out per service, R6):
+
+- ``wait(pending, front)``: ``pending`` waits for a worker (at the front: a retry).
+- ``next_waiting(service)``: the first request still waiting for ``service``, taken out.
+- ``put_back(service, kept)``: requests taken out of ``service``'s queue go back to its front.
+- ``stop_waiting(pending)``: ``pending`` is answered while queued (its entry skipped later).
+- ``take_out(pending)``: remove ``pending`` from its queue (True if it was there).
+- ``forwarded_waiting(service)``: take out, in order, peers' requests waiting for ``service``.
+- ``waiting_count(service)``, ``waiting_total()``, ``waiting_services()`` (some request
+  waits), ``queued_services()`` (a queue exists, a snapshot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from scale0.core.requests import Pending, ReplyCache, RequestKey, Tally, WaitQueue
+from scale0.core.timers import RequestDue
+from scale0.core.workers import Worker, WorkerPool
+
+__all__ = ["REPLY_CACHE_AGE_S", "REPLY_CACHE_BYTES", "REPLY_CACHE_ENTRIES", "Ledger"]
+
+REPLY_CACHE_ENTRIES = 10_000
+REPLY_CACHE_BYTES = 64 << 20
+REPLY_CACHE_AGE_S = 60.0
+
+
+class Ledger:
+    """The Python ledger: requests, tickets in flight, the reply cache, workers, waiting."""
+
+    __slots__ = (
+        "_cache",
+        "_inflight",
+        "_live",
+        "_per_client",
+        "_pool",
+        "_requests",
+        "_waiting",
+        "_waiting_counts",
+        "_workers",
+        "cache",
+        "cached",
+        "held",
+        "is_open",
+        "joinable",
+        "list_ready",
+        "offers",
+        "open_at",
+        "running",
+        "take_worker",
+        "waiting_count",
+        "worker",
+    )
+
+    def __init__(self) -> None:
+        self._pool = WorkerPool()
+        self._workers = self._pool.workers
+        self._waiting = WaitQueue()
+        self._waiting_counts = self._waiting.counts
+        self._requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered
+        self._inflight: dict[bytes, Pending] = {}  # by ticket: at a worker or a peer
+        self._live: dict[RequestKey, Pending] = {}  # by key: joinable by a resend (R10)
+        self._per_client: Tally[bytes] = Tally()  # client_id -> requests not answered (R20)
+        self._cache = ReplyCache(
+            max_entries=REPLY_CACHE_ENTRIES,
+            max_bytes=REPLY_CACHE_BYTES,
+            max_age_s=REPLY_CACHE_AGE_S,
+        )
+        # The pure lookups are the structures' own bound methods, not a method of ours around
+        # them: no second Python frame per lookup on the hot path (docs/performance.md).
+        self.cached = self._cache.get
+        self.cache = self._cache.put
+        self.joinable = self._live.get
+        self.open_at = self._requests.get
+        self.is_open = self._requests.__contains__
+        self.running = self._inflight.get
+        self.worker = self._workers.get
+        self.offers = self._pool.offers
+        self.take_worker = self._pool.take
+        self.list_ready = self._pool.list_ready
+        self.held = self._per_client.__getitem__  # (a Tally: 0 for a client holding none)
+        self.waiting_count = self._waiting_counts.__getitem__  # (a Tally too)
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def open(self, pending: Pending) -> None:
+        self._requests[pending.seq] = pending
+        if pending.origin is None:
+            client = pending.key[0]
+            per_client = self._per_client
+            per_client[client] = per_client.get(client, 0) + 1
+            self._live[pending.key] = pending
+        elif pending.ids:
+            self._live[pending.key] = pending
+
+    def held_by_client(self) -> dict[bytes, int]:
+        return dict(self._per_client)
+
+    def retire(self, pending: Pending) -> None:
+        pending.done = True
+        if self._requests.pop(pending.seq, None) is not None and pending.origin is None:
+            client = pending.key[0]
+            held = self._per_client.get(client, 0) - 1
+            if held > 0:
+                self._per_client[client] = held
+            else:
+                self._per_client.pop(client, None)
+        live = self._live
+        if live.get(pending.key) is pending:
+            del live[pending.key]
+
+    def client_busy(self, routing_id: bytes) -> bool:
+        return any(p.client == routing_id and p.origin is None for p in self._requests.values())
+
+    def open_by_connection(self) -> dict[bytes, int]:
+        counts: dict[bytes, int] = {}
+        for pending in self._requests.values():
+            if not pending.done:
+                counts[pending.client] = counts.get(pending.client, 0) + 1
+        return counts
+
+    def held_from(self, broker_id: str) -> dict[str, int]:
+        held: dict[str, int] = {}
+        for pending in self._requests.values():
+            if pending.origin is not None and pending.via == broker_id:
+                held[pending.service] = held.get(pending.service, 0) + 1
+        return held
+
+    def cached_count(self) -> int:
+        return len(self._cache)
+
+    def prune_cache(self, now: float) -> None:
+        self._cache.prune(now)
+
+    # ---- in flight -------------------------------------------------------------------------
+
+    def dispatched(self, worker: Worker, ticket: bytes, pending: Pending) -> None:
+        worker.in_flight.add(ticket)
+        self._inflight[ticket] = pending
+
+    def forwarded(self, ticket: bytes, pending: Pending) -> None:
+        self._inflight[ticket] = pending
+
+    def answer(self, ticket: bytes, routing_id: bytes) -> Pending | None:
+        inflight = self._inflight
+        pending = inflight.get(ticket)
+        if pending is None or pending.worker != routing_id:
+            return None
+        del inflight[ticket]
+        worker = self._workers.get(routing_id)
+        if worker is not None:
+            worker.in_flight.discard(ticket)
+        # retire(pending), inline: the hot path (a worker's REPLY is to our own client's
+        # request or to a peer's forward; only our own client's count its cap, R20)
+        pending.done = True
+        if self._requests.pop(pending.seq, None) is not None and pending.origin is None:
+            client = pending.key[0]
+            per_client = self._per_client
+            held = per_client[client] - 1
+            if held > 0:
+                per_client[client] = held
+            else:
+                per_client.pop(client, None)
+        live = self._live
+        if live.get(pending.key) is pending:
+            del live[pending.key]
+        return pending
+
+    def settle(self, ticket: bytes) -> Pending | None:
+        return self._inflight.pop(ticket, None)
+
+    def release(self, worker: Worker, ticket: bytes) -> bool:
+        in_flight = worker.in_flight
+        if ticket in in_flight:
+            in_flight.discard(ticket)
+            return True
+        return False
+
+    def in_flight_count(self) -> int:
+        return len(self._inflight)
+
+    # ---- workers ---------------------------------------------------------------------------
+
+    def enroll(self, worker: Worker) -> Worker | None:
+        old = self._workers.get(worker.routing_id)
+        self._pool.add(worker)
+        counts = self._waiting_counts
+        for service in worker.services:
+            if service not in counts:
+                counts[service] = 0  # so waiting_count, on the hot path, finds it (no __missing__)
+        return old
+
+    def dismiss(self, routing_id: bytes) -> Worker | None:
+        return self._pool.remove(routing_id)
+
+    def workers(self) -> list[Worker]:
+        return list(self._workers.values())
+
+    def worker_count(self) -> int:
+        return len(self._workers)
+
+    def offered(self) -> list[str]:
+        return self._pool.services()
+
+    def workers_of(self, service: str) -> int:
+        return sum(1 for w in self._workers.values() if service in w.services)
+
+    def ready_count(self, service: str) -> int:
+        return self._pool.ready_count(service)
+
+    # ---- waiting ---------------------------------------------------------------------------
+
+    def wait(self, pending: Pending, front: bool = False) -> None:
+        self._waiting.push(pending, front=front)
+
+    def next_waiting(self, service: str) -> Pending | None:
+        return self._waiting.pop(service)
+
+    def put_back(self, service: str, kept: list[Pending]) -> None:
+        self._waiting.put_back(service, kept)
+
+    def stop_waiting(self, pending: Pending) -> None:
+        self._waiting.expired(pending)
+
+    def take_out(self, pending: Pending) -> bool:
+        return self._waiting.take_out(pending)
+
+    def forwarded_waiting(self, service: str) -> Iterator[Pending]:
+        return self._waiting.forwarded_to_us(service)
+
+    def waiting_total(self) -> int:
+        return self._waiting.total()
+
+    def waiting_services(self) -> set[str]:
+        return self._waiting.services()
+
+    def queued_services(self) -> list[str]:
+        return self._waiting.queued()

@@ -1,0 +1,121 @@
+"""The ledger's operations (scale0/core/ledger.py), one request and one worker at a time.
+
+The rules that use them are tested through the broker (tests/core); these hold the Python
+ledger to the meaning its docstring gives each operation, which a C ledger must keep too.
+"""
+
+from __future__ import annotations
+
+from scale0.core.ledger import Ledger
+from scale0.core.ports import LedgerPort
+from scale0.core.requests import Pending
+from scale0.core.workers import Worker
+from scale0.wire.client import ClientReply
+
+
+def _pending(seq: int, client: bytes = b"alice", request_id: bytes = b"r1") -> Pending:
+    return Pending(seq, b"conn-" + client, (client, request_id), "echo", request_id, (), 10.0)
+
+
+def test_a_request_is_held_joinable_and_retired_everywhere_but_the_cache() -> None:
+    ledger: LedgerPort = Ledger()
+    first, second = _pending(1), _pending(2, request_id=b"r2")
+    ledger.open(first)
+    ledger.open(second)
+    assert ledger.held(b"alice") == 2 and ledger.held(b"bob") == 0
+    assert ledger.held_by_client() == {b"alice": 2}
+    assert ledger.joinable((b"alice", b"r1")) is first
+    assert ledger.open_at(1) is first and ledger.is_open(2)
+    assert ledger.client_busy(b"conn-alice") and not ledger.client_busy(b"conn-bob")
+    assert ledger.open_by_connection() == {b"conn-alice": 2}
+    ledger.retire(first)
+    assert first.done and not ledger.is_open(1) and ledger.open_at(1) is None
+    assert ledger.joinable((b"alice", b"r1")) is None
+    assert ledger.held_by_client() == {b"alice": 1}
+    reply = ClientReply("echo", b"r1", 200, (b"ok",))
+    ledger.cache(first.key, reply, 5.0)
+    assert ledger.cached(first.key, 6.0) is reply and ledger.cached_count() == 1
+    ledger.prune_cache(1000.0)
+    assert ledger.cached(first.key, 1000.0) is None and ledger.cached_count() == 0
+
+
+def test_a_forwarded_request_counts_against_no_client_and_joins_only_with_ids() -> None:
+    ledger = Ledger()
+    with_ids, without = _pending(1), _pending(2, client=b"\x00peer", request_id=b"t")
+    with_ids.origin, with_ids.via = b"T1", "b2"
+    without.origin, without.via, without.ids = b"T2", "b2", False
+    ledger.open(with_ids)
+    ledger.open(without)
+    assert ledger.held_by_client() == {}
+    assert ledger.joinable(with_ids.key) is with_ids
+    assert ledger.joinable(without.key) is None
+    assert ledger.held_from("b2") == {"echo": 2} and ledger.held_from("b3") == {}
+
+
+def test_the_least_recently_used_worker_is_taken_and_its_slot_given_back() -> None:
+    ledger = Ledger()
+    w1 = Worker(b"W1", ("echo",), 1, True, 1.0)
+    w2 = Worker(b"W2", ("echo", "other"), 1, True, 1.0)
+    assert ledger.enroll(w1) is None and ledger.enroll(w2) is None
+    ledger.list_ready(w1)
+    ledger.list_ready(w2)
+    assert ledger.offers("other") and not ledger.offers("nothing")
+    assert ledger.offered() == ["echo", "other"] and ledger.workers_of("echo") == 2
+    assert ledger.ready_count("echo") == 2 and ledger.worker_count() == 2
+    taken = ledger.take_worker("echo")
+    assert taken is w1 and ledger.ready_count("echo") == 1  # full: out of every queue
+    pending = _pending(1)
+    ledger.open(pending)
+    pending.worker = b"W1"
+    ledger.dispatched(w1, b"t1", pending)
+    assert ledger.running(b"t1") is pending and ledger.in_flight_count() == 1
+    assert ledger.answer(b"t1", b"W2") is None  # not the worker that runs it (R14)
+    assert ledger.running(b"t1") is pending
+    assert ledger.answer(b"t1", b"W1") is pending
+    assert pending.done and not ledger.is_open(1) and ledger.held(b"alice") == 0
+    assert ledger.running(b"t1") is None and w1.spare == 1
+    assert not ledger.release(w1, b"t1")  # already free
+    ledger.list_ready(w1)
+    assert ledger.take_worker("echo") is w2  # W1 went to the back
+    assert ledger.dismiss(b"W2") is w2 and not ledger.offers("other")
+    assert ledger.worker(b"W2") is None and ledger.workers() == [w1]
+
+
+def test_an_expired_ticket_is_settled_and_the_worker_keeps_its_slot_until_release() -> None:
+    ledger = Ledger()
+    worker = Worker(b"W1", ("echo",), 2, True, 1.0)
+    ledger.enroll(worker)
+    pending = _pending(1)
+    pending.worker = b"W1"
+    ledger.dispatched(worker, b"t1", pending)
+    assert ledger.settle(b"t1") is pending and ledger.settle(b"t1") is None
+    assert worker.spare == 1  # R9: the worker may still be running it
+    assert ledger.release(worker, b"t1") and worker.spare == 2
+
+
+def test_what_waits_goes_first_in_first_out_and_a_retry_to_the_front() -> None:
+    ledger = Ledger()
+    a, b, c = _pending(1), _pending(2, request_id=b"r2"), _pending(3, request_id=b"r3")
+    assert ledger.waiting_count("echo") == 0
+    ledger.wait(a)
+    ledger.wait(b)
+    ledger.wait(c, True)
+    assert ledger.waiting_count("echo") == 3 and ledger.waiting_total() == 3
+    assert ledger.waiting_services() == {"echo"} and ledger.queued_services() == ["echo"]
+    assert ledger.next_waiting("echo") is c
+    assert ledger.take_out(b) and not ledger.take_out(b)
+    ledger.retire(a)
+    ledger.stop_waiting(a)  # answered while queued: skipped when reached
+    assert ledger.waiting_count("echo") == 0 and ledger.next_waiting("echo") is None
+    ledger.put_back("echo", [c])
+    assert ledger.next_waiting("echo") is c
+
+
+def test_peers_requests_waiting_are_taken_out_in_order() -> None:
+    ledger = Ledger()
+    own, theirs = _pending(1), _pending(2, request_id=b"r2")
+    theirs.origin = b"T"
+    ledger.wait(own)
+    ledger.wait(theirs)
+    assert list(ledger.forwarded_waiting("echo")) == [theirs]
+    assert ledger.waiting_count("echo") == 1 and ledger.next_waiting("echo") is own
