@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import zmq
 
+from tests.tools.cbuild import built
 from tools.mdp import MAJORTOMO, MDP01, MDP02, Client, Dialect, Request, Worker
 from tools.mdp_brokers import (
-    BrokerUnavailable,
     RunningBroker,
     build_c_broker,
     build_c_loop_module,
@@ -43,12 +43,7 @@ ALL = pytest.mark.parametrize("dialect", [MDP01, MDP02, MAJORTOMO], ids=lambda d
 
 @pytest.fixture(scope="module")
 def c_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_c_broker(tmp_path_factory.mktemp("mdp-lru"))
-    except BrokerUnavailable as e:
-        if "gcc not found" in str(e):
-            pytest.skip(str(e))
-        raise
+    return built(build_c_broker, tmp_path_factory.mktemp("mdp-lru"))
 
 
 @pytest.fixture
@@ -60,12 +55,7 @@ def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
 
 @pytest.fixture(scope="module")
 def c_loop_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_c_loop_module(tmp_path_factory.mktemp("mdp-lru-loop"))
-    except BrokerUnavailable as e:
-        if "gcc not found" in str(e):
-            pytest.skip(str(e))
-        raise
+    return built(build_c_loop_module, tmp_path_factory.mktemp("mdp-lru-loop"))
 
 
 @pytest.fixture(params=["c-lru", "c-lru-loop", "c-lru-asyncio", "c-lru-thread"])
@@ -342,12 +332,7 @@ def test_c_loop_wake_up_left_with_input_asks_the_loop_for_another(
     another, as ZMQ_FD will not signal that input again: with bursts of 30 requests for 2
     workers, every one is answered, on both loops, and the path was taken."""
     defines = ("MAX_ROUNDS=0", "DRAIN_BUDGET=1")
-    try:
-        module = build_c_loop_module(tmp_path_factory.mktemp("rounds0"), defines)
-    except BrokerUnavailable as e:
-        if "gcc not found" in str(e):
-            pytest.skip(str(e))
-        raise
+    module = built(build_c_loop_module, tmp_path_factory.mktemp("rounds0"), defines)
     for loop in ("tornado", "asyncio"):
         directory = tmp_path_factory.mktemp(loop)
         with running_c_loop_broker(module, directory, loop=loop, heartbeat_ms=100) as broker:
