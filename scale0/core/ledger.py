@@ -207,20 +207,7 @@ class Ledger:
         worker = self._workers.get(routing_id)
         if worker is not None:
             worker.in_flight.discard(ticket)
-        # retire(pending), inline: the hot path (a worker's REPLY is to our own client's
-        # request or to a peer's forward; only our own client's count its cap, R20)
-        pending.done = True
-        if self._requests.pop(pending.seq, None) is not None and pending.origin is None:
-            client = pending.key[0]
-            per_client = self._per_client
-            held = per_client[client] - 1
-            if held > 0:
-                per_client[client] = held
-            else:
-                per_client.pop(client, None)
-        live = self._live
-        if live.get(pending.key) is pending:
-            del live[pending.key]
+        self.retire(pending)
         return pending
 
     def settle(self, ticket: bytes) -> Pending | None:
