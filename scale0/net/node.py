@@ -984,14 +984,15 @@ class BrokerNode:
         fresh = self._fresh
         banned = broker.banned  # empty nearly always: no is_banned call per message then
         is_banned = broker.is_banned
+        this = 0
         for item, conn in zip(items, conns, strict=False):
             read = item if type(item) is tuple else None
             if read is not None:
                 if banned and is_banned(read[0], now):
                     self._counters["banned_dropped"] += 1  # dropped unread (§8)
                     continue
+                this = 1 if type(read[1]) is float else 2
                 if conn not in fresh:
-                    this = 1 if type(read[1]) is float else 2
                     if this != kind:
                         if run:
                             self._handled(channel, kind, run, now, wall)
@@ -1007,7 +1008,7 @@ class BrokerNode:
             if _is_closed(port):
                 return
             if read is not None:  # R20: its connection is negotiated by this message
-                self._handled(channel, 1 if type(read[1]) is float else 2, [read], now, wall, conn)
+                self._handled(channel, this, [read], now, wall, conn)
             elif isinstance(item, list):
                 self._dispatch(port, channel, item, now, wall, conn)
             if _is_closed(port):  # an effect closed it: drop the rest
