@@ -5,11 +5,16 @@ under 5 % of one core on liveness. One real ``scale0-broker`` (the network confi
 defaults: a heartbeat every ``default_heartbeat_interval_ms`` = 1 s, liveness 3) and driver
 processes that each hold a share of the connections as raw DEALERs: every one negotiates
 (CHECKCONFIG, at most 100 per driver waiting at a time, under the broker's max_unnegotiated),
-the workers say READY (heartbeat on), and then each sends a HEARTBEAT every 0.8 interval
-(well inside it, as a client does; docs/protocol.md §3.4, §4.2) and reads what the broker
-sends (its HEARTBEATs to workers, its answers to clients). Nothing else happens. A driver's
-connections beat in 20 groups spread over the period, as independent clients would, not all
-at once; the worst lateness of a group against that schedule is reported.
+the workers say READY (heartbeat on), and then each sends a HEARTBEAT every interval, as
+Scale0's client and worker libraries do (scale0/session/link.py; docs/protocol.md §3.4,
+§4.2), and reads what the broker sends (its HEARTBEATs to workers, its answers to clients).
+Nothing else happens. Each connection beats on its own clock, their turns spread evenly over
+the period, as independent clients' are: the broker cannot count on bursts to read in one
+wake-up. ``--groups N`` makes a driver's connections beat in N groups instead, each group at
+once, and ``--period 0.8`` every 0.8 of the interval: the bench's schedule until 2026-11-26
+(``--groups 20 --period 0.8``), which sent a quarter more messages than the libraries and
+let the broker read about ten per wake-up. The worst lateness of a turn against the schedule
+is reported.
 
 The broker's CPU is read from /proc over a window that starts once every connection is
 registered and is quoted as a share of one core, per HEARTBEAT in or out (the drivers count
@@ -20,9 +25,9 @@ window, no connection hung up (R20) over the broker's life; the exit code is 1 o
 
 Idle beating (docs/protocol.md §3.4): the drivers' connections are idle, so each HEARTBEAT
 promises the network config's ``idle_heartbeat_interval_ms`` (``--idle-interval``, default
-5 000 ms) as ``interval_ms`` and they beat every 0.8 of it; the broker beats the workers at
+5 000 ms) as ``interval_ms`` and they beat at it; the broker beats the workers at
 that promise and answers the clients with it. The cases ending in ``-1s`` (and ``--idle-interval
-0`` for every case) run the drivers as before idle beating: every 0.8 s, promising nothing, the
+0`` for every case) run the drivers as before idle beating: every 1 s, promising nothing, the
 broker beating workers every 1 s. A ``--base-tree`` broker is always run that way.
 
 The same drivers and schedule measure, in the same invocation (``--cases``), the floor:
@@ -38,6 +43,7 @@ share is printed as a ratio to each floor's, and to its own without idle beating
     tools/bench idle --seconds 20 --repeat 2 --cases scale0 scale0-1s c-idle c-idle-1s
     tools/bench idle --idle-interval 0 --cases scale0 c-idle     # the old 1 s everywhere
     tools/bench idle --base-tree /tmp/base --repeat 2     # against a change's "before", alternating
+    tools/bench idle --groups 20 --period 0.8             # the bursty schedule before 2026-11-26
 """
 
 from __future__ import annotations
@@ -76,8 +82,13 @@ def cpu_seconds(pid: int, task: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-SLOTS = 20  # a driver's connections heartbeat in this many groups spread over the period
-PERIOD = 0.8  # of the interval (or of the idle interval promised): well inside it
+# When each connection beats (``--period``, ``--groups``): by default as Scale0's own libraries
+# do (scale0/session/link.py ``tick``): every interval, or every idle interval it promised, after
+# its last HEARTBEAT, each connection on its own clock (one group per connection). The bench's
+# schedule before (0.8 of the period, in 20 groups per driver that beat together) sent a
+# quarter more messages than the libraries, and arrived in bursts the broker read in batches.
+PERIOD = 1.0  # of the interval (or of the idle interval promised)
+READ_S = 0.05  # once joined, a driver reads what the broker sent at this pace
 WAVE = 100  # connections a driver has waiting for CONFIG at most (R20: max_unnegotiated 1024)
 CHECKCONFIG = b'{"config_type":"json"}'
 
@@ -93,19 +104,23 @@ def driver(
     late: Any,
     counts: Any,
     promise_ms: int = 0,
+    period: float = PERIOD,
+    slots: int = 0,
 ) -> None:
-    """Hold ``workers`` + ``clients`` idle connections, heartbeating each every PERIOD of the
-    interval (of ``promise_ms``, promised in every HEARTBEAT as ``interval_ms``, when not 0)
-    on a schedule spread over the period (SLOTS groups, as independent clients would be); count in
+    """Hold ``workers`` + ``clients`` idle connections, heartbeating each every ``period`` of
+    the interval (of ``promise_ms``, promised in every HEARTBEAT as ``interval_ms``, when not
+    0) on a schedule spread evenly over the period in ``slots`` groups that beat together (0:
+    one group per connection, each on its own clock, as independent clients are); count in
     ``lost`` each connection the broker forgot (FORCENEGOTIATE or an error; once per
     connection), in ``late`` the worst lateness of a group's HEARTBEATs against its schedule,
     in ``counts`` the HEARTBEATs sent and received."""
     ctx = zmq.Context()
     total = workers + clients
+    slots = slots or max(total, 1)
     poller = zmq.Poller()
     signature_of: dict[zmq.Socket[bytes], bytes] = {}
     pending: dict[zmq.Socket[bytes], float] = {}  # asked CHECKCONFIG (when), no answer yet
-    groups: list[list[tuple[zmq.Socket[bytes], bytes]]] = [[] for _ in range(SLOTS)]
+    groups: list[list[tuple[zmq.Socket[bytes], bytes]]] = [[] for _ in range(slots)]
     opened = joined = 0
     version = 0
 
@@ -120,11 +135,12 @@ def driver(
         sock.send_multipart([b"", signature, b"READY", json.dumps(options).encode()])
 
     forgotten: set[zmq.Socket[bytes]] = set()
-    period_s = PERIOD * (promise_ms / 1000 if promise_ms else INTERVAL_S)
+    period_s = period * (promise_ms / 1000 if promise_ms else INTERVAL_S)
     start = time.monotonic()
-    slot = 0  # the next group's turn: start + slot * PERIOD_S / SLOTS
+    slot = 0  # the next group's turn: start + slot * period_s / slots
     sent = received = 0
     worst = 0.0
+    read_at = start
     while not stop.is_set():
         # Connections open a few at a time (at most WAVE waiting for their CONFIG): 4 000 at
         # once would pass the broker's max_unnegotiated (1 024) and it would rightly drop the
@@ -139,14 +155,14 @@ def driver(
             poller.register(sock, zmq.POLLIN)
             pending[sock] = time.monotonic()
             opened += 1
-        due = start + slot * period_s / SLOTS
+        due = start + slot * period_s / slots
         now = time.monotonic()
         if now >= due:
             options: dict[str, Any] = {"time": time.time(), "config_version": version}
             if promise_ms:
                 options["interval_ms"] = promise_ms  # idle: the next one within it (§3.4)
             beat = json.dumps(options).encode()
-            group = groups[slot % SLOTS]
+            group = groups[slot % slots]
             for sock, signature in group:
                 sock.send_multipart([b"", signature, b"HEARTBEAT", beat])
             sent += len(group)
@@ -156,7 +172,7 @@ def driver(
                 counts[0] += sent
                 counts[1] += received
             sent = received = 0
-            if slot % SLOTS == 0:  # once a period: what this driver did, to the parent
+            if slot % slots == 0:  # once a period: what this driver did, to the parent
                 for sock, asked in list(pending.items()):
                     if now - asked > 5.0:  # hung up before it was read (R20, a slow broker)
                         sock.send_multipart([b"", signature_of[sock], b"CHECKCONFIG", CHECKCONFIG])
@@ -165,7 +181,15 @@ def driver(
                     late.value = max(late.value, worst)
                 worst = 0.0
             continue
-        for sock, _ in poller.poll(max(1, int((due - now) * 1000))):
+        wait_s = due - now
+        if not pending and now < read_at:
+            # Every connection joined: read what the broker sent every READ_S, not at each
+            # turn (polling 1 000 sockets at each of 200 turns a second would make the driver,
+            # not the broker, what the 2 cores run); it waits in the sockets meanwhile.
+            time.sleep(min(wait_s, read_at - now))
+            continue
+        read_at = now + READ_S
+        for sock, _ in poller.poll(max(1, int(wait_s * 1000)) if pending else 0):
             signature = signature_of[sock]
             while True:
                 try:
@@ -193,7 +217,7 @@ def driver(
                         )
                     if sock in pending:
                         del pending[sock]
-                        groups[joined % SLOTS].append((sock, signature))
+                        groups[joined % slots].append((sock, signature))
                         joined += 1
                         if joined == total:
                             ready_event.set()
@@ -254,7 +278,20 @@ def measure(
             ready = spawn.Event()
             p = spawn.Process(
                 target=driver,
-                args=(frontend, backend, w, c, ready, stop, lost, late, counts, idle_ms),
+                args=(
+                    frontend,
+                    backend,
+                    w,
+                    c,
+                    ready,
+                    stop,
+                    lost,
+                    late,
+                    counts,
+                    idle_ms,
+                    args.period,
+                    args.groups,
+                ),
             )
             p.start()
             procs.append((p, ready))
@@ -263,7 +300,7 @@ def measure(
                 if not ready.wait(300):
                     raise RuntimeError("a driver did not register its connections in 300 s")
             # Settle: every worker's READY handled, timers armed, the first promises answered.
-            time.sleep(3 * INTERVAL_S + 2 * PERIOD * idle_ms / 1000)
+            time.sleep(3 * INTERVAL_S + 2 * args.period * idle_ms / 1000)
             lost_before = lost.value
             late.value = 0.0
             counts_before = list(counts)
@@ -372,7 +409,28 @@ def main(argv: list[str]) -> int:
         help="also measure the broker of this source tree (a change's before), alternating",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each broker")
+    parser.add_argument(
+        "--period",
+        type=float,
+        default=PERIOD,
+        metavar="FRACTION",
+        help="each connection beats every FRACTION of its interval (default 1: as Scale0's "
+        "libraries do; 0.8: the bench's schedule before, a quarter more messages)",
+    )
+    parser.add_argument(
+        "--groups",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a driver's connections beat in N groups spread over the period, each group at "
+        "once (default 0: each connection on its own clock, as independent clients; 20: the "
+        "bench's bursts before, which the broker reads in bigger batches)",
+    )
     args = parser.parse_args(argv)
+    if not 0.1 <= args.period <= 1.0:
+        parser.error("--period: a fraction of the interval from 0.1 to 1")
+    if args.groups < 0:
+        parser.error("--groups: 0 (one per connection) or more")
     runs: list[tuple[str, list[str] | None]] = []
     if args.base_tree is not None:
         tree = args.base_tree.resolve()
@@ -391,7 +449,9 @@ def main(argv: list[str]) -> int:
         f"{args.workers} idle workers, {args.clients} idle clients, heartbeat every "
         f"{INTERVAL_S:g} s, idle beating every {idle_s:g} s"
         + (" (off)" if not idle_s else "")
-        + f", {args.seconds:.0f} s window, {os.cpu_count()} cores"
+        + f", {args.seconds:.0f} s window, {os.cpu_count()} cores; each connection beats every "
+        f"{args.period:g} of its period, "
+        + (f"{args.groups} groups per driver" if args.groups else "each on its own clock")
     )
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in runs}
     with tempfile.TemporaryDirectory() as build:

@@ -322,6 +322,7 @@ def test_bench_idle_measures_scale0_and_the_c_floor_in_one_invocation(
     )
     out = capsys.readouterr().out
     assert "idle beating every 1.5 s" in out, out
+    assert "each connection beats every 1 of its period, each on its own clock" in out, out
     assert "found after liveness x idle = 4.5 s" in out, out
     assert re.search(r"broker CPU, median run: scale0-1s [0-9.]+ %, scale0 [0-9.]+ %", out), out
     for case in ("scale0", "scale0-1s", "c-idle"):
@@ -334,3 +335,23 @@ def test_bench_idle_measures_scale0_and_the_c_floor_in_one_invocation(
     assert "connections a broker forgot or hung up: 0 (should be 0)" in out, out
     assert "... and in the comparison runs at 1 s (scale0-1s): 0" in out, out
     assert code == 0, out
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (["--period", "0"], "--period: a fraction of the interval from 0.1 to 1"),
+        (["--period", "1.5"], "--period: a fraction of the interval from 0.1 to 1"),
+        (["--groups", "-1"], "--groups: 0 (one per connection) or more"),
+    ],
+)
+def test_bench_idle_refuses_a_schedule_it_cannot_keep(
+    argv: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--period`` is a fraction of the interval (a connection beating later than its
+    interval is not a schedule the protocol allows), ``--groups`` a count: anything else is
+    refused before a broker starts, naming the option."""
+    with pytest.raises(SystemExit) as exit_info:
+        bench_idle.main(argv)
+    assert exit_info.value.code == 2
+    assert complaint in capsys.readouterr().err
