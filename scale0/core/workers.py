@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 
 @dataclass(slots=True, eq=False)
 class Worker:
-    """One READY worker: what it serves, how much at once, and what it is running now."""
+    """One READY worker: what it serves, how much at once, and what it is running now.
+
+    ``in_flight`` is the Python ledger's storage (scale0/core/ledger.py): the rooms ask the
+    ledger (``used``, ``spare``, ``tickets_of``), never this set."""
 
     routing_id: bytes
     services: tuple[str, ...]
@@ -22,10 +25,6 @@ class Worker:
     interval_s: float
     in_flight: set[bytes] = field(default_factory=set)
     ids: bool = False  # its READY asked for request_ids: REQUEST carries the client's ids
-
-    @property
-    def spare(self) -> int:
-        return self.capacity - len(self.in_flight)
 
 
 class WorkerPool:
