@@ -82,7 +82,8 @@ READY said is the record's, the slots it has taken are the ledger's, read only b
 - ``ready_count(service)``: how many have a free slot for it now.
 - ``take_worker(service)``: the least recently used worker with a free slot for ``service``,
   marked used (R5).
-- ``list_ready(worker)``: a worker with a free slot goes to the back of its services' queues.
+- ``list_ready(worker)``: a worker with a free slot goes to the back of its services' queues;
+  a full one leaves them (given what waited, it may have filled while listed: R5).
 
 Waiting (first in, first out per service, R6):
 

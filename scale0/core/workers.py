@@ -79,9 +79,14 @@ class WorkerPool:
         return worker
 
     def list_ready(self, worker: Worker) -> None:
-        """Put a worker with spare capacity at the back of each of its services' queues."""
+        """Put a worker with spare capacity at the back of each of its services' queues; a full
+        one leaves them (it was given requests outside :meth:`take`, as a worker that frees a
+        slot is given what waits, R5: else take would hand it one more than its capacity)."""
         routing_id = worker.routing_id
-        if len(worker.in_flight) >= worker.capacity or self.workers.get(routing_id) is not worker:
+        if self.workers.get(routing_id) is not worker:
+            return
+        if len(worker.in_flight) >= worker.capacity:
+            self._unlist(worker)
             return
         ready = self._ready
         for service in worker.services:

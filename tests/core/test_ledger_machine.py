@@ -69,7 +69,10 @@ class Model:
 
     def list_ready(self, worker: Worker) -> None:
         routing_id = worker.routing_id
-        if self.workers.get(routing_id) is not worker or self.spare(routing_id) <= 0:
+        if self.workers.get(routing_id) is not worker:
+            return
+        if self.spare(routing_id) <= 0:
+            self.unlist(routing_id)  # filled while listed (given what waited): not ready
             return
         for service in worker.services:
             queue = self.ready[service]
@@ -219,6 +222,14 @@ class LedgerLife(RuleBasedStateMachine):
     def request(self, client: bytes, service: str, origin: bool, ids: bool) -> None:
         """A client's REQUEST (or a peer's FORWARD, F7): held, then a worker or the queue."""
         self._route(self._open(client, service, origin, ids), front=False)
+
+    @rule(client=st.sampled_from(CLIENTS), service=st.sampled_from(SERVICES))
+    def waits_for_its_peer(self, client: bytes, service: str) -> None:
+        """F15: a request lost with a peer that may come back waits at the front for it, no
+        worker tried, even while one is ready (a worker that frees a slot then takes it)."""
+        pending = self._open(client, service, False, True)
+        self.ledger.wait(pending, True)
+        self.model.queues[service].insert(0, pending)
 
     @rule(client=st.sampled_from(CLIENTS), service=st.sampled_from(SERVICES))
     def request_to_peer(self, client: bytes, service: str) -> None:
