@@ -26,11 +26,13 @@ Requests (a :class:`~scale0.core.requests.Pending` is the record passed in and o
 - ``cached(key, now)`` / ``cache(key, reply, now)``: the reply cache's answer to a resend of
   ``key``, and a final reply put in it; ``cached_count()``; ``prune_cache(now)``: drop the old.
 
-A request's own fields: of a :class:`~scale0.core.requests.Pending`, the ledger owns those a
-lane thread must write in C as it dispatches, answers, retries or retires a request: ``ticket``,
-``worker``, ``peer``, ``attempt``, ``deadline``, ``client`` and ``done``. Once a request is
-opened the rooms read them but write them only by these operations (and ``dispatched``,
-``forwarded``, ``retire``, ``answer``), so a C ledger can hold them under its mutex:
+A request's own fields: of a :class:`~scale0.core.requests.Pending`, the ledger owns those
+that change while it holds the request on the steps a lane thread takes in C: ``ticket``,
+``worker``, ``peer`` and ``attempt`` (a dispatch), ``deadline`` (a retry's own, a PARTIAL's
+progress, R9: the deadline heap moving behind the ledger reads it), ``client`` (a resend of
+our own client's request moves its answer, R10) and ``done`` (an answer). Once a request is
+opened the rooms read them but write them only by ledger operations (``dispatched``,
+``forwarded``, ``retire``, ``answer`` and these), so a C ledger can hold them under its mutex:
 
 - ``unassign(pending)``: it runs nowhere now (its ticket settled, R8, F3, F8): no ticket,
   worker or peer.
@@ -42,10 +44,10 @@ opened the rooms read them but write them only by these operations (and ``dispat
 The other fields are the Python control plane's and stay record fields the rooms write:
 what a request is (``seq``, ``key``, ``service``, ``request_id``, ``body``, ``started``,
 ``origin``, ``ids``, ``caller``, ``via``), set before ``open``; and what only forwarding,
-peers' traffic and retries change, all of which stay in Python (phase 4 moves forwarding):
+peers' traffic and F15 change, all of which stay in Python (phase 4 moves forwarding):
 ``prefer`` / ``prefer_until`` (F15), ``also`` (R10 across brokers), ``limit`` (the origin's
-deadline). A lane may read those; a request with ``also`` or ``prefer`` set is one it hands
-to Python.
+deadline). A lane may read those; one that finds ``also`` or ``prefer`` set can hand the
+request's next step to Python, so no C step needs to write them.
 
 In flight (a ticket names one dispatch of a request, to a worker or to a peer):
 
