@@ -127,7 +127,7 @@ class Dispatch:
         ledger = self.ledger
         waiting = ledger.waiting_count
         for service in worker.services:
-            while waiting(service) and worker.spare > 0:
+            while waiting(service) and ledger.spare(worker) > 0:
                 pending = ledger.next_waiting(service)
                 if pending is None:
                     break
@@ -140,9 +140,11 @@ class Dispatch:
     ) -> None:
         """R8: a worker is gone; each of its requests is dispatched again or answered 504."""
         ledger = self.ledger
-        worker = ledger.dismiss(routing_id)
+        worker = ledger.worker(routing_id)
         if worker is None:
             return
+        tickets = ledger.tickets_of(worker)
+        ledger.dismiss(routing_id)
         self.core.counters["workers_lost"] += 1
         family = self.family
         if family.peers:
@@ -153,7 +155,7 @@ class Dispatch:
         silent_ms = round(silent_s * 1000)
         details = {"worker": routing_id.hex(), "reason": reason, "silent_ms": silent_ms}
         out.append(Log("warning", "worker_lost", details))
-        for ticket in sorted(worker.in_flight):
+        for ticket in tickets:
             pending = ledger.settle(ticket)
             if pending is not None:
                 self.route_again(pending, now, out, 504, "worker lost")
@@ -324,7 +326,7 @@ class Dispatch:
         if live is not None:
             core.counters["duplicates_joined"] += 1
             if live.origin is None:
-                live.client = routing_id  # answer wherever the client asks from now
+                ledger.redirect(live, routing_id)  # answer wherever the client asks from now
             else:
                 live.join(routing_id, None)  # a peer forwarded it here with its ids (§5.4)
             return
@@ -430,10 +432,11 @@ class Dispatch:
         self, pending: Pending, now: float, out: list[Effect], status: int, why: str
     ) -> None:
         """Its worker or peer is lost (R8, F3, F8): dispatch again within max_retries, else fail."""
-        pending.ticket = pending.worker = pending.peer = None
+        ledger = self.ledger
+        ledger.unassign(pending)
         if pending.attempt <= self.core.network.max_retries:
             self.core.counters["retries"] += 1
-            pending.deadline = min(now + self.core.timeout_s, pending.limit)
+            ledger.reschedule(pending, min(now + self.core.timeout_s, pending.limit))
             self.core.timers.push(pending.deadline, pending.seq)
             self.route(pending, now, out, front=True)
         else:
@@ -441,13 +444,12 @@ class Dispatch:
 
     def dispatch_to(self, worker: Worker, pending: Pending, now: float, out: list[Effect]) -> None:
         ticket = self.core.next_ticket()
-        pending.ticket = ticket
-        pending.worker = worker.routing_id
-        pending.attempt += 1
+        ledger = self.ledger
+        ledger.dispatched(worker, ticket, pending)  # its ticket, worker and attempt set
         if pending.attempt > 1:
             # A retry gets a whole deadline of its own on the new worker.
-            pending.deadline = max(pending.deadline, min(now + self.core.timeout_s, pending.limit))
-        self.ledger.dispatched(worker, ticket, pending)
+            deadline = max(pending.deadline, min(now + self.core.timeout_s, pending.limit))
+            ledger.reschedule(pending, deadline)
         beats = self._round_of.get(worker.routing_id)
         if beats is not None and beats.promise_s:
             self._wake(worker, now)
@@ -503,7 +505,7 @@ class Dispatch:
         reply = ClientReply(pending.service, pending.request_id, status, body)  # (positional)
         self.finish(pending, reply, out, now)
         if worker is not None:
-            if self.core.state is not BrokerState.ACTIVE and not worker.in_flight:
+            if self.core.state is not BrokerState.ACTIVE and not ledger.used(worker):
                 self.lifecycle.move_worker(
                     routing_id, now, out
                 )  # R18: its last request is answered
@@ -520,11 +522,12 @@ class Dispatch:
         out: list[Effect],
     ) -> None:
         self.sessions.seen(Channel.BACKEND, routing_id, now)
-        pending = self.ledger.running(msg.ticket)
+        ledger = self.ledger
+        pending = ledger.running(msg.ticket)
         if pending is None or pending.worker != routing_id:
             self.core.counters["dropped"] += 1
             return
-        pending.deadline = now + self.core.timeout_s  # progress: the deadline moves on (R9)
+        ledger.reschedule(pending, now + self.core.timeout_s)  # progress: it moves on (R9)
         if pending.origin is not None:
             pending.limit = pending.deadline  # so does the origin's, on our FORWARDPARTIAL
         self.relay_partial(pending, msg.body, out)

@@ -655,7 +655,7 @@ class Family:
         for worker in ledger.workers():
             if worker.routing_id not in sessions:
                 continue
-            spare = max(worker.spare, 0)
+            spare = max(ledger.spare(worker), 0)
             for service in worker.services:
                 free[service] = free.get(service, 0) + spare
         held = ledger.held_from(peer.broker_id)
@@ -719,7 +719,8 @@ class Family:
         rows: dict[str, list[TableWorker]] = {}
         offered: dict[str, int] = {}
         sessions = self.sessions.workers
-        for worker in self.ledger.workers():
+        ledger = self.ledger
+        for worker in ledger.workers():
             session = sessions.get(worker.routing_id)
             if session is None:
                 continue
@@ -727,7 +728,7 @@ class Family:
                 offered[service] = offered.get(service, 0) + worker.capacity
             row = TableWorker(
                 worker_id=session.client_id,
-                capacity=max(worker.spare, 0),
+                capacity=max(ledger.spare(worker), 0),
                 last_heartbeat=max(wall - (now - session.last_seen), 0.0),
             )
             for service in worker.services:

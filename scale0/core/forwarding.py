@@ -55,13 +55,10 @@ class Forwarding:
 
     def forward_to(self, peer: Peer, pending: Pending, out: list[Effect]) -> None:
         ticket = self.core.next_ticket()
-        pending.ticket = ticket
-        pending.peer = peer.broker_id
-        pending.attempt += 1
+        self.ledger.forwarded(ticket, pending, peer.broker_id)  # its ticket, peer and attempt set
         pending.prefer = None  # lost again, it prefers it again (F3); refused, it goes on (F8)
         peer.forwarded.add(ticket)
         peer.free[pending.service] = peer.free.get(pending.service, 0) - 1
-        self.ledger.forwarded(ticket, pending)
         self.core.counters["forwarded"] += 1
         if FORWARD_WITH_NAME in peer.understands:
             # F15: the client's ids and what is left of its deadline travel with it.
@@ -185,7 +182,8 @@ class Forwarding:
                 core.counters["requests"] += 1  # answered with the one it joined
                 core.counters["duplicates_joined"] += 1
                 live.join(routing_id, msg.ticket)
-                live.deadline = max(live.deadline, deadline)  # the timer finds it moved (R9)
+                # The timer finds it moved (R9).
+                self.ledger.reschedule(live, max(live.deadline, deadline))
                 if live.origin is not None:
                     live.limit = max(live.limit, limit)
                 return
@@ -250,9 +248,10 @@ class Forwarding:
             self.drain_to_peers(now, out)
 
     def partial_in(self, peer: Peer, msg: ForwardPartial, now: float, out: list[Effect]) -> None:
-        pending = self.ledger.running(msg.ticket)
+        ledger = self.ledger
+        pending = ledger.running(msg.ticket)
         if pending is None or pending.peer != peer.broker_id:
             self.core.counters["dropped"] += 1
             return
-        pending.deadline = now + self.core.timeout_s
+        ledger.reschedule(pending, now + self.core.timeout_s)
         self.dispatch.relay_partial(pending, msg.body, out)

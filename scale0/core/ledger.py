@@ -26,11 +26,35 @@ Requests (a :class:`~scale0.core.requests.Pending` is the record passed in and o
 - ``cached(key, now)`` / ``cache(key, reply, now)``: the reply cache's answer to a resend of
   ``key``, and a final reply put in it; ``cached_count()``; ``prune_cache(now)``: drop the old.
 
+A request's own fields: of a :class:`~scale0.core.requests.Pending`, the ledger owns those
+that change while it holds the request on the steps a lane thread takes in C: ``ticket``,
+``worker``, ``peer`` and ``attempt`` (a dispatch), ``deadline`` (a retry's own, a PARTIAL's
+progress, R9: the deadline heap moving behind the ledger reads it), ``client`` (a resend of
+our own client's request moves its answer, R10) and ``done`` (an answer). Once a request is
+opened the rooms read them but write them only by ledger operations (``dispatched``,
+``forwarded``, ``retire``, ``answer`` and these), so a C ledger can hold them under its mutex:
+
+- ``unassign(pending)``: it runs nowhere now (its ticket settled, R8, F3, F8): no ticket,
+  worker or peer.
+- ``reschedule(pending, deadline)``: its deadline moves (R9: a PARTIAL, a retry, a join);
+  the timer key's entry in the deadline heap is the caller's (not behind the ledger yet).
+- ``redirect(pending, routing_id)``: our own client asked again from ``routing_id`` (R10):
+  the answer goes there.
+
+The other fields are the Python control plane's and stay record fields the rooms write:
+what a request is (``seq``, ``key``, ``service``, ``request_id``, ``body``, ``started``,
+``origin``, ``ids``, ``caller``, ``via``), set before ``open``; and what only forwarding,
+peers' traffic and F15 change, all of which stay in Python (phase 4 moves forwarding):
+``prefer`` / ``prefer_until`` (F15), ``also`` (R10 across brokers), ``limit`` (the origin's
+deadline). A lane may read those; one that finds ``also`` or ``prefer`` set can hand the
+request's next step to Python, so no C step needs to write them.
+
 In flight (a ticket names one dispatch of a request, to a worker or to a peer):
 
 - ``dispatched(worker, ticket, pending)``: ``pending`` runs at ``worker`` under ``ticket``
-  (one of the worker's slots is taken).
-- ``forwarded(ticket, pending)``: ``pending`` went to a peer under ``ticket``.
+  (one of the worker's slots is taken; its ``ticket``, ``worker`` set, ``attempt`` + 1).
+- ``forwarded(ticket, pending, peer)``: ``pending`` went to the peer broker ``peer`` under
+  ``ticket`` (its ``ticket``, ``peer`` set, ``attempt`` + 1).
 - ``running(ticket)``: the request a ticket names, while in flight (R14: else None).
 - ``answer(ticket, routing_id)``: a worker's final REPLY: the request ``ticket`` names if that
   worker runs it, out of flight, the worker's slot free, and retired as ``retire`` does (one
@@ -40,7 +64,9 @@ In flight (a ticket names one dispatch of a request, to a worker or to a peer):
   was held).
 - ``in_flight_count()``: tickets in flight, to workers and peers.
 
-Workers (a :class:`~scale0.core.workers.Worker` is the record passed in and out):
+Workers (a :class:`~scale0.core.workers.Worker` is the record passed in and out; what its
+READY said is the record's, the slots it has taken are the ledger's, read only by ``used``,
+``spare`` and ``tickets_of``):
 
 - ``enroll(worker)``: a READY: register it, or replace a known one's services (keeping its
   slots in use); the one it replaces (or None).
@@ -50,10 +76,16 @@ Workers (a :class:`~scale0.core.workers.Worker` is the record passed in and out)
 - ``offers(service)``: whether a registered worker (ready or busy) offers ``service`` (R7).
 - ``offered()``: the services registered workers offer, sorted.
 - ``workers_of(service)``: how many registered workers offer ``service``.
+- ``tickets_of(worker)``: the tickets holding its slots, in the order they were issued
+  (one past its deadline too: R9 keeps the slot until a late REPLY or the worker is lost).
+- ``used(worker)``: how many of its slots are taken (0: idle).
+- ``spare(worker)``: its free slots, capacity less used (below 0 when a new READY lowered the
+  capacity under what it runs).
 - ``ready_count(service)``: how many have a free slot for it now.
 - ``take_worker(service)``: the least recently used worker with a free slot for ``service``,
   marked used (R5).
-- ``list_ready(worker)``: a worker with a free slot goes to the back of its services' queues.
+- ``list_ready(worker)``: a worker with a free slot goes to the back of its services' queues;
+  a full one leaves them (given what waited, it may have filled while listed: R5).
 
 Waiting (first in, first out per service, R6):
 
@@ -192,11 +224,26 @@ class Ledger:
     # ---- in flight -------------------------------------------------------------------------
 
     def dispatched(self, worker: Worker, ticket: bytes, pending: Pending) -> None:
+        pending.ticket = ticket
+        pending.worker = worker.routing_id
+        pending.attempt += 1
         worker.in_flight.add(ticket)
         self._inflight[ticket] = pending
 
-    def forwarded(self, ticket: bytes, pending: Pending) -> None:
+    def forwarded(self, ticket: bytes, pending: Pending, peer: str) -> None:
+        pending.ticket = ticket
+        pending.peer = peer
+        pending.attempt += 1
         self._inflight[ticket] = pending
+
+    def unassign(self, pending: Pending) -> None:
+        pending.ticket = pending.worker = pending.peer = None
+
+    def reschedule(self, pending: Pending, deadline: float) -> None:
+        pending.deadline = deadline
+
+    def redirect(self, pending: Pending, routing_id: bytes) -> None:
+        pending.client = routing_id
 
     def answer(self, ticket: bytes, routing_id: bytes) -> Pending | None:
         inflight = self._inflight
@@ -251,6 +298,15 @@ class Ledger:
 
     def ready_count(self, service: str) -> int:
         return self._pool.ready_count(service)
+
+    def tickets_of(self, worker: Worker) -> list[bytes]:
+        return sorted(worker.in_flight)
+
+    def used(self, worker: Worker) -> int:
+        return len(worker.in_flight)
+
+    def spare(self, worker: Worker) -> int:
+        return worker.capacity - len(worker.in_flight)
 
     # ---- waiting ---------------------------------------------------------------------------
 

@@ -80,7 +80,7 @@ class Lifecycle:
         for routing_id in moved:
             self.move_client(routing_id, now, out)
         for worker in ledger.workers():
-            if not worker.in_flight:
+            if not ledger.used(worker):
                 self.move_worker(worker.routing_id, now, out)
         self.check_drained(out)
 

@@ -465,7 +465,7 @@ class Sessions:
                 self.guard.malformed(event, now, out)
                 return False
         promise_ms = interval_ms if interval_ms != normal_ms else 0
-        if worker is not None and worker.in_flight:
+        if worker is not None and self.ledger.used(worker):
             promise_ms = 0  # it has work: its own interval (the dispatch said so, §3.4)
         if promise_ms == session.promise_ms:
             return True

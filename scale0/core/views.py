@@ -98,7 +98,7 @@ def service_table(broker: Viewed) -> list[JsonValue]:
                 "service": name,
                 "workers": len(offering),
                 "ready": ledger.ready_count(name),
-                "busy": sum(1 for w in offering if w.in_flight),
+                "busy": sum(1 for w in offering if ledger.used(w)),
                 "queued": ledger.waiting_count(name),
                 "replies": {str(k): v for k, v in sorted(stats.replies.items())}
                 if stats is not None
@@ -136,8 +136,9 @@ def client_table(broker: Viewed, now: float) -> list[JsonValue]:
 def worker_table(broker: Viewed, now: float) -> list[JsonValue]:
     """The READY workers: id, services, capacity, requests running, heartbeat, silence."""
     sessions = broker.sessions.workers
+    ledger = broker.ledger
     rows: list[dict[str, JsonValue]] = []
-    for worker in broker.ledger.workers():
+    for worker in ledger.workers():
         routing_id = worker.routing_id
         session = sessions.get(routing_id)
         rows.append(
@@ -146,7 +147,7 @@ def worker_table(broker: Viewed, now: float) -> list[JsonValue]:
                 "routing_id": routing_id.hex(),
                 "services": list(worker.services),
                 "capacity": worker.capacity,
-                "in_flight": len(worker.in_flight),
+                "in_flight": ledger.used(worker),
                 "heartbeat": worker.heartbeat,
                 "interval_ms": round(worker.interval_s * 1000),
                 "idle_s": round(now - session.last_seen, 3) if session is not None else None,

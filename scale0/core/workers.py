@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 
 @dataclass(slots=True, eq=False)
 class Worker:
-    """One READY worker: what it serves, how much at once, and what it is running now."""
+    """One READY worker: what it serves, how much at once, and what it is running now.
+
+    ``in_flight`` is the Python ledger's storage (scale0/core/ledger.py): the rooms ask the
+    ledger (``used``, ``spare``, ``tickets_of``), never this set."""
 
     routing_id: bytes
     services: tuple[str, ...]
@@ -22,10 +25,6 @@ class Worker:
     interval_s: float
     in_flight: set[bytes] = field(default_factory=set)
     ids: bool = False  # its READY asked for request_ids: REQUEST carries the client's ids
-
-    @property
-    def spare(self) -> int:
-        return self.capacity - len(self.in_flight)
 
 
 class WorkerPool:
@@ -80,9 +79,14 @@ class WorkerPool:
         return worker
 
     def list_ready(self, worker: Worker) -> None:
-        """Put a worker with spare capacity at the back of each of its services' queues."""
+        """Put a worker with spare capacity at the back of each of its services' queues; a full
+        one leaves them (it was given requests outside :meth:`take`, as a worker that frees a
+        slot is given what waits, R5: else take would hand it one more than its capacity)."""
         routing_id = worker.routing_id
-        if len(worker.in_flight) >= worker.capacity or self.workers.get(routing_id) is not worker:
+        if self.workers.get(routing_id) is not worker:
+            return
+        if len(worker.in_flight) >= worker.capacity:
+            self._unlist(worker)
             return
         ready = self._ready
         for service in worker.services:

@@ -618,7 +618,7 @@ def _client_as(fabric: Fabric, name: str, rid: bytes, client_id: str) -> None:
     fabric.settle()
 
 
-def _id_worker(fabric: Fabric, name: str, rid: bytes) -> None:
+def _id_worker(fabric: Fabric, name: str, rid: bytes, capacity: int = 1) -> None:
     """A worker of ``name`` whose READY asked for request_ids (§4.3): it gets IDREQUEST."""
     version = fabric.brokers[name].network.config_version
     for message in (
@@ -629,7 +629,7 @@ def _id_worker(fabric: Fabric, name: str, rid: bytes) -> None:
             hbeatinterval_ms=1000,
             time=fabric.wall,
             config_version=version,
-            capacity=1,
+            capacity=capacity,
             request_ids=True,
         ),
     ):
@@ -935,6 +935,34 @@ def test_f15_f3_what_a_lost_peer_held_goes_back_to_it_when_it_comes_back() -> No
     ((_, reply),) = fabric.replies("a")
     assert reply.status == 200 and reply.body == (b"paid",)
     assert fabric.take(other, WorkerIdRequest) == []
+
+
+def test_f15_r5_what_waits_for_a_lost_peer_never_fills_a_worker_past_capacity() -> None:
+    """Requests waiting for their lost peer (F15) wait even while a worker here is ready; when
+    that worker frees a slot it takes them, and once full it is ready no more: the next
+    request waits for it instead of making it run one more than its capacity (R5)."""
+    fabric = started()
+    _id_worker(fabric, "a", W1, capacity=2)
+    _id_worker(fabric, "b", b"worker-b", capacity=2)
+    fabric.advance(1.1)
+    _client_as(fabric, "a", C1, "alice")
+    for request_id in (b"r1", b"r2", b"r3", b"r4"):
+        _ask(fabric, "a", C1, request_id)  # r1, r2 to W1 (capacity 2); r3, r4 to b (F6)
+    first, second = fabric.take("a", WorkerIdRequest)
+    _answer(fabric, "a", W1, first[1].ticket)  # W1 is ready again, with one free slot
+    fabric.pause("b")
+    fabric.advance(4.1)  # b found silent: r3 and r4 wait for it (F15), W1 ready beside them
+    a = fabric.brokers["a"]
+    assert a.ledger.waiting_count("echo") == 2 and a.ledger.ready_count("echo") == 1
+    _answer(fabric, "a", W1, second[1].ticket)  # W1 frees a slot: it takes r3 and r4, full
+    assert sorted(m.request_id for _, m in fabric.take("a", WorkerIdRequest)) == [b"r3", b"r4"]
+    assert a.ledger.ready_count("echo") == 0
+    _client_as(fabric, "a", b"client-2", "bob")
+    _ask(fabric, "a", b"client-2", b"r5")
+    assert fabric.take("a", WorkerIdRequest) == []  # R5: W1 runs two, its capacity
+    worker = a.ledger.worker(W1)
+    assert worker is not None and a.ledger.used(worker) == 2
+    assert a.ledger.waiting_count("echo") == 1
 
 
 def test_f15_f3_a_lost_peer_that_does_not_come_back_in_time_leaves_it_to_another() -> None:

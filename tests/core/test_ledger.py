@@ -66,14 +66,15 @@ def test_the_least_recently_used_worker_is_taken_and_its_slot_given_back() -> No
     assert taken is w1 and ledger.ready_count("echo") == 1  # full: out of every queue
     pending = _pending(1)
     ledger.open(pending)
-    pending.worker = b"W1"
     ledger.dispatched(w1, b"t1", pending)
+    assert (pending.ticket, pending.worker, pending.attempt) == (b"t1", b"W1", 1)
     assert ledger.running(b"t1") is pending and ledger.in_flight_count() == 1
+    assert ledger.used(w1) == 1 and ledger.spare(w1) == 0 and ledger.tickets_of(w1) == [b"t1"]
     assert ledger.answer(b"t1", b"W2") is None  # not the worker that runs it (R14)
     assert ledger.running(b"t1") is pending
     assert ledger.answer(b"t1", b"W1") is pending
     assert pending.done and not ledger.is_open(1) and ledger.held(b"alice") == 0
-    assert ledger.running(b"t1") is None and w1.spare == 1
+    assert ledger.running(b"t1") is None and ledger.spare(w1) == 1 and not ledger.used(w1)
     assert not ledger.release(w1, b"t1")  # already free
     ledger.list_ready(w1)
     assert ledger.take_worker("echo") is w2  # W1 went to the back
@@ -86,11 +87,13 @@ def test_an_expired_ticket_is_settled_and_the_worker_keeps_its_slot_until_releas
     worker = Worker(b"W1", ("echo",), 2, True, 1.0)
     ledger.enroll(worker)
     pending = _pending(1)
-    pending.worker = b"W1"
     ledger.dispatched(worker, b"t1", pending)
+    ledger.dispatched(worker, b"t0", _pending(2, request_id=b"r2"))
     assert ledger.settle(b"t1") is pending and ledger.settle(b"t1") is None
-    assert worker.spare == 1  # R9: the worker may still be running it
-    assert ledger.release(worker, b"t1") and worker.spare == 2
+    assert ledger.spare(worker) == 0  # R9: the worker may still be running it
+    assert ledger.tickets_of(worker) == [b"t0", b"t1"]  # in the order issued
+    assert ledger.release(worker, b"t1") and ledger.spare(worker) == 1
+    assert ledger.tickets_of(worker) == [b"t0"] and ledger.used(worker) == 1
 
 
 def test_what_waits_goes_first_in_first_out_and_a_retry_to_the_front() -> None:
@@ -119,3 +122,18 @@ def test_peers_requests_waiting_are_taken_out_in_order() -> None:
     ledger.wait(theirs)
     assert list(ledger.forwarded_waiting("echo")) == [theirs]
     assert ledger.waiting_count("echo") == 1 and ledger.next_waiting("echo") is own
+
+
+def test_a_request_is_forwarded_rerouted_rescheduled_and_redirected_by_the_ledger() -> None:
+    ledger = Ledger()
+    pending = _pending(1)
+    ledger.open(pending)
+    ledger.forwarded(b"t1", pending, "b2")
+    assert (pending.ticket, pending.peer, pending.worker, pending.attempt) == (b"t1", "b2", None, 1)
+    assert ledger.settle(b"t1") is pending
+    ledger.unassign(pending)
+    assert (pending.ticket, pending.peer, pending.worker) == (None, None, None)
+    ledger.reschedule(pending, 42.0)
+    assert pending.deadline == 42.0 and pending.attempt == 1
+    ledger.redirect(pending, b"conn-2")
+    assert pending.client == b"conn-2" and ledger.open_by_connection() == {b"conn-2": 1}
