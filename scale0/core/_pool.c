@@ -573,10 +573,33 @@ static s0_worker *arg_worker(PoolObject *self, PyObject *obj, const char *method
     return w;
 }
 
-static PyObject *sorted_tickets(const s0_worker *w) {
-    PyObject *list = PyList_New((Py_ssize_t)w->tickets.used);
-    if (list == NULL)
-        return NULL;
+/* A list of `n` items whose allocation may run the cyclic GC, and so finalizers, and so any
+ * Python code, this pool's methods included: the caller looks again at what it was copying
+ * afterwards, and asks for a new list if its size changed (new_list_for). */
+static PyObject *new_list_for(Py_ssize_t n) {
+    return PyList_New(n);
+}
+
+/* The tickets of the worker `rid` (which must exist: *gone set, and NULL, if it does not). */
+static PyObject *sorted_tickets(PoolObject *self, const s0_bytes *rid, int *gone) {
+    const s0_worker *w;
+    PyObject *list;
+    *gone = 0;
+    for (;;) {
+        w = pool_worker(&self->pool, rid);
+        if (w == NULL) {
+            *gone = 1;
+            return NULL;
+        }
+        Py_ssize_t want = (Py_ssize_t)w->tickets.used;
+        list = new_list_for(want);
+        if (list == NULL)
+            return NULL;
+        w = pool_worker(&self->pool, rid); /* the same, unless a finalizer changed the pool */
+        if (w != NULL && (Py_ssize_t)w->tickets.used == want)
+            break;
+        Py_DECREF(list);
+    }
     Py_ssize_t n = 0;
     if (w->tickets.slots != NULL)
         for (size_t i = 0; i <= w->tickets.mask; i++) {
@@ -686,15 +709,16 @@ done:
 }
 
 static PyObject *Pool_remove(PoolObject *self, PyObject *arg) {
-    int error;
-    s0_worker *w = arg_worker(self, arg, "remove", 0, &error);
-    if (error)
+    s0_bytes rid;
+    int gone;
+    if (arg_bytes(arg, "remove", "routing_id", &rid) < 0)
         return NULL;
-    if (w == NULL)
+    PyObject *tickets = sorted_tickets(self, &rid, &gone);
+    if (gone)
         Py_RETURN_NONE;
-    PyObject *tickets = sorted_tickets(w);
     if (tickets == NULL)
         return NULL;
+    s0_worker *w = pool_worker(&self->pool, &rid); /* (sorting bytes runs no Python code) */
     pool_remove(&self->pool, w);
     return tickets;
 }
@@ -739,11 +763,23 @@ static PyObject *Pool_ready_count(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_queue(PoolObject *self, PyObject *arg) {
-    int error;
-    s0_service *s = arg_service(self, arg, "queue", &error);
-    if (error)
+    s0_bytes name;
+    PyObject *keep = NULL, *list;
+    s0_service *s;
+    if (arg_str(arg, "queue", "service", &name, &keep) < 0)
         return NULL;
-    PyObject *list = PyList_New(s ? s->ready : 0);
+    for (;;) {
+        s = pool_service(&self->pool, &name);
+        Py_ssize_t want = s ? s->ready : 0;
+        list = new_list_for(want);
+        if (list == NULL)
+            break;
+        s = pool_service(&self->pool, &name);
+        if ((s ? s->ready : 0) == want)
+            break;
+        Py_DECREF(list);
+    }
+    Py_XDECREF(keep);
     if (list == NULL || s == NULL)
         return list;
     Py_ssize_t n = 0;
@@ -760,9 +796,16 @@ static PyObject *Pool_queue(PoolObject *self, PyObject *arg) {
 
 static PyObject *Pool_services(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
     const s0_table *t = &self->pool.services;
-    PyObject *list = PyList_New((Py_ssize_t)t->used);
-    if (list == NULL)
-        return NULL;
+    PyObject *list;
+    for (;;) {
+        Py_ssize_t want = (Py_ssize_t)t->used;
+        list = new_list_for(want);
+        if (list == NULL)
+            return NULL;
+        if ((Py_ssize_t)t->used == want) /* (a changed table keeps its count honest) */
+            break;
+        Py_DECREF(list);
+    }
     Py_ssize_t n = 0;
     if (t->slots != NULL)
         for (size_t i = 0; i <= t->mask; i++) {
@@ -833,11 +876,14 @@ static PyObject *Pool_list_ready(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_tickets(PoolObject *self, PyObject *arg) {
-    int error;
-    s0_worker *w = arg_worker(self, arg, "tickets", 1, &error);
-    if (error)
+    s0_bytes rid;
+    int gone;
+    if (arg_bytes(arg, "tickets", "routing_id", &rid) < 0)
         return NULL;
-    return sorted_tickets(w);
+    PyObject *tickets = sorted_tickets(self, &rid, &gone);
+    if (gone)
+        PyErr_Format(PyExc_KeyError, "Pool.tickets: no worker %R", arg);
+    return tickets;
 }
 
 static PyObject *Pool_spare(PoolObject *self, PyObject *arg) {

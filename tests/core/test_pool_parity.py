@@ -9,15 +9,31 @@ that gives WorkerPool the C type's operation names, with ``Worker`` records made
 The extension is optional (setup.py): without a C compiler it is not built and these tests
 skip, saying so; ``tools/test-fallback`` runs the suite that way. Where gcc is there, the build
 test compiles the source afresh with -Werror and imports that build.
+
+Memory errors pass these tests quietly in a plain build. To check the C side for them, build it
+with AddressSanitizer and UndefinedBehaviorSanitizer and run this module on that build (pytest
+captures fd 2, so ASan's report goes to its log_path; exit status 1 and no summary mean read
+the log):
+
+    inc=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+    mkdir -p /tmp/asan-pool && gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+      -shared -fPIC -I"$inc" -o /tmp/asan-pool/_pool.so scale0/core/_pool.c
+    SCALE0_POOL_SO=/tmp/asan-pool/_pool.so ASAN_OPTIONS=detect_leaks=0:log_path=/tmp/asan-pool/log \
+      LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
+      .venv/bin/python -m pytest -p no:cacheprovider tests/core/test_pool_parity.py
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib.machinery
 import importlib.util
+import os
 import random
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 from typing import Any
@@ -40,6 +56,21 @@ UNKNOWN_RID = b"\x00nobody"
 NAMES = ["echo", "é", "", "\udc80x"]  # "" and a lone surrogate: any str WorkerPool keys by
 UNKNOWN_NAME = "nothing"
 TICKETS = [b"t0", b"t1", b"\x00t2"]
+
+
+def _load_so(path: str) -> None:
+    """Put the build at ``path`` in sys.modules as scale0.core._pool (SCALE0_POOL_SO)."""
+    loader = importlib.machinery.ExtensionFileLoader("scale0.core._pool", path)
+    spec = importlib.util.spec_from_file_location("scale0.core._pool", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules["scale0.core._pool"] = module
+
+
+if os.environ.get("SCALE0_POOL_SO"):  # a sanitizer build instead of the installed one
+    _load_so(os.environ["SCALE0_POOL_SO"])
+    C_BUILT = True
 
 
 def c_pool() -> Any:
@@ -415,3 +446,61 @@ def test_source_builds_warning_free_and_imports(tmp_path: Path) -> None:
     pool.list_ready(b"w")
     assert pool.take("s") == b"w"
     assert pool.take("s") is None
+
+
+def test_a_finalizer_changing_the_pool_inside_a_call_breaks_nothing() -> None:
+    """Building an answer allocates a list, which may run the collector, so finalizers, so any
+    Python code: here one that removes and adds workers from inside tickets(), queue(),
+    services() and remove(). The C side must not use a record freed meanwhile, nor fill a list
+    sized before the change (the first cut did, and only the ASan build in this module's
+    docstring showed it: a plain build read freed memory quietly); every answer is well formed."""
+    pool = c_pool()
+    names = ["s", "t"]
+    for i in range(40):
+        rid = b"w%d" % i
+        pool.add(rid, (names[i % 2],), 3)
+        pool.hold(rid, b"x%d" % i)
+        pool.list_ready(rid)
+    turns = iter(range(10**6))
+
+    class Trap:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+
+        def __del__(self) -> None:
+            i = next(turns)
+            pool.remove(b"w%d" % (i % 40))
+            pool.add(b"w%d" % ((i + 7) % 40), (names[i % 2], f"n{i % 3}"), 2)
+            pool.hold(b"w%d" % ((i + 7) % 40), b"y%d" % i)
+            pool.list_ready(b"w%d" % ((i + 7) % 40))
+
+    def armed(call: Any, *args: Any) -> Any:
+        """``call(*args)`` with garbage waiting and the collector due at its next allocation,
+        which is the list the call builds (no other allocation the collector counts comes
+        between gc.enable() and it)."""
+        gc.disable()
+        Trap()
+        gc.enable()
+        return call(*args)
+
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(1)
+    try:
+        for i in range(500):
+            rid = b"w%d" % (i % 40)
+            with contextlib.suppress(KeyError):  # gone by the time the call looks: allowed
+                tickets = armed(pool.tickets, rid)
+                assert tickets == sorted(set(tickets))
+                assert all(type(t) is bytes for t in tickets)
+            removed = armed(pool.remove, rid)
+            assert removed is None or all(type(t) is bytes for t in removed)
+            for name in [*names, "n0"]:
+                queue = armed(pool.queue, name)
+                assert len(set(queue)) == len(queue)
+            services = armed(pool.services)
+            assert services == sorted(set(services))
+    finally:
+        gc.enable()
+        gc.set_threshold(*thresholds)
+    assert next(turns) > 1000, "the finalizers did not run"
