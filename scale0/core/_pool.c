@@ -42,7 +42,11 @@
  * it, and is freed when the last one goes (its queue is empty by then). Pool's dealloc frees
  * everything. The Python methods are thin wrappers: they convert and check arguments, call the
  * pool_* functions below (plain C, no Python API, no GIL needed) and build the answer from C
- * memory. So the type needs no GC support.
+ * memory. So the type needs no GC support. One rule for the wrappers: no pointer into the pool
+ * is kept across the allocation of a list (or any object the cyclic GC tracks), because that
+ * allocation may run a collection, so finalizers, so Python code calling this very pool; the
+ * answers that need a list allocate it, then look the record up again and check its size
+ * (tests/core/test_pool_parity.py arms the collector inside each such call).
  *
  * Structures and complexity. Hash tables: open addressing, linear probing, backward-shift
  * deletion (no tombstones), power-of-two sizes at most 3/4 full, keys hashed by SipHash-1-3
@@ -56,9 +60,12 @@
  *
  * Threads (phase 3, not built). The lane thread will call the pool_* functions without the
  * GIL while the Python core calls these methods; one pthread mutex in the Pool will then be
- * taken by the lane once per batch and by each wrapper around its pool_* call (after its
- * arguments are converted, before its answer is built: answers are copied out under the lock,
- * as no pointer into the pool may outlive it). Today every call holds the GIL, which suffices.
+ * taken by the lane once per batch and by each wrapper around its pool_* call only: after its
+ * arguments are converted, and released before any Python object is made. An answer is copied
+ * into C memory under the lock and turned into Python objects after it, since making them may
+ * run finalizers that call the pool again (a second lock by the same thread: a deadlock) and
+ * no pointer into the pool may outlive the lock. Today every call holds the GIL, which
+ * suffices.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
