@@ -439,8 +439,15 @@ def test_source_builds_warning_free_and_imports(tmp_path: Path) -> None:
     loader = importlib.machinery.ExtensionFileLoader("scale0.core._pool", str(module))
     spec = importlib.util.spec_from_file_location("scale0.core._pool", module, loader=loader)
     assert spec is not None
-    fresh = importlib.util.module_from_spec(spec)
-    loader.exec_module(fresh)
+    installed = sys.modules.get("scale0.core._pool")
+    try:
+        fresh = importlib.util.module_from_spec(spec)
+        loader.exec_module(fresh)
+    finally:  # (loading a single-phase extension puts it in sys.modules: put back what was)
+        if installed is None:
+            sys.modules.pop("scale0.core._pool", None)
+        else:
+            sys.modules["scale0.core._pool"] = installed
     pool = fresh.Pool()
     assert pool.add(b"w", ("s",), 1) is False
     pool.list_ready(b"w")
