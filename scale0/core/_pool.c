@@ -25,7 +25,8 @@
  *   hold(routing_id, ticket)                        the worker runs `ticket` (KeyError: unknown)
  *   release(routing_id, ticket) -> bool             it no longer does; False if it did not
  *   list_ready(routing_id)                          to the back of each of its services' queues
- *       if it is registered and has a free slot; nothing otherwise
+ *       if it is registered and has a free slot; out of all of them if it is full (R5: it was
+ *       given requests outside take); nothing if it is unknown
  *   tickets(routing_id) -> list[bytes]              sorted (KeyError: unknown)
  *   spare(routing_id) -> int                        capacity - tickets held (KeyError: unknown)
  *   worker_count() -> int
@@ -448,9 +449,13 @@ static s0_worker *pool_take(s0_pool *p, const s0_bytes *name) {
     return w;
 }
 
+/* A full worker leaves every queue instead: it was given requests outside pool_take (as a worker
+ * that frees a slot is given what waits, R5), and take would hand it one more than it holds. */
 static void pool_list_ready(s0_worker *w) {
-    if (worker_spare(w) <= 0)
+    if (worker_spare(w) <= 0) {
+        worker_unlist(w);
         return;
+    }
     for (size_t i = 0; i < w->n_links; i++) {
         s0_link *l = &w->links[i];
         if (l->listed) {
@@ -929,7 +934,8 @@ static PyMethodDef Pool_methods[] = {
     {"release", (PyCFunction)(void (*)(void))Pool_release, METH_FASTCALL,
      "release(routing_id, ticket) -> bool: it no longer does; False if it did not"},
     {"list_ready", (PyCFunction)Pool_list_ready, METH_O,
-     "list_ready(routing_id): to the back of its services' queues if it has a free slot"},
+     "list_ready(routing_id): to the back of its services' queues if it has a free slot, out "
+     "of them if it is full"},
     {"tickets", (PyCFunction)Pool_tickets, METH_O, "tickets(routing_id) -> list[bytes], sorted"},
     {"spare", (PyCFunction)Pool_spare, METH_O, "spare(routing_id) -> int: capacity - tickets"},
     {"worker_count", (PyCFunction)Pool_worker_count, METH_NOARGS, "worker_count() -> int"},

@@ -132,10 +132,11 @@ class PyPool:
             self.pool.list_ready(worker)
 
     def tickets(self, routing_id: bytes) -> list[bytes]:
-        return sorted(self.pool.workers[routing_id].in_flight)
+        return sorted(self.pool.workers[routing_id].in_flight)  # (Ledger.tickets_of)
 
     def spare(self, routing_id: bytes) -> int:
-        return self.pool.workers[routing_id].spare
+        worker = self.pool.workers[routing_id]  # (Ledger.spare)
+        return worker.capacity - len(worker.in_flight)
 
     def worker_count(self) -> int:
         return len(self.pool.workers)
@@ -325,6 +326,13 @@ def test_take_hold_release_by_hand() -> None:
     assert pool.spare(b"a") == 0
     pool.list_ready(b"a")  # full: stays out
     assert pool.queue("s") == []
+    pool.add(b"c", ("s",), 1)
+    pool.list_ready(b"c")
+    pool.hold(b"c", b"4")  # given a request outside take, as R5 gives a freed worker one
+    assert pool.queue("s") == [b"c"]
+    pool.list_ready(b"c")  # full: leaves the queues (else take would overfill it)
+    assert (pool.queue("s"), pool.take("s")) == ([], None)
+    assert pool.remove(b"c") == [b"4"]
     assert pool.release(b"a", b"1") is True
     assert pool.release(b"a", b"1") is False
     pool.list_ready(b"a")
