@@ -1,8 +1,12 @@
-"""Build of the one C extension; everything else about the package is in setup.cfg.
+"""Build of the two C extensions; everything else about the package is in setup.cfg.
 
 scale0.net._zmqio (whole-message receive and batched send on pyzmq's libzmq, see its source)
 is optional: without a C compiler the install still succeeds and scale0.net.frames_io uses
 pyzmq's per-frame calls instead (slower, same behaviour; docs/performance.md).
+
+scale0.core._pool (the worker pool in C, held to scale0.core.workers.WorkerPool by
+tests/core/test_pool_parity.py) is optional too, and not used by the broker yet: phase 2 of the
+C lane (docs/architecture.md, "Decided, not built").
 """
 
 from setuptools import Extension, setup
@@ -15,6 +19,12 @@ setup(
             libraries=["dl"],
             extra_compile_args=["-O2", "-Wall", "-Wextra"],
             optional=True,
-        )
+        ),
+        Extension(
+            "scale0.core._pool",
+            ["scale0/core/_pool.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra"],
+            optional=True,
+        ),
     ]
 )

@@ -9,7 +9,7 @@ stamp="$venv/.scale0-installed"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-inputs="setup.cfg setup.py scale0/net/_zmqio.c"
+inputs="setup.cfg setup.py scale0/net/_zmqio.c scale0/core/_pool.c"
 # shellcheck disable=SC2086
 if [ -z "${SCALE0_VENV_READY:-}" ] && [ -L "$venv" ] && ! cat $inputs | cmp -s - "$stamp"; then
     # A venv borrowed from another checkout (a git worktree's .venv linked to the main one):

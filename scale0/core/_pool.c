@@ -1,0 +1,990 @@
+/*
+ * scale0.core._pool: the worker pool (scale0/core/workers.py's WorkerPool) in C.
+ *
+ * Phase 2's first brick of the decided C lane (docs/architecture.md, "Decided, not built"). It
+ * keeps, in C memory, the state a lane thread needs to route a REQUEST to a worker and take its
+ * REPLY back: the workers by routing id, with their services, capacity and the tickets they
+ * hold; per service, the workers with a free slot, least recently used first; per service, how
+ * many workers offer it. tests/core/test_pool_parity.py holds it to WorkerPool with a Hypothesis
+ * state machine that compares every answer and the observable state after every step. It is
+ * not used by the broker yet (phase 2 wires it in behind the ledger).
+ *
+ *   Pool()
+ *   add(routing_id, services, capacity) -> bool     a READY: True when it replaced a known
+ *       worker, whose tickets the new registration keeps (WorkerPool.add); the worker is listed
+ *       nowhere until list_ready. services: a tuple (or list) of str, duplicates counted once;
+ *       capacity: int >= 1.
+ *   remove(routing_id) -> list[bytes] | None        the tickets it held (sorted), None if unknown
+ *   offers(service) -> bool                         any worker, ready or busy, offers it
+ *   offered_count(service) -> int                   how many workers offer it (Ledger.workers_of)
+ *   services() -> list[str]                         every offered service, sorted
+ *   ready_count(service) -> int                     workers with a free slot for it
+ *   queue(service) -> list[bytes]                   their routing ids, least recently used first
+ *   take(service) -> bytes | None                   the LRU worker with room for it: to the back
+ *       of that queue if it has room left after this dispatch, else out of every queue
+ *   hold(routing_id, ticket)                        the worker runs `ticket` (KeyError: unknown)
+ *   release(routing_id, ticket) -> bool             it no longer does; False if it did not
+ *   list_ready(routing_id)                          to the back of each of its services' queues
+ *       if it is registered and has a free slot; out of all of them if it is full (R5: it was
+ *       given requests outside take); nothing if it is unknown
+ *   tickets(routing_id) -> list[bytes]              sorted (KeyError: unknown)
+ *   spare(routing_id) -> int                        capacity - tickets held (KeyError: unknown)
+ *   worker_count() -> int
+ *
+ * Every argument is checked before the first change: a wrong type raises TypeError naming the
+ * argument, a capacity below 1 (or above 2**62) ValueError, and a failed allocation
+ * MemoryError with the pool unchanged.
+ *
+ * Memory ownership. The pool holds no Python object: routing ids, service names (UTF-8; a str
+ * that is not encodable is taken with "surrogatepass", so every str round-trips as
+ * WorkerPool's dict keys do) and tickets are copied into C memory the pool owns, each key in
+ * the same allocation as the record it names. A worker owns its array of links (one per
+ * service) and its table of tickets; a service record lives while at least one worker offers
+ * it, and is freed when the last one goes (its queue is empty by then). Pool's dealloc frees
+ * everything. The Python methods are thin wrappers: they convert and check arguments, call the
+ * pool_* functions below (plain C, no Python API, no GIL needed) and build the answer from C
+ * memory. So the type needs no GC support. One rule for the wrappers: no pointer into the pool
+ * is kept across the allocation of a list (or any object the cyclic GC tracks), because that
+ * allocation may run a collection, so finalizers, so Python code calling this very pool; the
+ * answers that need a list allocate it, then look the record up again and check its size
+ * (tests/core/test_pool_parity.py arms the collector inside each such call).
+ *
+ * Structures and complexity. Hash tables: open addressing, linear probing, backward-shift
+ * deletion (no tombstones), power-of-two sizes at most 3/4 full, keys hashed by SipHash-1-3
+ * under a per-process random key (routing ids and tickets come from peers; a chosen-collision
+ * flood must not make a lookup O(n)). The key reaches no answer, as Python's hash seed reaches
+ * none of WorkerPool's: every answer comes in an order the pool defines (LRU, sorted), never in
+ * table order, so the core stays deterministic (DESIGN.md: no clock, no random ids in core).
+ * Tables grow, never shrink: their size follows the peak.
+ * Per service an intrusive doubly linked list of the workers with a free slot: each worker has
+ * one link per service it offers, so listing, unlisting and moving to the back are O(1) per
+ * service with no search. take, release, hold, list_ready: O(1) per service of the worker
+ * concerned (expected, as a hash lookup is); add: O(services of the old and the new READY);
+ * remove: O(services + tickets); services() and queue(): O(answer) plus the sort.
+ *
+ * Threads (phase 3, not built). The lane thread will call the pool_* functions without the
+ * GIL while the Python core calls these methods; one pthread mutex in the Pool will then be
+ * taken by the lane once per batch and by each wrapper around its pool_* call only: after its
+ * arguments are converted, and released before any Python object is made. An answer is copied
+ * into C memory under the lock and turned into Python objects after it, since making them may
+ * run finalizers that call the pool again (a second lock by the same thread: a deadlock) and
+ * no pointer into the pool may outlive the lock. Today every call holds the GIL, which
+ * suffices.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* ---- hashing ---------------------------------------------------------------------------- */
+
+static uint64_t sip_k0, sip_k1; /* set once at import from getrandom(2) */
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                  \
+    do {                                                                                          \
+        v0 += v1;                                                                                 \
+        v1 = ROTL(v1, 13);                                                                        \
+        v1 ^= v0;                                                                                 \
+        v0 = ROTL(v0, 32);                                                                        \
+        v2 += v3;                                                                                 \
+        v3 = ROTL(v3, 16);                                                                        \
+        v3 ^= v2;                                                                                 \
+        v0 += v3;                                                                                 \
+        v3 = ROTL(v3, 21);                                                                        \
+        v3 ^= v0;                                                                                 \
+        v2 += v1;                                                                                 \
+        v1 = ROTL(v1, 17);                                                                        \
+        v1 ^= v2;                                                                                 \
+        v2 = ROTL(v2, 32);                                                                        \
+    } while (0)
+
+static uint64_t hash_bytes(const unsigned char *p, size_t len) {
+    uint64_t v0 = sip_k0 ^ 0x736f6d6570736575ULL, v1 = sip_k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = sip_k0 ^ 0x6c7967656e657261ULL, v3 = sip_k1 ^ 0x7465646279746573ULL;
+    uint64_t b = ((uint64_t)len) << 56, m;
+    size_t whole = len & ~(size_t)7, i;
+    for (i = 0; i < whole; i += 8) {
+        memcpy(&m, p + i, 8);
+        v3 ^= m;
+        SIPROUND;
+        v0 ^= m;
+    }
+    for (i = 0; i < (len & 7); i++)
+        b |= (uint64_t)p[whole + i] << (8 * i);
+    v3 ^= b;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* ---- keys and tables -------------------------------------------------------------------- */
+
+/* The first member of every record a table holds: its key, stored right after the record. */
+typedef struct {
+    uint64_t hash;
+    size_t len;
+    unsigned char *data;
+} s0_key;
+
+typedef struct {
+    s0_key **slots; /* NULL until the first insert */
+    size_t mask;    /* size - 1 */
+    size_t used;
+} s0_table;
+
+/* A record of `size` bytes whose first member is an s0_key, with the key's bytes after it. */
+static void *record_new(size_t size, const unsigned char *data, size_t len, uint64_t hash) {
+    if (len > SIZE_MAX - size)
+        return NULL;
+    unsigned char *mem = calloc(1, size + len);
+    if (mem == NULL)
+        return NULL;
+    s0_key *key = (s0_key *)mem;
+    key->hash = hash;
+    key->len = len;
+    key->data = mem + size;
+    if (len)
+        memcpy(key->data, data, len);
+    return mem;
+}
+
+static s0_key *table_find(const s0_table *t, const unsigned char *data, size_t len,
+                          uint64_t hash) {
+    if (t->slots == NULL)
+        return NULL;
+    for (size_t i = hash & t->mask;; i = (i + 1) & t->mask) {
+        s0_key *k = t->slots[i];
+        if (k == NULL)
+            return NULL;
+        if (k->hash == hash && k->len == len && (len == 0 || memcmp(k->data, data, len) == 0))
+            return k;
+    }
+}
+
+/* Room for `extra` more keys without a failure later: -1 (nothing changed) if out of memory. */
+static int table_reserve(s0_table *t, size_t extra) {
+    size_t size = t->slots ? t->mask + 1 : 0;
+    size_t want = t->used + extra;
+    if (want <= size / 4 * 3 && t->slots != NULL)
+        return 0;
+    size_t new_size = size ? size : 8;
+    while (want > new_size / 4 * 3) {
+        if (new_size > SIZE_MAX / 2 / sizeof(s0_key *))
+            return -1;
+        new_size *= 2;
+    }
+    s0_key **slots = calloc(new_size, sizeof(s0_key *));
+    if (slots == NULL)
+        return -1;
+    for (size_t i = 0; i < size; i++) {
+        s0_key *k = t->slots[i];
+        if (k == NULL)
+            continue;
+        size_t j = k->hash & (new_size - 1);
+        while (slots[j] != NULL)
+            j = (j + 1) & (new_size - 1);
+        slots[j] = k;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->mask = new_size - 1;
+    return 0;
+}
+
+/* Insert a key not in the table, after table_reserve made room. */
+static void table_insert(s0_table *t, s0_key *k) {
+    size_t i = k->hash & t->mask;
+    while (t->slots[i] != NULL)
+        i = (i + 1) & t->mask;
+    t->slots[i] = k;
+    t->used++;
+}
+
+/* Remove a key that is in the table (this very record), shifting its run back. */
+static void table_remove(s0_table *t, s0_key *k) {
+    size_t i = k->hash & t->mask;
+    while (t->slots[i] != k)
+        i = (i + 1) & t->mask;
+    for (size_t j = i;;) {
+        j = (j + 1) & t->mask;
+        s0_key *next = t->slots[j];
+        if (next == NULL)
+            break;
+        size_t home = next->hash & t->mask;
+        /* `next` may move to the hole at i only if its home is not in (i, j] (cyclically). */
+        if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+            continue;
+        t->slots[i] = next;
+        i = j;
+    }
+    t->slots[i] = NULL;
+    t->used--;
+}
+
+/* ---- the pool --------------------------------------------------------------------------- */
+
+typedef struct s0_worker s0_worker;
+typedef struct s0_service s0_service;
+
+/* A worker's place in one service's queue of ready workers. */
+typedef struct s0_link {
+    s0_worker *worker;
+    s0_service *service;
+    struct s0_link *prev, *next;
+    int listed;
+} s0_link;
+
+struct s0_service {
+    s0_key key; /* the name, UTF-8 */
+    Py_ssize_t offered; /* workers offering it; the record is freed at 0 */
+    Py_ssize_t ready;   /* links in the queue */
+    s0_link *head, *tail; /* least recently used first */
+};
+
+struct s0_worker {
+    s0_key key; /* the routing id */
+    long long capacity;
+    size_t n_links;
+    s0_link *links; /* one per service, in READY order, duplicates dropped */
+    s0_table tickets; /* of s0_key records: the tickets it runs */
+};
+
+typedef struct {
+    s0_table workers;
+    s0_table services;
+} s0_pool;
+
+/* A byte string the caller owns, and its hash. */
+typedef struct {
+    const unsigned char *data;
+    size_t len;
+    uint64_t hash;
+} s0_bytes;
+
+static void link_append(s0_link *l) {
+    s0_service *s = l->service;
+    l->prev = s->tail;
+    l->next = NULL;
+    if (s->tail)
+        s->tail->next = l;
+    else
+        s->head = l;
+    s->tail = l;
+    l->listed = 1;
+    s->ready++;
+}
+
+static void link_unlink(s0_link *l) {
+    s0_service *s = l->service;
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        s->head = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    else
+        s->tail = l->prev;
+    l->prev = l->next = NULL;
+    l->listed = 0;
+    s->ready--;
+}
+
+static void worker_unlist(s0_worker *w) {
+    for (size_t i = 0; i < w->n_links; i++)
+        if (w->links[i].listed)
+            link_unlink(&w->links[i]);
+}
+
+/* Drop the worker's claim on its services (unlisted first): a service nobody offers is freed. */
+static void worker_uncount(s0_pool *p, s0_worker *w) {
+    for (size_t i = 0; i < w->n_links; i++) {
+        s0_service *s = w->links[i].service;
+        if (--s->offered == 0) {
+            table_remove(&p->services, &s->key);
+            free(s);
+        }
+    }
+}
+
+static long long worker_spare(const s0_worker *w) {
+    return w->capacity - (long long)w->tickets.used;
+}
+
+static void tickets_free(s0_table *t) {
+    if (t->slots != NULL)
+        for (size_t i = 0; i <= t->mask; i++)
+            free(t->slots[i]);
+    free(t->slots);
+    t->slots = NULL;
+    t->used = 0;
+}
+
+static s0_worker *pool_worker(const s0_pool *p, const s0_bytes *rid) {
+    return (s0_worker *)table_find(&p->workers, rid->data, rid->len, rid->hash);
+}
+
+static s0_service *pool_service(const s0_pool *p, const s0_bytes *name) {
+    return (s0_service *)table_find(&p->services, name->data, name->len, name->hash);
+}
+
+/* Register a worker, or replace a known one's services and capacity keeping its tickets (a new
+ * READY); it is listed nowhere until pool_list_ready. `names` may repeat a name: it counts once.
+ * 0, *replaced set; -1 when out of memory, the pool unchanged. */
+static int pool_add(s0_pool *p, const s0_bytes *rid, const s0_bytes *names, size_t n,
+                    long long capacity, int *replaced) {
+    s0_link *links = NULL;
+    s0_service **fresh = NULL;
+    size_t *probe = NULL;
+    size_t n_links = 0, n_fresh = 0, i;
+    s0_worker *created = NULL;
+
+    if (n) {
+        links = calloc(n, sizeof(s0_link));
+        fresh = calloc(n, sizeof(s0_service *));
+        /* Duplicates, found through a small index of the names seen (open addressing). */
+        size_t size = 8;
+        while (size < 2 * n)
+            size *= 2;
+        probe = malloc(size * sizeof(size_t));
+        if (links == NULL || fresh == NULL || probe == NULL)
+            goto nomem;
+        for (i = 0; i < size; i++)
+            probe[i] = SIZE_MAX;
+        for (i = 0; i < n; i++) {
+            const s0_bytes *name = &names[i];
+            size_t j = name->hash & (size - 1);
+            int dup = 0;
+            for (; probe[j] != SIZE_MAX; j = (j + 1) & (size - 1)) {
+                const s0_bytes *seen = &names[probe[j]];
+                if (seen->hash == name->hash && seen->len == name->len &&
+                    (name->len == 0 || memcmp(seen->data, name->data, name->len) == 0)) {
+                    dup = 1;
+                    break;
+                }
+            }
+            if (dup)
+                continue;
+            probe[j] = i;
+            s0_service *s = pool_service(p, name);
+            if (s == NULL) {
+                s = record_new(sizeof(s0_service), name->data, name->len, name->hash);
+                if (s == NULL)
+                    goto nomem;
+                fresh[n_fresh++] = s;
+            }
+            links[n_links++].service = s;
+        }
+        if (table_reserve(&p->services, n_fresh) < 0)
+            goto nomem;
+    }
+    s0_worker *w = pool_worker(p, rid);
+    if (w == NULL) {
+        created = record_new(sizeof(s0_worker), rid->data, rid->len, rid->hash);
+        if (created == NULL || table_reserve(&p->workers, 1) < 0)
+            goto nomem;
+    }
+    /* Nothing below fails. */
+    for (i = 0; i < n_fresh; i++)
+        table_insert(&p->services, &fresh[i]->key);
+    for (i = 0; i < n_links; i++)
+        links[i].service->offered++;
+    if (w != NULL) {
+        worker_unlist(w);
+        worker_uncount(p, w); /* after the new counts: a service kept is never freed */
+        free(w->links);
+    } else {
+        w = created;
+        table_insert(&p->workers, &w->key);
+    }
+    for (i = 0; i < n_links; i++)
+        links[i].worker = w;
+    w->links = links;
+    w->n_links = n_links;
+    w->capacity = capacity;
+    *replaced = created == NULL;
+    free(fresh);
+    free(probe);
+    return 0;
+
+nomem:
+    for (i = 0; i < n_fresh; i++)
+        free(fresh[i]);
+    free(created);
+    free(links);
+    free(fresh);
+    free(probe);
+    return -1;
+}
+
+static void pool_remove(s0_pool *p, s0_worker *w) {
+    worker_unlist(w);
+    worker_uncount(p, w);
+    table_remove(&p->workers, &w->key);
+    tickets_free(&w->tickets);
+    free(w->links);
+    free(w);
+}
+
+static s0_worker *pool_take(s0_pool *p, const s0_bytes *name) {
+    s0_service *s = pool_service(p, name);
+    if (s == NULL || s->head == NULL)
+        return NULL;
+    s0_link *l = s->head;
+    s0_worker *w = l->worker;
+    if (worker_spare(w) > 1) { /* still has room after this dispatch: others go first */
+        if (l != s->tail) {
+            link_unlink(l);
+            link_append(l);
+        }
+    } else {
+        worker_unlist(w); /* full after this dispatch: out of every queue */
+    }
+    return w;
+}
+
+/* A full worker leaves every queue instead: it was given requests outside pool_take (as a worker
+ * that frees a slot is given what waits, R5), and take would hand it one more than it holds. */
+static void pool_list_ready(s0_worker *w) {
+    if (worker_spare(w) <= 0) {
+        worker_unlist(w);
+        return;
+    }
+    for (size_t i = 0; i < w->n_links; i++) {
+        s0_link *l = &w->links[i];
+        if (l->listed) {
+            if (l->service->tail == l)
+                continue;
+            link_unlink(l);
+        }
+        link_append(l);
+    }
+}
+
+/* 0 (held now, or already), -1 out of memory (nothing changed). */
+static int pool_hold(s0_worker *w, const s0_bytes *ticket) {
+    if (table_find(&w->tickets, ticket->data, ticket->len, ticket->hash) != NULL)
+        return 0;
+    s0_key *k = record_new(sizeof(s0_key), ticket->data, ticket->len, ticket->hash);
+    if (k == NULL || table_reserve(&w->tickets, 1) < 0) {
+        free(k);
+        return -1;
+    }
+    table_insert(&w->tickets, k);
+    return 0;
+}
+
+static int pool_release(s0_worker *w, const s0_bytes *ticket) {
+    s0_key *k = table_find(&w->tickets, ticket->data, ticket->len, ticket->hash);
+    if (k == NULL)
+        return 0;
+    table_remove(&w->tickets, k);
+    free(k);
+    return 1;
+}
+
+static void pool_clear(s0_pool *p) {
+    if (p->workers.slots != NULL)
+        for (size_t i = 0; i <= p->workers.mask; i++) {
+            s0_worker *w = (s0_worker *)p->workers.slots[i];
+            if (w == NULL)
+                continue;
+            tickets_free(&w->tickets);
+            free(w->links);
+            free(w);
+        }
+    if (p->services.slots != NULL)
+        for (size_t i = 0; i <= p->services.mask; i++)
+            free(p->services.slots[i]);
+    free(p->workers.slots);
+    free(p->services.slots);
+    memset(p, 0, sizeof(*p));
+}
+
+/* ---- the Python type -------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    s0_pool pool;
+} PoolObject;
+
+/* bytes argument `what` of `method` into *out (borrowed from `obj`, which the caller holds). */
+static int arg_bytes(PyObject *obj, const char *method, const char *what, s0_bytes *out) {
+    if (!PyBytes_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "Pool.%s: %s must be bytes, not %.100s", method, what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    out->data = (const unsigned char *)PyBytes_AS_STRING(obj);
+    out->len = (size_t)PyBytes_GET_SIZE(obj);
+    out->hash = hash_bytes(out->data, out->len);
+    return 0;
+}
+
+/* str argument into *out, its UTF-8 (cached in the str); a str UTF-8 cannot encode (lone
+ * surrogates) goes through "surrogatepass" into *keep, a new bytes the caller releases. */
+static int arg_str(PyObject *obj, const char *method, const char *what, s0_bytes *out,
+                   PyObject **keep) {
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "Pool.%s: %s must be str, not %.100s", method, what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    Py_ssize_t len;
+    const char *data = PyUnicode_AsUTF8AndSize(obj, &len);
+    if (data == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        PyObject *b = PyUnicode_AsEncodedString(obj, "utf-8", "surrogatepass");
+        if (b == NULL)
+            return -1;
+        *keep = b;
+        data = PyBytes_AS_STRING(b);
+        len = PyBytes_GET_SIZE(b);
+    }
+    out->data = (const unsigned char *)data;
+    out->len = (size_t)len;
+    out->hash = hash_bytes(out->data, out->len);
+    return 0;
+}
+
+static PyObject *str_of(const s0_key *k) {
+    return PyUnicode_DecodeUTF8((const char *)k->data, (Py_ssize_t)k->len, "surrogatepass");
+}
+
+static PyObject *bytes_of(const s0_key *k) {
+    return PyBytes_FromStringAndSize((const char *)k->data, (Py_ssize_t)k->len);
+}
+
+static int nargs_ok(const char *method, Py_ssize_t nargs, Py_ssize_t want) {
+    if (nargs == want)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "Pool.%s takes %zd argument%s (%zd given)", method, want,
+                 want == 1 ? "" : "s", nargs);
+    return -1;
+}
+
+/* The worker named by args[0], or NULL with KeyError set when `must` (NULL, no error, if not). */
+static s0_worker *arg_worker(PoolObject *self, PyObject *obj, const char *method, int must,
+                             int *error) {
+    s0_bytes rid;
+    *error = 0;
+    if (arg_bytes(obj, method, "routing_id", &rid) < 0) {
+        *error = 1;
+        return NULL;
+    }
+    s0_worker *w = pool_worker(&self->pool, &rid);
+    if (w == NULL && must) {
+        PyErr_Format(PyExc_KeyError, "Pool.%s: no worker %R", method, obj);
+        *error = 1;
+    }
+    return w;
+}
+
+/* A list of `n` items whose allocation may run the cyclic GC, and so finalizers, and so any
+ * Python code, this pool's methods included: the caller looks again at what it was copying
+ * afterwards, and asks for a new list if its size changed (new_list_for). */
+static PyObject *new_list_for(Py_ssize_t n) {
+    return PyList_New(n);
+}
+
+/* The tickets of the worker `rid` (which must exist: *gone set, and NULL, if it does not). */
+static PyObject *sorted_tickets(PoolObject *self, const s0_bytes *rid, int *gone) {
+    const s0_worker *w;
+    PyObject *list;
+    *gone = 0;
+    for (;;) {
+        w = pool_worker(&self->pool, rid);
+        if (w == NULL) {
+            *gone = 1;
+            return NULL;
+        }
+        Py_ssize_t want = (Py_ssize_t)w->tickets.used;
+        list = new_list_for(want);
+        if (list == NULL)
+            return NULL;
+        w = pool_worker(&self->pool, rid); /* the same, unless a finalizer changed the pool */
+        if (w != NULL && (Py_ssize_t)w->tickets.used == want)
+            break;
+        Py_DECREF(list);
+    }
+    Py_ssize_t n = 0;
+    if (w->tickets.slots != NULL)
+        for (size_t i = 0; i <= w->tickets.mask; i++) {
+            s0_key *k = w->tickets.slots[i];
+            if (k == NULL)
+                continue;
+            PyObject *b = bytes_of(k);
+            if (b == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, n++, b);
+        }
+    if (PyList_Sort(list) < 0) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return list;
+}
+
+static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Pool() takes no arguments");
+        return NULL;
+    }
+    PoolObject *self = (PoolObject *)type->tp_alloc(type, 0);
+    if (self != NULL)
+        memset(&self->pool, 0, sizeof(self->pool));
+    return (PyObject *)self;
+}
+
+static void Pool_dealloc(PoolObject *self) {
+    pool_clear(&self->pool);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Pool_add(PoolObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_ok("add", nargs, 3) < 0)
+        return NULL;
+    s0_bytes rid;
+    if (arg_bytes(args[0], "add", "routing_id", &rid) < 0)
+        return NULL;
+    PyObject *services = args[1];
+    if (!PyTuple_Check(services) && !PyList_Check(services)) {
+        PyErr_Format(PyExc_TypeError, "Pool.add: services must be a tuple of str, not %.100s",
+                     Py_TYPE(services)->tp_name);
+        return NULL;
+    }
+    PyObject *capacity_obj = args[2];
+    if (!PyLong_Check(capacity_obj) || PyBool_Check(capacity_obj)) {
+        PyErr_Format(PyExc_TypeError, "Pool.add: capacity must be int, not %.100s",
+                     Py_TYPE(capacity_obj)->tp_name);
+        return NULL;
+    }
+    int overflow;
+    long long capacity = PyLong_AsLongLongAndOverflow(capacity_obj, &overflow);
+    if (capacity == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || capacity < 1 || capacity > ((long long)1 << 62)) {
+        PyErr_Format(PyExc_ValueError,
+                     "Pool.add: capacity must be at least 1 (and at most 2**62), not %R",
+                     capacity_obj);
+        return NULL;
+    }
+    /* A list could change while its items are converted (they are str: no code runs, but
+     * hold a tuple anyway); keep[i] holds a "surrogatepass" encoding when one was needed. */
+    PyObject *seq = PySequence_Tuple(services);
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    s0_bytes *names = NULL;
+    PyObject **keep = NULL;
+    PyObject *result = NULL;
+    if (n) {
+        names = PyMem_Calloc((size_t)n, sizeof(s0_bytes));
+        keep = PyMem_Calloc((size_t)n, sizeof(PyObject *));
+        if (names == NULL || keep == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
+        if (!PyUnicode_Check(item)) {
+            PyErr_Format(PyExc_TypeError,
+                         "Pool.add: services[%zd] must be str, not %.100s", i,
+                         Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        if (arg_str(item, "add", "services item", &names[i], &keep[i]) < 0)
+            goto done;
+    }
+    int replaced = 0;
+    if (pool_add(&self->pool, &rid, names, (size_t)n, capacity, &replaced) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = PyBool_FromLong(replaced);
+done:
+    if (keep != NULL)
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(keep[i]);
+    PyMem_Free(keep);
+    PyMem_Free(names);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyObject *Pool_remove(PoolObject *self, PyObject *arg) {
+    s0_bytes rid;
+    int gone;
+    if (arg_bytes(arg, "remove", "routing_id", &rid) < 0)
+        return NULL;
+    PyObject *tickets = sorted_tickets(self, &rid, &gone);
+    if (gone)
+        Py_RETURN_NONE;
+    if (tickets == NULL)
+        return NULL;
+    s0_worker *w = pool_worker(&self->pool, &rid); /* (sorting bytes runs no Python code) */
+    pool_remove(&self->pool, w);
+    return tickets;
+}
+
+/* The service named by `arg` (a str), NULL if none; *error set on a bad argument. */
+static s0_service *arg_service(PoolObject *self, PyObject *arg, const char *method,
+                               int *error) {
+    s0_bytes name;
+    PyObject *keep = NULL;
+    *error = 0;
+    if (arg_str(arg, method, "service", &name, &keep) < 0) {
+        *error = 1;
+        return NULL;
+    }
+    s0_service *s = pool_service(&self->pool, &name);
+    Py_XDECREF(keep);
+    return s;
+}
+
+static PyObject *Pool_offers(PoolObject *self, PyObject *arg) {
+    int error;
+    s0_service *s = arg_service(self, arg, "offers", &error);
+    if (error)
+        return NULL;
+    return PyBool_FromLong(s != NULL);
+}
+
+static PyObject *Pool_offered_count(PoolObject *self, PyObject *arg) {
+    int error;
+    s0_service *s = arg_service(self, arg, "offered_count", &error);
+    if (error)
+        return NULL;
+    return PyLong_FromSsize_t(s ? s->offered : 0);
+}
+
+static PyObject *Pool_ready_count(PoolObject *self, PyObject *arg) {
+    int error;
+    s0_service *s = arg_service(self, arg, "ready_count", &error);
+    if (error)
+        return NULL;
+    return PyLong_FromSsize_t(s ? s->ready : 0);
+}
+
+static PyObject *Pool_queue(PoolObject *self, PyObject *arg) {
+    s0_bytes name;
+    PyObject *keep = NULL, *list;
+    s0_service *s;
+    if (arg_str(arg, "queue", "service", &name, &keep) < 0)
+        return NULL;
+    for (;;) {
+        s = pool_service(&self->pool, &name);
+        Py_ssize_t want = s ? s->ready : 0;
+        list = new_list_for(want);
+        if (list == NULL)
+            break;
+        s = pool_service(&self->pool, &name);
+        if ((s ? s->ready : 0) == want)
+            break;
+        Py_DECREF(list);
+    }
+    Py_XDECREF(keep);
+    if (list == NULL || s == NULL)
+        return list;
+    Py_ssize_t n = 0;
+    for (s0_link *l = s->head; l != NULL; l = l->next) {
+        PyObject *b = bytes_of(&l->worker->key);
+        if (b == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, n++, b);
+    }
+    return list;
+}
+
+static PyObject *Pool_services(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
+    const s0_table *t = &self->pool.services;
+    PyObject *list;
+    for (;;) {
+        Py_ssize_t want = (Py_ssize_t)t->used;
+        list = new_list_for(want);
+        if (list == NULL)
+            return NULL;
+        if ((Py_ssize_t)t->used == want) /* (a changed table keeps its count honest) */
+            break;
+        Py_DECREF(list);
+    }
+    Py_ssize_t n = 0;
+    if (t->slots != NULL)
+        for (size_t i = 0; i <= t->mask; i++) {
+            if (t->slots[i] == NULL)
+                continue;
+            PyObject *name = str_of(t->slots[i]);
+            if (name == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, n++, name);
+        }
+    if (PyList_Sort(list) < 0) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return list;
+}
+
+static PyObject *Pool_take(PoolObject *self, PyObject *arg) {
+    s0_bytes name;
+    PyObject *keep = NULL;
+    if (arg_str(arg, "take", "service", &name, &keep) < 0)
+        return NULL;
+    s0_worker *w = pool_take(&self->pool, &name);
+    Py_XDECREF(keep);
+    if (w == NULL)
+        Py_RETURN_NONE;
+    return bytes_of(&w->key);
+}
+
+static PyObject *Pool_hold(PoolObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_ok("hold", nargs, 2) < 0)
+        return NULL;
+    s0_bytes ticket;
+    if (arg_bytes(args[1], "hold", "ticket", &ticket) < 0)
+        return NULL;
+    int error;
+    s0_worker *w = arg_worker(self, args[0], "hold", 1, &error);
+    if (error)
+        return NULL;
+    if (pool_hold(w, &ticket) < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_release(PoolObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_ok("release", nargs, 2) < 0)
+        return NULL;
+    s0_bytes ticket;
+    if (arg_bytes(args[1], "release", "ticket", &ticket) < 0)
+        return NULL;
+    int error;
+    s0_worker *w = arg_worker(self, args[0], "release", 0, &error);
+    if (error)
+        return NULL;
+    return PyBool_FromLong(w != NULL && pool_release(w, &ticket));
+}
+
+static PyObject *Pool_list_ready(PoolObject *self, PyObject *arg) {
+    int error;
+    s0_worker *w = arg_worker(self, arg, "list_ready", 0, &error);
+    if (error)
+        return NULL;
+    if (w != NULL)
+        pool_list_ready(w);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_tickets(PoolObject *self, PyObject *arg) {
+    s0_bytes rid;
+    int gone;
+    if (arg_bytes(arg, "tickets", "routing_id", &rid) < 0)
+        return NULL;
+    PyObject *tickets = sorted_tickets(self, &rid, &gone);
+    if (gone)
+        PyErr_Format(PyExc_KeyError, "Pool.tickets: no worker %R", arg);
+    return tickets;
+}
+
+static PyObject *Pool_spare(PoolObject *self, PyObject *arg) {
+    int error;
+    s0_worker *w = arg_worker(self, arg, "spare", 1, &error);
+    if (error)
+        return NULL;
+    return PyLong_FromLongLong(worker_spare(w));
+}
+
+static PyObject *Pool_worker_count(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromSize_t(self->pool.workers.used);
+}
+
+static PyMethodDef Pool_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))Pool_add, METH_FASTCALL,
+     "add(routing_id, services, capacity) -> bool: register a worker, or replace a known one "
+     "keeping its tickets (True)"},
+    {"remove", (PyCFunction)Pool_remove, METH_O,
+     "remove(routing_id) -> list[bytes] | None: the tickets the worker held, None if unknown"},
+    {"offers", (PyCFunction)Pool_offers, METH_O, "offers(service) -> bool"},
+    {"offered_count", (PyCFunction)Pool_offered_count, METH_O,
+     "offered_count(service) -> int: workers offering it, ready or busy"},
+    {"services", (PyCFunction)Pool_services, METH_NOARGS, "services() -> list[str], sorted"},
+    {"ready_count", (PyCFunction)Pool_ready_count, METH_O,
+     "ready_count(service) -> int: workers with a free slot for it"},
+    {"queue", (PyCFunction)Pool_queue, METH_O,
+     "queue(service) -> list[bytes]: its ready workers, least recently used first"},
+    {"take", (PyCFunction)Pool_take, METH_O,
+     "take(service) -> bytes | None: the least recently used worker with room, marked used"},
+    {"hold", (PyCFunction)(void (*)(void))Pool_hold, METH_FASTCALL,
+     "hold(routing_id, ticket): the worker runs ticket"},
+    {"release", (PyCFunction)(void (*)(void))Pool_release, METH_FASTCALL,
+     "release(routing_id, ticket) -> bool: it no longer does; False if it did not"},
+    {"list_ready", (PyCFunction)Pool_list_ready, METH_O,
+     "list_ready(routing_id): to the back of its services' queues if it has a free slot, out "
+     "of them if it is full"},
+    {"tickets", (PyCFunction)Pool_tickets, METH_O, "tickets(routing_id) -> list[bytes], sorted"},
+    {"spare", (PyCFunction)Pool_spare, METH_O, "spare(routing_id) -> int: capacity - tickets"},
+    {"worker_count", (PyCFunction)Pool_worker_count, METH_NOARGS, "worker_count() -> int"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "scale0.core._pool.Pool",
+    .tp_basicsize = sizeof(PoolObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The worker pool in C: workers, their services, capacity and tickets; per service "
+              "the workers with a free slot, least recently used first (scale0.core.workers)",
+    .tp_new = Pool_new,
+    .tp_dealloc = (destructor)Pool_dealloc,
+    .tp_methods = Pool_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "scale0.core._pool",
+    "The worker pool in C (see the header comment of scale0/core/_pool.c).",
+    -1,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__pool(void) {
+    uint64_t key[2];
+    if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+        /* No entropy source: still a working pool, only without the flood resistance. */
+        key[0] = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&key;
+        key[1] = (uint64_t)clock() * 0x9e3779b97f4a7c15ULL;
+    }
+    sip_k0 = key[0];
+    sip_k1 = key[1];
+    if (PyType_Ready(&PoolType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&PoolType);
+    if (PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0) {
+        Py_DECREF(&PoolType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
