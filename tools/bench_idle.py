@@ -35,8 +35,12 @@ The same drivers and schedule measure, in the same invocation (``--cases``), the
 pyzmq's libzmq) that answers CHECKCONFIG, answers each client HEARTBEAT, beats each READY
 worker every interval (the idle interval, saying it, or 1 s for ``c-idle-1s``) and forgets the
 silent, at the same message rate as Scale0; and ``c-idle-in``, the same program answering
-nothing after CONFIG (what reading the HEARTBEATs alone costs; not the protocol). Scale0's
-share is printed as a ratio to each floor's, and to its own without idle beating.
+nothing after CONFIG (what reading the HEARTBEATs alone costs; not the protocol); and
+``c-zmtp``, liveness left to libzmq's own ZMTP heartbeats (ZMQ_HEARTBEAT_IVL at the idle
+interval on the floor's sockets and the drivers', a timeout of three): no HEARTBEAT message
+at all, the floor silent after CONFIG, so the program never wakes and all of the cost is
+libzmq's I/O thread, which PINGs every connection and drops the silent. Scale0's share is
+printed as a ratio to each floor's, and to its own without idle beating.
 
     tools/bench idle                              # 2 000 workers, 2 000 clients, 30 s
     tools/bench idle --workers 500 --clients 500 --seconds 10
@@ -44,6 +48,7 @@ share is printed as a ratio to each floor's, and to its own without idle beating
     tools/bench idle --idle-interval 0 --cases scale0 c-idle     # the old 1 s everywhere
     tools/bench idle --base-tree /tmp/base --repeat 2     # against a change's "before", alternating
     tools/bench idle --groups 20 --period 0.8             # the bursty schedule before 2026-11-26
+    tools/bench idle --cases c-idle c-zmtp                # app HEARTBEATs against libzmq's own
 """
 
 from __future__ import annotations
@@ -106,11 +111,14 @@ def driver(
     promise_ms: int = 0,
     period: float = PERIOD,
     slots: int = 0,
+    zmtp_ms: int = 0,
 ) -> None:
     """Hold ``workers`` + ``clients`` idle connections, heartbeating each every ``period`` of
     the interval (of ``promise_ms``, promised in every HEARTBEAT as ``interval_ms``, when not
     0) on a schedule spread evenly over the period in ``slots`` groups that beat together (0:
-    one group per connection, each on its own clock, as independent clients are); count in
+    one group per connection, each on its own clock, as independent clients are); with
+    ``zmtp_ms``, no HEARTBEAT at all after CONFIG: each socket has libzmq's ZMTP heartbeats
+    at that interval instead (the ``c-zmtp`` case); count in
     ``lost`` each connection the broker forgot (FORCENEGOTIATE or an error; once per
     connection), in ``late`` the worst lateness of a group's HEARTBEATs against its schedule,
     in ``counts`` the HEARTBEATs sent and received."""
@@ -149,6 +157,9 @@ def driver(
         while opened < total and len(pending) < WAVE:
             sock = ctx.socket(zmq.DEALER)
             sock.linger = 0
+            if zmtp_ms:
+                sock.setsockopt(zmq.HEARTBEAT_IVL, zmtp_ms)
+                sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * zmtp_ms)
             sock.connect(backend if opened < workers else frontend)
             signature_of[sock] = b"S0W1" if opened < workers else b"S0C1"
             sock.send_multipart([b"", signature_of[sock], b"CHECKCONFIG", CHECKCONFIG])
@@ -162,7 +173,7 @@ def driver(
             if promise_ms:
                 options["interval_ms"] = promise_ms  # idle: the next one within it (§3.4)
             beat = json.dumps(options).encode()
-            group = groups[slot % slots]
+            group = groups[slot % slots] if not zmtp_ms else []
             for sock, signature in group:
                 sock.send_multipart([b"", signature, b"HEARTBEAT", beat])
             sent += len(group)
@@ -203,7 +214,7 @@ def driver(
                     version = json.loads(frames[3]).get("config_version", version)
                     if signature == b"S0W1":
                         ready(sock, signature)
-                    if promise_ms:
+                    if promise_ms and not zmtp_ms:
                         # Idle from the start: its promise at once, as its group's first turn
                         # may be a whole idle period away (the broker holds it to the interval
                         # until it promises; the library beats at it until it is idle).
@@ -237,11 +248,14 @@ def measure(
     floor: Path | None = None,
     silent: bool = False,
     idle_ms: int = 0,
+    zmtp: bool = False,
 ) -> dict[str, float]:
     """One broker under the idle load: Scale0 (``command``: from another tree; None: this
     one), or the C liveness floor (``floor``: its built binary, tools/idle_floor.c; ``silent``:
     it answers nothing after CONFIG). ``idle_ms``: the drivers promise it and beat at it (idle
-    beating); 0: they beat every interval, promising nothing."""
+    beating); 0: they beat every interval, promising nothing. ``zmtp`` (with ``floor``): liveness
+    by libzmq's ZMTP heartbeats at ``idle_ms`` on both ends, the floor silent and the drivers
+    sending no HEARTBEAT (the ``c-zmtp`` case)."""
     spawn = multiprocessing.get_context("spawn")
     # "info" adds only start/stop lines; broker_stopped carries the counters read below.
     overrides = {"log_level": "info"}
@@ -261,8 +275,11 @@ def measure(
                     floor,
                     Path(tmp),
                     heartbeat_ms=idle_ms or int(INTERVAL_S * 1000),
-                    silent=silent,
+                    silent=silent or zmtp,
                     promise_ms=idle_ms,
+                    # ZMTP: libzmq drops a dead connection; the floor's own table forgets none
+                    liveness=1_000_000 if zmtp else 3,
+                    zmtp_ms=(idle_ms or int(INTERVAL_S * 1000)) if zmtp else 0,
                 )
             )
             frontend, backend = broker.frontend, broker.backend
@@ -291,6 +308,7 @@ def measure(
                     idle_ms,
                     args.period,
                     args.groups,
+                    (idle_ms or int(INTERVAL_S * 1000)) if zmtp else 0,
                 ),
             )
             p.start()
@@ -377,7 +395,7 @@ def measure(
     }
 
 
-CASES = ("scale0", "scale0-1s", "c-idle", "c-idle-1s", "c-idle-in")
+CASES = ("scale0", "scale0-1s", "c-idle", "c-idle-1s", "c-idle-in", "c-zmtp")
 
 
 def main(argv: list[str]) -> int:
@@ -401,7 +419,8 @@ def main(argv: list[str]) -> int:
         default=["scale0", "c-idle"],
         help="scale0: this tree's broker; c-idle: the C liveness floor (tools/idle_floor.c); "
         "c-idle-in: the same floor silent after CONFIG (only reading the HEARTBEATs); "
-        "scale0-1s, c-idle-1s: the same without idle beating (every 1 s)",
+        "scale0-1s, c-idle-1s: the same without idle beating (every 1 s); c-zmtp: liveness "
+        "by libzmq's own ZMTP heartbeats at the idle interval, no HEARTBEAT message at all",
     )
     parser.add_argument(
         "--base-tree",
@@ -455,7 +474,7 @@ def main(argv: list[str]) -> int:
     )
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in runs}
     with tempfile.TemporaryDirectory() as build:
-        floors = {"c-idle", "c-idle-1s", "c-idle-in"} & set(results)
+        floors = {"c-idle", "c-idle-1s", "c-idle-in", "c-zmtp"} & set(results)
         floor = build_c_broker(Path(build), IDLE_SOURCE) if floors else None
         for _ in range(args.repeat):
             for name, command in runs:
@@ -466,6 +485,7 @@ def main(argv: list[str]) -> int:
                     floor if name in floors else None,
                     silent=name == "c-idle-in",
                     idle_ms=0 if old else args.idle_interval,
+                    zmtp=name == "c-zmtp",
                 )
                 results[name].append(result)
                 print(
@@ -498,6 +518,7 @@ def main(argv: list[str]) -> int:
         ("scale0", "scale0-1s", "Scale0 without idle beating"),
         ("scale0", "c-idle", "the C floor"),
         ("scale0", "c-idle-in", "the silent C floor"),
+        ("c-zmtp", "c-idle", "the C floor"),
         ("scale0-1s", "c-idle-1s", "the C floor at 1 s"),
         ("c-idle", "c-idle-1s", "the C floor at 1 s"),
     ):

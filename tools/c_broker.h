@@ -45,6 +45,8 @@ typedef void(zmq_free_fn)(void *data, void *hint);
 #define ZMQ_SNDHWM 23
 #define ZMQ_RCVHWM 24
 #define ZMQ_LAST_ENDPOINT 32
+#define ZMQ_HEARTBEAT_IVL 75
+#define ZMQ_HEARTBEAT_TIMEOUT 77
 #define ZMQ_DONTWAIT 1
 #define ZMQ_SNDMORE 2
 #define ZMQ_POLLIN 1
@@ -97,14 +99,23 @@ C_BROKER_UNUSED static void catch_stop_signals(void) {
 }
 
 /* A ROUTER bound to `endpoint`, its last endpoint printed as "<name> <endpoint>" on stdout;
- * `program` names the broker in the error that ends it when the bind fails. */
+ * `program` names the broker in the error that ends it when the bind fails. `zmtp_ms` > 0:
+ * libzmq's ZMTP heartbeats on every connection it accepts (ZMQ_HEARTBEAT_IVL, and a timeout
+ * of three intervals), set before the bind: the listener copies the options it has then. */
 C_BROKER_UNUSED static void *bound(void *context, const char *endpoint, const char *name,
-                                   const char *program) {
+                                   const char *program, int zmtp_ms) {
     void *socket = zmq_socket(context, ZMQ_ROUTER);
-    int zero = 0, hwm = 100000;
+    int zero = 0, hwm = 100000, timeout = 3 * zmtp_ms;
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(socket, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    if (zmtp_ms > 0 &&
+        (zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &zmtp_ms, sizeof(zmtp_ms)) != 0 ||
+         zmq_setsockopt(socket, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof(timeout)) != 0)) {
+        fprintf(stderr, "%s: ZMTP heartbeats on %s: %s\n", program, name,
+                zmq_strerror(zmq_errno()));
+        exit(2);
+    }
     if (zmq_bind(socket, endpoint) != 0) {
         fprintf(stderr, "%s: cannot bind %s %s: %s\n", program, name, endpoint,
                 zmq_strerror(zmq_errno()));

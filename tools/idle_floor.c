@@ -24,7 +24,14 @@
  * "interval_ms":promise_ms: run with -i and -p both the idle interval, it is the floor of the
  * idle protocol, where every idle peer and the broker beat (and are forgotten) at that interval.
  *
- * Usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] [-p promise_ms] FRONTEND BACKEND
+ * With -z zmtp_ms both sockets also set libzmq's own ZMTP heartbeats (ZMQ_HEARTBEAT_IVL
+ * zmtp_ms, ZMQ_HEARTBEAT_TIMEOUT 3 x zmtp_ms): libzmq's I/O thread PINGs every connection and
+ * drops one that answers nothing, with no message reaching the program. Run with -s 1 and a
+ * liveness of its own too long to matter, and peers that stay silent, it is what liveness by
+ * ZMTP heartbeats alone costs a broker (`tools/bench idle --cases c-zmtp`).
+ *
+ * Usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] [-p promise_ms] [-z zmtp_ms]
+ *                   FRONTEND BACKEND
  *   binds both (tcp://127.0.0.1:* picks a port), prints "frontend <endpoint>" and
  *   "backend <endpoint>" on stdout, and on SIGTERM/SIGINT prints one "stats ..." line on
  *   stderr and exits 0.
@@ -58,6 +65,7 @@ static double heartbeat_s = 1.0;
 static int liveness = 3;
 static int silent;
 static int promise_ms; /* 0: HEARTBEATs carry no interval_ms */
+static int zmtp_ms;    /* 0: no ZMTP heartbeats */
 static void *frontend, *backend;
 static unsigned long long st_received, st_sent, st_wakeups, st_ticks, st_forgotten, st_forced,
     st_dropped, st_untracked;
@@ -249,21 +257,23 @@ int main(int argc, char **argv) {
             silent = atoi(argv[arg + 1]);
         } else if (strcmp(argv[arg], "-p") == 0) {
             promise_ms = atoi(argv[arg + 1]);
+        } else if (strcmp(argv[arg], "-z") == 0) {
+            zmtp_ms = atoi(argv[arg + 1]);
         } else {
             break;
         }
         arg += 2;
     }
-    if (argc - arg != 2 || heartbeat_s <= 0 || liveness < 1) {
+    if (argc - arg != 2 || heartbeat_s <= 0 || liveness < 1 || zmtp_ms < 0) {
         fprintf(stderr, "usage: idle-floor [-i heartbeat_ms] [-l liveness] [-s 1] [-p promise_ms] "
-                        "FRONTEND BACKEND\n");
+                        "[-z zmtp_ms] FRONTEND BACKEND\n");
         return 2;
     }
     catch_stop_signals();
 
     void *context = zmq_ctx_new();
-    frontend = bound(context, argv[arg], "frontend", "idle-floor");
-    backend = bound(context, argv[arg + 1], "backend", "idle-floor");
+    frontend = bound(context, argv[arg], "frontend", "idle-floor", zmtp_ms);
+    backend = bound(context, argv[arg + 1], "backend", "idle-floor", zmtp_ms);
     fflush(stdout);
 
     zmq_pollitem_t items[2] = {{frontend, 0, ZMQ_POLLIN, 0}, {backend, 0, ZMQ_POLLIN, 0}};

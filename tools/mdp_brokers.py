@@ -256,10 +256,12 @@ def running_idle_floor(
     liveness: int = 3,
     silent: bool = False,
     promise_ms: int = 0,
+    zmtp_ms: int = 0,
 ) -> Iterator[RunningBroker]:
     """The C liveness floor (tools/idle_floor.c): frontend (clients) and backend (workers).
     ``silent``: it sends nothing after CONFIG (what reading the HEARTBEATs alone costs);
-    ``promise_ms``: its HEARTBEATs say ``interval_ms`` (idle beating, docs/protocol.md §3.4)."""
+    ``promise_ms``: its HEARTBEATs say ``interval_ms`` (idle beating, docs/protocol.md §3.4);
+    ``zmtp_ms``: libzmq's own ZMTP heartbeats on both sockets at that interval."""
     broker = _start(
         "c-idle",
         [
@@ -272,6 +274,8 @@ def running_idle_floor(
             str(int(silent)),
             "-p",
             str(promise_ms),
+            "-z",
+            str(zmtp_ms),
             "tcp://127.0.0.1:*",
             "tcp://127.0.0.1:*",
         ],

@@ -34,8 +34,8 @@ int main(int argc, char **argv) {
     catch_stop_signals();
 
     void *context = zmq_ctx_new();
-    frontend = bound(context, argv[arg], "frontend", "mdp-lru");
-    backend = bound(context, argv[arg + 1], "backend", "mdp-lru");
+    frontend = bound(context, argv[arg], "frontend", "mdp-lru", 0);
+    backend = bound(context, argv[arg + 1], "backend", "mdp-lru", 0);
     fflush(stdout);
 
     lru_poll_loop(&stopping, -1, "mdp-lru");

@@ -355,3 +355,26 @@ def test_bench_idle_refuses_a_schedule_it_cannot_keep(
         bench_idle.main(argv)
     assert exit_info.value.code == 2
     assert complaint in capsys.readouterr().err
+
+
+def test_bench_idle_measures_liveness_by_zmtp_heartbeats_beside_the_c_floor(
+    idle_floor_binary: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--cases c-idle c-zmtp``: the same connections kept alive by libzmq's own ZMTP
+    heartbeats (no HEARTBEAT message from either side) are measured beside the app-level C
+    floor in one invocation, with a ratio between the two, and nobody is forgotten."""
+    code = bench_idle.main(
+        [
+            *("--workers", "20", "--clients", "20", "--seconds", "2", "--drivers", "1"),
+            *("--cases", "c-idle", "c-zmtp", "--idle-interval", "1500"),
+        ]
+    )
+    out = capsys.readouterr().out
+    zmtp = re.search(r"c-zmtp: broker CPU ([0-9.]+) % of one core, (nan|[0-9.]+) µs", out)
+    assert zmtp is not None, out
+    # No HEARTBEAT crosses in the c-zmtp case: its per-HEARTBEAT cost has nothing to divide.
+    assert zmtp[2] == "nan", out
+    ratio = r"broker CPU, median run: c-idle [0-9.]+ %, c-zmtp [0-9.]+ % \((x [0-9.]+ of|no ratio)"
+    assert re.search(ratio, out), out
+    assert "connections a broker forgot or hung up: 0 (should be 0)" in out, out
+    assert code == 0, out
