@@ -333,7 +333,7 @@ def test_bench_idle_measures_scale0_and_the_c_floor_in_one_invocation(
     ratio = r"broker CPU, median run: c-idle [0-9.]+ %, scale0 [0-9.]+ % \((x [0-9.]+ of|no ratio)"
     assert re.search(ratio, out), out
     assert "connections a broker forgot or hung up: 0 (should be 0)" in out, out
-    assert "... and in the comparison runs at 1 s (scale0-1s): 0" in out, out
+    assert "... and in the comparison runs, not judged (scale0-1s): 0" in out, out
     assert code == 0, out
 
 
