@@ -86,6 +86,7 @@ from scale0.net.frames_io import (
     send_frames,
     track_connections,
 )
+from scale0.net.frames_io import events as socket_events
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.net.security import (
     HANDSHAKE_FAILED,
@@ -155,6 +156,7 @@ PortKind = Literal["router", "dealer", "sub", "monitor"]
 
 #: What a ROUTER's monitor reports (R20): a connection accepted, a connection ended.
 _MONITOR_EVENTS: Final = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+_POLLIN: Final = int(zmq.POLLIN)
 _MONITOR_HEAD = struct.Struct("<HI")  # ZMTP monitor frame 1: event, value (the fd here)
 
 #: A port's fast path: effects for a message it recognises (given the frames, the monotonic and
@@ -185,11 +187,11 @@ class _Port:
     keys: dict[bytes, str] = field(default_factory=dict)
     io: IoKey = field(init=False)  # names the socket to recv_batch/send_batch (frames_io)
     # May have messages waiting that its FD will not announce (BrokerNode._pump): new, FD
-    # fired, sent on, or its last batch stopped at the budget. Cleared by a batch that ends
-    # on an empty socket.
+    # fired, a message waits after a send on it, or its last batch stopped at the budget.
+    # Cleared by a batch that ends on an empty socket.
     dirty: bool = True
-    # A message for it waits in the round's outbox: it becomes dirty when the outbox is sent
-    # (_flush), not before, so a batch read between the queuing and the send cannot clean it.
+    # A message for it waits in the round's outbox: when the outbox is sent (_flush) its
+    # events are read, and it becomes dirty if a message waits.
     sending: bool = False
 
     def __post_init__(self) -> None:
@@ -872,10 +874,10 @@ class BrokerNode:
         while the socket has commands it has not processed. Only an operation on the socket
         itself (a send, a receive, an option) processes them, and may leave messages waiting
         that the FD no longer announces. So a port is read when it is ``dirty``: new, its FD
-        fired, the node sent on it (from the moment the send goes out, ``_flush``), or its
-        last batch stopped at the budget; a batch that ends on an empty socket (libzmq
-        processed its commands) makes it clean, and the loop may sleep once every port is. A
-        port nobody touched is not probed at every wake-up.
+        fired, the node sent on it and its events said a message waits after the send
+        (``_flush``), or its last batch stopped at the budget; a batch that ends on an empty
+        socket (libzmq processed its commands) makes it clean, and the loop may sleep once
+        every port is. A port nobody touched is not probed at every wake-up.
         """
         if self._stopped:
             return
@@ -1397,19 +1399,28 @@ class BrokerNode:
         if not outbox:
             return
         self._outbox = []
-        for port in self._ports.values():
-            if port.sending:
-                # Dirty from now on, even if a batch read it since the message was queued: the
-                # send below may process an activate-read command that came after that batch,
-                # and then its FD never fires for what waits (the peer-silence defect).
-                port.sending = False
-                port.dirty = True
+        sent_on = [port for port in self._ports.values() if port.sending]
         try:
             sent, failed = send_batch(outbox)
         except Exception:  # a frame that is not bytes: a bug; the round's later sends are lost
             self._counters["internal_errors"] += 1
             self._log(logging.ERROR, "send_failed", {"messages": len(outbox)}, exc_info=True)
+            for port in sent_on:
+                port.sending = False
+                port.dirty = True  # (what the sends did to its FD is not known: read it)
             return
+        for port in sent_on:
+            # A send may process an activate-read command that came after the port's last
+            # batch, and then its FD never fires for what waits (the peer-silence defect). Asking
+            # the socket for its events processes every command it has, and says whether a
+            # message waits: the port is dirty only then (one option read, not a whole empty
+            # round of reading), and its FD fires again for what comes later.
+            port.sending = False
+            if not port.dirty and not port.closed:
+                try:
+                    port.dirty = bool(socket_events(port.socket) & _POLLIN)
+                except zmq.ZMQError:  # (closing): the next batch says what it is
+                    port.dirty = True
         self._counters["sent"] += sent
         self._counters["send_dropped"] += len(failed)
         for code in failed:
