@@ -29,6 +29,8 @@
  *       given requests outside take); nothing if it is unknown
  *   tickets(routing_id) -> list[bytes]              sorted (KeyError: unknown)
  *   spare(routing_id) -> int                        capacity - tickets held (KeyError: unknown)
+ *   used(routing_id) -> int                         tickets held; 0 if unknown (a worker the
+ *       pool does not know holds no slot): Ledger.used and Ledger.spare, one call, no KeyError
  *   worker_count() -> int
  *
  * Every argument is checked before the first change: a wrong type raises TypeError naming the
@@ -909,6 +911,14 @@ static PyObject *Pool_spare(PoolObject *self, PyObject *arg) {
     return PyLong_FromLongLong(worker_spare(w));
 }
 
+static PyObject *Pool_used(PoolObject *self, PyObject *arg) {
+    int error;
+    s0_worker *w = arg_worker(self, arg, "used", 0, &error);
+    if (error)
+        return NULL;
+    return PyLong_FromSize_t(w != NULL ? w->tickets.used : 0);
+}
+
 static PyObject *Pool_worker_count(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
     return PyLong_FromSize_t(self->pool.workers.used);
 }
@@ -938,6 +948,8 @@ static PyMethodDef Pool_methods[] = {
      "of them if it is full"},
     {"tickets", (PyCFunction)Pool_tickets, METH_O, "tickets(routing_id) -> list[bytes], sorted"},
     {"spare", (PyCFunction)Pool_spare, METH_O, "spare(routing_id) -> int: capacity - tickets"},
+    {"used", (PyCFunction)Pool_used, METH_O,
+     "used(routing_id) -> int: tickets held, 0 if the worker is unknown"},
     {"worker_count", (PyCFunction)Pool_worker_count, METH_NOARGS, "worker_count() -> int"},
     {NULL, NULL, 0, NULL},
 };

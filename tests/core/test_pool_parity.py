@@ -138,6 +138,10 @@ class PyPool:
         worker = self.pool.workers[routing_id]  # (Ledger.spare)
         return worker.capacity - len(worker.in_flight)
 
+    def used(self, routing_id: bytes) -> int:
+        worker = self.pool.workers.get(routing_id)  # (Ledger.used, Ledger.spare)
+        return 0 if worker is None else len(worker.in_flight)
+
     def worker_count(self) -> int:
         return len(self.pool.workers)
 
@@ -163,7 +167,7 @@ def state(pool: Any) -> dict[str, Any]:
         **{
             f"{op}({rid!r})": outcome(pool, op, rid)
             for rid in [*RIDS, UNKNOWN_RID]
-            for op in ("tickets", "spare")
+            for op in ("tickets", "spare", "used")
         },
     }
 
@@ -372,6 +376,7 @@ def test_take_hold_release_by_hand() -> None:
         ("list_ready", ("w",), "routing_id must be bytes, not str"),
         ("tickets", (memoryview(b"w"),), "routing_id must be bytes, not memoryview"),
         ("spare", (1,), "routing_id must be bytes, not int"),
+        ("used", ("w",), "routing_id must be bytes, not str"),
     ],
 )
 def test_wrong_types_name_the_argument_and_change_nothing(
@@ -405,6 +410,7 @@ def test_unknown_worker_is_a_key_error_where_it_must_exist() -> None:
         with pytest.raises(KeyError, match=r"no worker b'x'"):
             getattr(pool, op)(*args)
     assert pool.release(b"x", b"t") is False
+    assert pool.used(b"x") == 0  # a worker the pool does not know holds no slot
     assert pool.remove(b"x") is None
     assert pool.list_ready(b"x") is None
     assert pool.worker_count() == 0
@@ -425,6 +431,7 @@ def state_of(pool: Any) -> dict[str, Any]:
         "queues": {s: pool.queue(s) for s in ("s", "other")},
         "tickets": outcome(pool, "tickets", b"w"),
         "spare": outcome(pool, "spare", b"w"),
+        "used": pool.used(b"w"),
     }
 
 
