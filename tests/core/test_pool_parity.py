@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from scale0.core.workers import Worker, WorkerPool
 
@@ -56,6 +56,13 @@ UNKNOWN_RID = b"\x00nobody"
 NAMES = ["echo", "é", "", "\udc80x"]  # "" and a lone surrogate: any str WorkerPool keys by
 UNKNOWN_NAME = "nothing"
 TICKETS = [b"t0", b"t1", b"\x00t2"]
+
+
+@pytest.fixture(autouse=True)
+def ledger_pool() -> str:
+    """Once, not once per pool (tests/core/conftest.py): this drives Pool and WorkerPool
+    directly, no ledger."""
+    return "-"
 
 
 def _load_so(path: str) -> None:
@@ -258,8 +265,10 @@ class PoolParity(RuleBasedStateMachine):
         assert c == py
 
 
-PoolParity.TestCase.settings = settings(max_examples=300, stateful_step_count=50)
-test_pool_parity = PoolParity.TestCase
+def test_pool_parity() -> None:
+    run_state_machine_as_test(
+        PoolParity, settings=settings(max_examples=300, stateful_step_count=50)
+    )
 
 
 def test_many_workers_and_tickets_in_parity() -> None:
