@@ -6,8 +6,9 @@
  * REPLY back: the workers by routing id, with their services, capacity and the tickets they
  * hold; per service, the workers with a free slot, least recently used first; per service, how
  * many workers offer it. tests/core/test_pool_parity.py holds it to WorkerPool with a Hypothesis
- * state machine that compares every answer and the observable state after every step. It is
- * not used by the broker yet (phase 2 wires it in behind the ledger).
+ * state machine that compares every answer and the observable state after every step. The
+ * broker's ledger keeps its pool here where this is built (scale0/core/ledger.py's
+ * CPoolLedger: Ledger(pool="c"), the default unless SCALE0_POOL=python or SCALE0_PURE=1).
  *
  *   Pool()
  *   add(routing_id, services, capacity) -> bool     a READY: True when it replaced a known
