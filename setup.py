@@ -5,7 +5,8 @@ is optional: without a C compiler the install still succeeds and scale0.net.fram
 pyzmq's per-frame calls instead (slower, same behaviour; docs/performance.md).
 
 scale0.core._pool (the worker pool in C, held to scale0.core.workers.WorkerPool by
-tests/core/test_pool_parity.py) is optional too, and not used by the broker yet: phase 2 of the
+tests/core/test_pool_parity.py) is optional too: where it is built, the broker's ledger keeps its
+worker pool in it (scale0.core.ledger, SCALE0_POOL); without it, in WorkerPool. Phase 2 of the
 C lane (docs/architecture.md, "Decided, not built").
 """
 

@@ -49,6 +49,7 @@ from scale0.config.lastgood import read_last_good
 from scale0.config.loader import load, loads, write_atomic
 from scale0.config.model import BrokerConfig, NetworkConfig
 from scale0.config.signature import signature_for
+from scale0.core.ledger import default_pool
 from scale0.core.replica import Offer
 from scale0.crypto.curve import CurveKeyPair, load_curve_secret_key
 from scale0.crypto.keys import CryptoError, load_private_key, load_public_key
@@ -237,6 +238,10 @@ def prepare(config_path: Path) -> Prepared:
 
     Raises ConfigError (file/line/path of every problem) or StartError.
     """
+    try:
+        default_pool()  # SCALE0_POOL, checked before anything is bound (scale0.core.ledger)
+    except ValueError as exc:
+        raise StartError(str(exc)) from None
     broker = load(config_path, kind="broker")
     base = config_path.resolve().parent
     trusted: list[Ed25519PublicKey] = []

@@ -6,8 +6,9 @@
  * REPLY back: the workers by routing id, with their services, capacity and the tickets they
  * hold; per service, the workers with a free slot, least recently used first; per service, how
  * many workers offer it. tests/core/test_pool_parity.py holds it to WorkerPool with a Hypothesis
- * state machine that compares every answer and the observable state after every step. It is
- * not used by the broker yet (phase 2 wires it in behind the ledger).
+ * state machine that compares every answer and the observable state after every step. The
+ * broker's ledger keeps its pool here where this is built (scale0/core/ledger.py's
+ * CPoolLedger: Ledger(pool="c"), the default unless SCALE0_POOL=python or SCALE0_PURE=1).
  *
  *   Pool()
  *   add(routing_id, services, capacity) -> bool     a READY: True when it replaced a known
@@ -29,6 +30,8 @@
  *       given requests outside take); nothing if it is unknown
  *   tickets(routing_id) -> list[bytes]              sorted (KeyError: unknown)
  *   spare(routing_id) -> int                        capacity - tickets held (KeyError: unknown)
+ *   used(routing_id) -> int                         tickets held; 0 if unknown (a worker the
+ *       pool does not know holds no slot): Ledger.used and Ledger.spare, one call, no KeyError
  *   worker_count() -> int
  *
  * Every argument is checked before the first change: a wrong type raises TypeError naming the
@@ -909,6 +912,14 @@ static PyObject *Pool_spare(PoolObject *self, PyObject *arg) {
     return PyLong_FromLongLong(worker_spare(w));
 }
 
+static PyObject *Pool_used(PoolObject *self, PyObject *arg) {
+    int error;
+    s0_worker *w = arg_worker(self, arg, "used", 0, &error);
+    if (error)
+        return NULL;
+    return PyLong_FromSize_t(w != NULL ? w->tickets.used : 0);
+}
+
 static PyObject *Pool_worker_count(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
     return PyLong_FromSize_t(self->pool.workers.used);
 }
@@ -938,6 +949,8 @@ static PyMethodDef Pool_methods[] = {
      "of them if it is full"},
     {"tickets", (PyCFunction)Pool_tickets, METH_O, "tickets(routing_id) -> list[bytes], sorted"},
     {"spare", (PyCFunction)Pool_spare, METH_O, "spare(routing_id) -> int: capacity - tickets"},
+    {"used", (PyCFunction)Pool_used, METH_O,
+     "used(routing_id) -> int: tickets held, 0 if the worker is unknown"},
     {"worker_count", (PyCFunction)Pool_worker_count, METH_NOARGS, "worker_count() -> int"},
     {NULL, NULL, 0, NULL},
 };

@@ -10,6 +10,17 @@ implementation shared with a C lane thread can serve without calling back into P
 (docs/architecture.md, "Decided, not built", phase 1). :class:`Ledger` is the Python one:
 today's structures, kept as the model and the pure fallback.
 
+Its worker pool comes in two implementations with the same answers, chosen per ledger at
+construction (phase 2): ``Ledger(pool="python")`` keeps it in
+:class:`~scale0.core.workers.WorkerPool`; ``Ledger(pool="c")`` in the C
+:class:`scale0.core._pool.Pool` (slots, tickets, the LRU queues and the offered counts in C
+memory a lane thread can share; the :class:`~scale0.core.workers.Worker` records, what the
+control plane reads of a worker, stay Python objects, found by routing id). ``Ledger()``
+takes :func:`default_pool`: ``SCALE0_POOL`` (``c`` or ``python``) when set, else Python when
+``SCALE0_PURE=1`` (as scale0.net.frames_io forces its fallback) or the extension is not
+built (``tools/test-fallback``), else C. tests/core runs over both (its conftest), and
+tests/core/test_ledger_machine.py holds both to one model.
+
 Requests (a :class:`~scale0.core.requests.Pending` is the record passed in and out):
 
 - ``open(pending)``: hold a new request: by its timer key; by its key (R10) if it is our own
@@ -66,7 +77,10 @@ In flight (a ticket names one dispatch of a request, to a worker or to a peer):
 
 Workers (a :class:`~scale0.core.workers.Worker` is the record passed in and out; what its
 READY said is the record's, the slots it has taken are the ledger's, read only by ``used``,
-``spare`` and ``tickets_of``):
+``spare`` and ``tickets_of``, and kept by routing id: a record a new READY replaced answers
+as the one that replaced it. The slot operations, ``dispatched`` and ``list_ready`` take a
+registered worker, as the rooms always pass; a record dismissed since has no slots in a
+C-pool ledger, and ``dispatched`` to one is a KeyError there):
 
 - ``enroll(worker)``: a READY: register it, or replace a known one's services (keeping its
   slots in use); the one it replaces (or None).
@@ -101,21 +115,64 @@ Waiting (first in, first out per service, R6):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 
 from scale0.core.requests import Pending, ReplyCache, RequestKey, Tally, WaitQueue
 from scale0.core.timers import RequestDue
 from scale0.core.workers import Worker, WorkerPool
 
-__all__ = ["REPLY_CACHE_AGE_S", "REPLY_CACHE_BYTES", "REPLY_CACHE_ENTRIES", "Ledger"]
+try:
+    from scale0.core._pool import Pool as CPool  # optional, built by pip install (setup.py)
+except ImportError:  # no C compiler at install: the Python pool only
+    C_POOL = False
+else:
+    C_POOL = True
+
+__all__ = [
+    "C_POOL",
+    "POOLS",
+    "REPLY_CACHE_AGE_S",
+    "REPLY_CACHE_BYTES",
+    "REPLY_CACHE_ENTRIES",
+    "Ledger",
+    "default_pool",
+]
+
+#: The worker pools a ledger can keep (``Ledger(pool=...)``, ``SCALE0_POOL``).
+POOLS = ("c", "python")
 
 REPLY_CACHE_ENTRIES = 10_000
 REPLY_CACHE_BYTES = 64 << 20
 REPLY_CACHE_AGE_S = 60.0
 
 
+def default_pool() -> str:
+    """The pool ``Ledger()`` keeps: ``SCALE0_POOL`` when set (``c`` or ``python``); else
+    ``python`` when ``SCALE0_PURE=1`` or scale0.core._pool is not built; else ``c``."""
+    asked = os.environ.get("SCALE0_POOL")
+    if asked is not None:
+        return _checked(asked, "SCALE0_POOL")
+    if os.environ.get("SCALE0_PURE") == "1" or not C_POOL:
+        return "python"
+    return "c"
+
+
+def _checked(pool: str, what: str) -> str:
+    if pool not in POOLS:
+        raise ValueError(f"{what} must be one of {', '.join(POOLS)}, not {pool!r}")
+    if pool == "c" and not C_POOL:
+        raise ValueError(
+            f"{what} is 'c' but scale0.core._pool is not built here (no C compiler at install)"
+        )
+    return pool
+
+
 class Ledger:
-    """The Python ledger: requests, tickets in flight, the reply cache, workers, waiting."""
+    """The Python ledger: requests, tickets in flight, the reply cache, workers, waiting.
+
+    ``Ledger(pool="c")`` (or ``Ledger()`` when :func:`default_pool` says ``c``) makes the
+    same ledger with its worker pool in C: a :class:`CPoolLedger`."""
 
     __slots__ = (
         "_cache",
@@ -141,9 +198,17 @@ class Ledger:
         "worker",
     )
 
-    def __init__(self) -> None:
-        self._pool = WorkerPool()
-        self._workers = self._pool.workers
+    #: Which worker pool this ledger keeps: "python" or "c".
+    pool = "python"
+
+    def __new__(cls, pool: str | None = None) -> Ledger:
+        chosen = default_pool() if pool is None else _checked(pool, "Ledger's pool")
+        if cls is Ledger and chosen == "c":
+            return object.__new__(CPoolLedger)
+        return object.__new__(cls)
+
+    def __init__(self, pool: str | None = None) -> None:
+        self._attach_pool()
         self._waiting = WaitQueue()
         self._waiting_counts = self._waiting.counts
         self._requests: dict[RequestDue, Pending] = {}  # by seq: every request not answered
@@ -164,11 +229,16 @@ class Ledger:
         self.is_open = self._requests.__contains__
         self.running = self._inflight.get
         self.worker = self._workers.get
-        self.offers = self._pool.offers
-        self.take_worker = self._pool.take
-        self.list_ready = self._pool.list_ready
         self.held = self._per_client.__getitem__  # (a Tally: 0 for a client holding none)
         self.waiting_count = self._waiting_counts.__getitem__  # (a Tally too)
+
+    def _attach_pool(self) -> None:
+        """The worker pool (WorkerPool) and the registered records, by routing id."""
+        self._pool = WorkerPool()
+        self._workers = self._pool.workers
+        self.offers: Callable[[str], bool] = self._pool.offers
+        self.take_worker: Callable[[str], Worker | None] = self._pool.take
+        self.list_ready: Callable[[Worker], None] = self._pool.list_ready
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -336,3 +406,92 @@ class Ledger:
 
     def queued_services(self) -> list[str]:
         return self._waiting.queued()
+
+
+class CPoolLedger(Ledger):
+    """The same ledger with its worker pool in C (:class:`scale0.core._pool.Pool`): slots,
+    tickets, the LRU queues and the offered counts in C memory; the registered
+    :class:`~scale0.core.workers.Worker` records in a dict by routing id, as WorkerPool keeps
+    them. Made by ``Ledger(pool="c")``; every answer is the Python pool's (test_ledger_machine).
+    """
+
+    __slots__ = ("_cpool", "_hold", "_release", "_used")
+
+    pool = "c"
+
+    def _attach_pool(self) -> None:
+        cpool = self._cpool = CPool()
+        self._workers = {}
+        self._hold = cpool.hold
+        self._release = cpool.release
+        self._used = cpool.used
+        self.offers = cpool.offers
+        self.take_worker = self._take_worker
+        self.list_ready = self._list_ready
+
+    # ---- in flight -------------------------------------------------------------------------
+
+    def dispatched(self, worker: Worker, ticket: bytes, pending: Pending) -> None:
+        routing_id = pending.worker = worker.routing_id
+        pending.ticket = ticket
+        pending.attempt += 1
+        self._hold(routing_id, ticket)
+        self._inflight[ticket] = pending
+
+    def answer(self, ticket: bytes, routing_id: bytes) -> Pending | None:
+        inflight = self._inflight
+        pending = inflight.get(ticket)
+        if pending is None or pending.worker != routing_id:
+            return None
+        del inflight[ticket]
+        self._release(routing_id, ticket)  # (False, nothing done, when it is gone: R8)
+        self.retire(pending)
+        return pending
+
+    def release(self, worker: Worker, ticket: bytes) -> bool:
+        return self._release(worker.routing_id, ticket)
+
+    # ---- workers ---------------------------------------------------------------------------
+
+    def _take_worker(self, service: str) -> Worker | None:
+        routing_id = self._cpool.take(service)
+        return None if routing_id is None else self._workers[routing_id]
+
+    def _list_ready(self, worker: Worker) -> None:
+        routing_id = worker.routing_id
+        if self._workers.get(routing_id) is worker:  # (only the registered record, as WorkerPool)
+            self._cpool.list_ready(routing_id)
+
+    def enroll(self, worker: Worker) -> Worker | None:
+        routing_id = worker.routing_id
+        old = self._workers.get(routing_id)
+        self._cpool.add(routing_id, worker.services, worker.capacity)  # (checks, then changes)
+        self._workers[routing_id] = worker
+        counts = self._waiting_counts
+        for service in worker.services:
+            if service not in counts:
+                counts[service] = 0  # (as Ledger.enroll)
+        return old
+
+    def dismiss(self, routing_id: bytes) -> Worker | None:
+        self._cpool.remove(routing_id)
+        return self._workers.pop(routing_id, None)
+
+    def offered(self) -> list[str]:
+        return self._cpool.services()
+
+    def workers_of(self, service: str) -> int:
+        return self._cpool.offered_count(service)
+
+    def ready_count(self, service: str) -> int:
+        return self._cpool.ready_count(service)
+
+    def tickets_of(self, worker: Worker) -> list[bytes]:
+        routing_id = worker.routing_id
+        return self._cpool.tickets(routing_id) if routing_id in self._workers else []
+
+    def used(self, worker: Worker) -> int:
+        return self._used(worker.routing_id)
+
+    def spare(self, worker: Worker) -> int:
+        return worker.capacity - self._used(worker.routing_id)

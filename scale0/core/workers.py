@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 class Worker:
     """One READY worker: what it serves, how much at once, and what it is running now.
 
-    ``in_flight`` is the Python ledger's storage (scale0/core/ledger.py): the rooms ask the
-    ledger (``used``, ``spare``, ``tickets_of``), never this set."""
+    ``in_flight`` is the Python pool's storage (scale0/core/ledger.py; a ledger on the C pool
+    leaves it empty): the rooms ask the ledger (``used``, ``spare``, ``tickets_of``), never
+    this set."""
 
     routing_id: bytes
     services: tuple[str, ...]

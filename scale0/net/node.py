@@ -412,6 +412,7 @@ class BrokerNode:
                 "config_version": self.broker.network.config_version,
                 "pid": os.getpid(),
                 "io": IMPLEMENTATION,  # "c" or "pyzmq" (scale0.net.frames_io)
+                "pool": self.broker.ledger.pool,  # "c" or "python" (scale0.core.ledger)
             },
         )
         self._feed(Start())

@@ -6,7 +6,13 @@ from collections import Counter
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from scale0.core.effects import Effect
 from scale0.wire.client import ClientReply, Disconnect, ForceNegotiate
@@ -116,5 +122,8 @@ class BrokerLife(RuleBasedStateMachine):
         assert self.h.broker.stats()["in_flight"] == 0
 
 
-BrokerLife.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
-test_broker_life = BrokerLife.TestCase
+def test_broker_life() -> None:
+    """(A function, not ``BrokerLife.TestCase``: tests/core/conftest.py runs it over each pool.)"""
+    run_state_machine_as_test(
+        BrokerLife, settings=settings(max_examples=150, stateful_step_count=40, deadline=None)
+    )

@@ -6,11 +6,14 @@ ledger to the meaning its docstring gives each operation, which a C ledger must 
 
 from __future__ import annotations
 
-from scale0.core.ledger import Ledger
+import pytest
+
+from scale0.core.ledger import C_POOL, CPoolLedger, Ledger, default_pool
 from scale0.core.ports import LedgerPort
 from scale0.core.requests import Pending
 from scale0.core.workers import Worker
 from scale0.wire.client import ClientReply
+from tests.core.harness import Harness
 
 
 def _pending(seq: int, client: bytes = b"alice", request_id: bytes = b"r1") -> Pending:
@@ -137,3 +140,36 @@ def test_a_request_is_forwarded_rerouted_rescheduled_and_redirected_by_the_ledge
     assert pending.deadline == 42.0 and pending.attempt == 1
     ledger.redirect(pending, b"conn-2")
     assert pending.client == b"conn-2" and ledger.open_by_connection() == {b"conn-2": 1}
+
+
+def test_the_broker_keeps_the_pool_each_core_test_runs_over(ledger_pool: str) -> None:
+    """tests/core/conftest.py sets SCALE0_POOL per run; the broker's ledger takes it."""
+    ledger = Harness().broker.ledger
+    assert isinstance(ledger, Ledger) and ledger.pool == ledger_pool
+    assert isinstance(ledger, CPoolLedger) == (ledger_pool == "c")
+
+
+def test_the_default_pool_is_c_where_built_unless_told_or_pure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SCALE0_POOL")
+    monkeypatch.delenv("SCALE0_PURE", raising=False)
+    assert default_pool() == ("c" if C_POOL else "python") == Ledger().pool
+    monkeypatch.setenv("SCALE0_PURE", "1")  # every pure path, as scale0.net.frames_io reads it
+    assert default_pool() == "python" == Ledger().pool
+    monkeypatch.setenv("SCALE0_POOL", "python")
+    assert Ledger().pool == "python" and Ledger(pool="python").pool == "python"
+    if C_POOL:
+        monkeypatch.setenv("SCALE0_POOL", "c")  # (told beats SCALE0_PURE)
+        assert Ledger().pool == "c" and Ledger(pool="c").pool == "c"
+
+
+def test_an_unknown_or_unbuilt_pool_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCALE0_POOL", "rust")
+    with pytest.raises(ValueError, match=r"SCALE0_POOL must be one of c, python, not 'rust'"):
+        Ledger()
+    with pytest.raises(ValueError, match=r"Ledger's pool must be one of c, python, not 'C'"):
+        Ledger(pool="C")
+    if not C_POOL:
+        with pytest.raises(ValueError, match=r"scale0.core._pool is not built here"):
+            Ledger(pool="c")

@@ -4,7 +4,8 @@ docstring alone (plain lists and dicts, slow and obvious).
 
 The ledger is reached only through :class:`~scale0.core.ports.LedgerPort`'s operations, so any
 implementation plugs in: :data:`LEDGERS` names each one with a factory (phase 2 of the C lane,
-docs/architecture.md, adds the C ledger there), and every one runs the same machine.
+docs/architecture.md: the ledger on the C worker pool is there; the C ledger will be), and
+every one runs the same machine.
 
 Invariants: every ticket in flight names a request that is open; a worker's used slots are the
 tickets it holds, within its capacity; a request waits in at most one queue, in the order the
@@ -22,19 +23,28 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from scale0.core.ledger import Ledger
+from scale0.core.ledger import C_POOL, Ledger
 from scale0.core.ports import LedgerPort
 from scale0.core.requests import Pending
 from scale0.core.workers import Worker
 from scale0.wire.client import ClientReply
 
-#: Every ledger implementation, by name: the same machine runs over each.
-LEDGERS: dict[str, Callable[[], LedgerPort]] = {"python": Ledger}
+#: Every ledger implementation, by name: the same machine runs over each. The C pool's only
+#: where it is built (tools/test-fallback runs without it; test_pool_parity.py says so).
+LEDGERS: dict[str, Callable[[], LedgerPort]] = {"python": lambda: Ledger(pool="python")}
+if C_POOL:
+    LEDGERS["c-pool"] = lambda: Ledger(pool="c")
 
 SERVICES = ("a", "b")
 WORKER_IDS = (b"W0", b"W1", b"W2")
 CLIENTS = (b"c0", b"c1")
 PEER = "b2"
+
+
+@pytest.fixture(autouse=True)
+def ledger_pool() -> str:
+    """Once, not once per pool (tests/core/conftest.py): it makes each of LEDGERS itself."""
+    return "-"
 
 
 class Model:

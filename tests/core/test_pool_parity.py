@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from scale0.core.workers import Worker, WorkerPool
 
@@ -56,6 +56,13 @@ UNKNOWN_RID = b"\x00nobody"
 NAMES = ["echo", "é", "", "\udc80x"]  # "" and a lone surrogate: any str WorkerPool keys by
 UNKNOWN_NAME = "nothing"
 TICKETS = [b"t0", b"t1", b"\x00t2"]
+
+
+@pytest.fixture(autouse=True)
+def ledger_pool() -> str:
+    """Once, not once per pool (tests/core/conftest.py): this drives Pool and WorkerPool
+    directly, no ledger."""
+    return "-"
 
 
 def _load_so(path: str) -> None:
@@ -138,6 +145,10 @@ class PyPool:
         worker = self.pool.workers[routing_id]  # (Ledger.spare)
         return worker.capacity - len(worker.in_flight)
 
+    def used(self, routing_id: bytes) -> int:
+        worker = self.pool.workers.get(routing_id)  # (Ledger.used, Ledger.spare)
+        return 0 if worker is None else len(worker.in_flight)
+
     def worker_count(self) -> int:
         return len(self.pool.workers)
 
@@ -163,7 +174,7 @@ def state(pool: Any) -> dict[str, Any]:
         **{
             f"{op}({rid!r})": outcome(pool, op, rid)
             for rid in [*RIDS, UNKNOWN_RID]
-            for op in ("tickets", "spare")
+            for op in ("tickets", "spare", "used")
         },
     }
 
@@ -254,8 +265,10 @@ class PoolParity(RuleBasedStateMachine):
         assert c == py
 
 
-PoolParity.TestCase.settings = settings(max_examples=300, stateful_step_count=50)
-test_pool_parity = PoolParity.TestCase
+def test_pool_parity() -> None:
+    run_state_machine_as_test(
+        PoolParity, settings=settings(max_examples=300, stateful_step_count=50)
+    )
 
 
 def test_many_workers_and_tickets_in_parity() -> None:
@@ -372,6 +385,7 @@ def test_take_hold_release_by_hand() -> None:
         ("list_ready", ("w",), "routing_id must be bytes, not str"),
         ("tickets", (memoryview(b"w"),), "routing_id must be bytes, not memoryview"),
         ("spare", (1,), "routing_id must be bytes, not int"),
+        ("used", ("w",), "routing_id must be bytes, not str"),
     ],
 )
 def test_wrong_types_name_the_argument_and_change_nothing(
@@ -405,6 +419,7 @@ def test_unknown_worker_is_a_key_error_where_it_must_exist() -> None:
         with pytest.raises(KeyError, match=r"no worker b'x'"):
             getattr(pool, op)(*args)
     assert pool.release(b"x", b"t") is False
+    assert pool.used(b"x") == 0  # a worker the pool does not know holds no slot
     assert pool.remove(b"x") is None
     assert pool.list_ready(b"x") is None
     assert pool.worker_count() == 0
@@ -425,6 +440,7 @@ def state_of(pool: Any) -> dict[str, Any]:
         "queues": {s: pool.queue(s) for s in ("s", "other")},
         "tickets": outcome(pool, "tickets", b"w"),
         "spare": outcome(pool, "spare", b"w"),
+        "used": pool.used(b"w"),
     }
 
 

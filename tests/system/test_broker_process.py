@@ -46,7 +46,10 @@ def test_serves_a_request_then_sigterm_disconnects_and_exits_0(
 ) -> None:
     # "pyzmq": the broker without its C extension (scale0.net.frames_io's fallback). "c" where
     # the install built it; where it did not (no C compiler), the broker must say "pyzmq".
+    # The worker pool follows SCALE0_PURE too: C where scale0.core._pool is built, unless pure.
     monkeypatch.setenv("SCALE0_PURE", "1" if io == "pyzmq" else "0")
+    monkeypatch.delenv("SCALE0_POOL", raising=False)
+    pool = "c" if io == "c" and importlib.util.find_spec("scale0.core._pool") else "python"
     if io == "c" and importlib.util.find_spec("scale0.net._zmqio") is None:
         io = "pyzmq"
     with running_broker(tmp_path) as broker:
@@ -69,6 +72,7 @@ def test_serves_a_request_then_sigterm_disconnects_and_exits_0(
         ready = next(line for line in broker.logs() if line["event"] == "broker_ready")
         assert ready["broker"] == "solo"
         assert ready["io"] == io
+        assert ready["pool"] == pool
         assert ready["endpoints"] == broker.endpoints
         assert {"ts", "level"} <= set(ready)
 
@@ -98,6 +102,17 @@ def test_bad_network_config_exits_1_naming_it(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert str(network_file) in result.stderr
     assert "liveness" in result.stderr
+
+
+def test_an_unknown_worker_pool_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker_file, _, _ = write_configs(tmp_path)
+    monkeypatch.setenv("SCALE0_POOL", "rust")
+    result = _run("--config", str(broker_file))
+    assert result.returncode == 1
+    assert "SCALE0_POOL must be one of c, python, not 'rust'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_missing_config_file_exits_1(tmp_path: Path) -> None:
