@@ -92,6 +92,18 @@ def wait(driver: WebDriver, condition: Callable[[WebDriver], T | None], what: st
         raise AssertionError(f"timed out waiting for {what}") from exc
 
 
+def click(driver: WebDriver, selector: str, what: str) -> None:
+    """Click a button of a table the page redraws at every refresh: found and clicked in one
+    try, and tried again when the table was redrawn between the two (a stale element is not
+    clicked, so nothing is clicked twice)."""
+
+    def clicked(d: WebDriver) -> bool:
+        d.find_element(By.CSS_SELECTOR, selector).click()
+        return True
+
+    wait(driver, clicked, what)
+
+
 def screenshot(driver: WebDriver, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
@@ -203,18 +215,22 @@ def _check_page(browser: WebDriver, family: Family) -> None:
     )
     assert browser.execute_script("return document.cookie") == ""  # HttpOnly: not readable
 
-    browser.find_element(By.CSS_SELECTOR, "button.disable[data-broker='b2']").click()
-    wait(browser, lambda d: states(d).get("b2") == "disabled" or None, "b2 shown disabled")
-    assert states(browser) == {"b1": "active", "b2": "disabled", "b3": "active"}
+    click(browser, "button.disable[data-broker='b2']", "b2's disable button")
+    seen = wait(
+        browser,
+        lambda d: found if (found := states(d)).get("b2") == "disabled" else None,
+        "b2 shown disabled",
+    )
+    assert seen == {"b1": "active", "b2": "disabled", "b3": "active"}
     assert "b2 is now disabled" in browser.find_element(By.ID, "message").text
     path = screenshot(browser, "management-page.png")
     assert path.stat().st_size > 10_000
 
-    browser.find_element(By.CSS_SELECTOR, "button.enable[data-broker='b2']").click()
+    click(browser, "button.enable[data-broker='b2']", "b2's enable button")
     wait(browser, lambda d: states(d).get("b2") == "active" or None, "b2 shown active again")
 
     # Reload config on b3 (a config source): its file did not change, and the page says so.
-    browser.find_element(By.CSS_SELECTOR, "button.reload[data-broker='b3']").click()
+    click(browser, "button.reload[data-broker='b3']", "b3's reload button")
     wait(
         browser,
         lambda d: "nothing to apply" in d.find_element(By.ID, "message").text or None,
