@@ -598,6 +598,30 @@ static PyObject *new_list_for(Py_ssize_t n) {
     return PyList_New(n);
 }
 
+/* `list`, made for exactly t->used items, filled with every key of `t` as `make` turns it into a
+ * new bytes or str (objects the collector does not track: no Python code runs while the table
+ * is read), then sorted; NULL, `list` released, on a failure. */
+static PyObject *sorted_keys(PyObject *list, const s0_table *t,
+                             PyObject *(*make)(const s0_key *)) {
+    Py_ssize_t n = 0;
+    if (t->slots != NULL)
+        for (size_t i = 0; i <= t->mask; i++) {
+            if (t->slots[i] == NULL)
+                continue;
+            PyObject *item = make(t->slots[i]);
+            if (item == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, n++, item);
+        }
+    if (PyList_Sort(list) < 0) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return list;
+}
+
 /* The tickets of the worker `rid` (which must exist: *gone set, and NULL, if it does not). */
 static PyObject *sorted_tickets(PoolObject *self, const s0_bytes *rid, int *gone) {
     const s0_worker *w;
@@ -618,24 +642,7 @@ static PyObject *sorted_tickets(PoolObject *self, const s0_bytes *rid, int *gone
             break;
         Py_DECREF(list);
     }
-    Py_ssize_t n = 0;
-    if (w->tickets.slots != NULL)
-        for (size_t i = 0; i <= w->tickets.mask; i++) {
-            s0_key *k = w->tickets.slots[i];
-            if (k == NULL)
-                continue;
-            PyObject *b = bytes_of(k);
-            if (b == NULL) {
-                Py_DECREF(list);
-                return NULL;
-            }
-            PyList_SET_ITEM(list, n++, b);
-        }
-    if (PyList_Sort(list) < 0) {
-        Py_DECREF(list);
-        return NULL;
-    }
-    return list;
+    return sorted_keys(list, &w->tickets, bytes_of);
 }
 
 static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -824,23 +831,7 @@ static PyObject *Pool_services(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
             break;
         Py_DECREF(list);
     }
-    Py_ssize_t n = 0;
-    if (t->slots != NULL)
-        for (size_t i = 0; i <= t->mask; i++) {
-            if (t->slots[i] == NULL)
-                continue;
-            PyObject *name = str_of(t->slots[i]);
-            if (name == NULL) {
-                Py_DECREF(list);
-                return NULL;
-            }
-            PyList_SET_ITEM(list, n++, name);
-        }
-    if (PyList_Sort(list) < 0) {
-        Py_DECREF(list);
-        return NULL;
-    }
-    return list;
+    return sorted_keys(list, t, str_of);
 }
 
 static PyObject *Pool_take(PoolObject *self, PyObject *arg) {
