@@ -180,6 +180,7 @@ class Ledger:
         "_live",
         "_per_client",
         "_pool",
+        "_release",
         "_requests",
         "_waiting",
         "_waiting_counts",
@@ -236,6 +237,8 @@ class Ledger:
         """The worker pool (WorkerPool) and the registered records, by routing id."""
         self._pool = WorkerPool()
         self._workers = self._pool.workers
+        # A worker's slot freed by routing id (answer): the pool's own call, as CPoolLedger's.
+        self._release: Callable[[bytes, bytes], bool] = self._pool.release
         self.offers: Callable[[str], bool] = self._pool.offers
         self.take_worker: Callable[[str], Worker | None] = self._pool.take
         self.list_ready: Callable[[Worker], None] = self._pool.list_ready
@@ -321,9 +324,7 @@ class Ledger:
         if pending is None or pending.worker != routing_id:
             return None
         del inflight[ticket]
-        worker = self._workers.get(routing_id)
-        if worker is not None:
-            worker.in_flight.discard(ticket)
+        self._release(routing_id, ticket)  # (False, nothing done, when it is gone: R8)
         self.retire(pending)
         return pending
 
@@ -343,12 +344,18 @@ class Ledger:
     # ---- workers ---------------------------------------------------------------------------
 
     def enroll(self, worker: Worker) -> Worker | None:
-        old = self._workers.get(worker.routing_id)
-        self._pool.add(worker)
+        old = self._register(worker)
         counts = self._waiting_counts
         for service in worker.services:
             if service not in counts:
                 counts[service] = 0  # so waiting_count, on the hot path, finds it (no __missing__)
+        return old
+
+    def _register(self, worker: Worker) -> Worker | None:
+        """``worker`` in the pool (a known one's services replaced, its slots kept); the
+        record it replaces, or None."""
+        old = self._workers.get(worker.routing_id)
+        self._pool.add(worker)
         return old
 
     def dismiss(self, routing_id: bytes) -> Worker | None:
@@ -415,7 +422,7 @@ class CPoolLedger(Ledger):
     them. Made by ``Ledger(pool="c")``; every answer is the Python pool's (test_ledger_machine).
     """
 
-    __slots__ = ("_cpool", "_hold", "_release", "_used")
+    __slots__ = ("_cpool", "_hold", "_used")
 
     pool = "c"
 
@@ -438,16 +445,6 @@ class CPoolLedger(Ledger):
         self._hold(routing_id, ticket)
         self._inflight[ticket] = pending
 
-    def answer(self, ticket: bytes, routing_id: bytes) -> Pending | None:
-        inflight = self._inflight
-        pending = inflight.get(ticket)
-        if pending is None or pending.worker != routing_id:
-            return None
-        del inflight[ticket]
-        self._release(routing_id, ticket)  # (False, nothing done, when it is gone: R8)
-        self.retire(pending)
-        return pending
-
     def release(self, worker: Worker, ticket: bytes) -> bool:
         return self._release(worker.routing_id, ticket)
 
@@ -462,15 +459,11 @@ class CPoolLedger(Ledger):
         if self._workers.get(routing_id) is worker:  # (only the registered record, as WorkerPool)
             self._cpool.list_ready(routing_id)
 
-    def enroll(self, worker: Worker) -> Worker | None:
+    def _register(self, worker: Worker) -> Worker | None:
         routing_id = worker.routing_id
         old = self._workers.get(routing_id)
         self._cpool.add(routing_id, worker.services, worker.capacity)  # (checks, then changes)
         self._workers[routing_id] = worker
-        counts = self._waiting_counts
-        for service in worker.services:
-            if service not in counts:
-                counts[service] = 0  # (as Ledger.enroll)
         return old
 
     def dismiss(self, routing_id: bytes) -> Worker | None:

@@ -79,6 +79,16 @@ class WorkerPool:
             self._unlist(worker)  # full after this dispatch: out of every queue
         return worker
 
+    def release(self, routing_id: bytes, ticket: bytes) -> bool:
+        """The slot ``ticket`` holds at the registered worker ``routing_id`` is free again (True
+        if it was held; False, nothing done, for a worker gone or a ticket it does not hold),
+        as the C pool's ``release``."""
+        worker = self.workers.get(routing_id)
+        if worker is None or ticket not in worker.in_flight:
+            return False
+        worker.in_flight.discard(ticket)
+        return True
+
     def list_ready(self, worker: Worker) -> None:
         """Put a worker with spare capacity at the back of each of its services' queues; a full
         one leaves them (it was given requests outside :meth:`take`, as a worker that frees a
