@@ -260,6 +260,7 @@ def measure(
     by libzmq's ZMTP heartbeats at ``idle_ms`` on both ends, the floor silent and the drivers
     sending no HEARTBEAT (the ``c-zmtp`` case)."""
     spawn = multiprocessing.get_context("spawn")
+    zmtp_ms = (idle_ms or int(INTERVAL_S * 1000)) if zmtp else 0  # the floor's and the drivers'
     # "info" adds only start/stop lines; broker_stopped carries the counters read below.
     overrides = {"log_level": "info"}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
@@ -278,11 +279,11 @@ def measure(
                     floor,
                     Path(tmp),
                     heartbeat_ms=idle_ms or int(INTERVAL_S * 1000),
-                    silent=silent or zmtp,
+                    silent=silent or bool(zmtp_ms),
                     promise_ms=idle_ms,
                     # ZMTP: libzmq drops a dead connection; the floor's own table forgets none
-                    liveness=1_000_000 if zmtp else 3,
-                    zmtp_ms=(idle_ms or int(INTERVAL_S * 1000)) if zmtp else 0,
+                    liveness=1_000_000 if zmtp_ms else 3,
+                    zmtp_ms=zmtp_ms,
                 )
             )
             frontend, backend = broker.frontend, broker.backend
@@ -311,7 +312,7 @@ def measure(
                     idle_ms,
                     args.period,
                     args.groups,
-                    (idle_ms or int(INTERVAL_S * 1000)) if zmtp else 0,
+                    zmtp_ms,
                 ),
             )
             p.start()
