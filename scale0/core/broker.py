@@ -220,6 +220,7 @@ from scale0.core.ledger import Ledger
 from scale0.core.lifecycle import Lifecycle
 from scale0.core.majordomo import Majordomo
 from scale0.core.metrics import Metrics
+from scale0.core.ports import MirrorPort
 from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
 from scale0.core.sessions import Sessions
@@ -635,6 +636,17 @@ class Broker(HotEntries):
             self.guard.negotiated(channel, conn)
             return True
         return False
+
+    def mirror_sessions(self, mirror: MirrorPort | None) -> None:
+        """The C lane takes plain HEARTBEATs from now on (None: it stopped): ``mirror`` is told
+        every session now and each change after (scale0/core/sessions.py)."""
+        self.sessions.mirror_all(mirror)
+
+    def heard_elsewhere(self, heard: Sequence[tuple[Channel, bytes, float]]) -> None:
+        """The plain HEARTBEATs the lane took since the last call, (channel, routing id,
+        when) in order of when: their sessions are heard then, before this round's rules read
+        them. No effects: the lane answered them."""
+        self.sessions.heard_elsewhere(heard)
 
     def auth_wait_s(self, auth_id: str, sender: bytes, now: float) -> float:
         """M1: how long ``sender`` must wait before trying ``auth_id`` again (0: now)."""

@@ -113,7 +113,7 @@ class Dispatch:
         old = self.ledger.enroll(worker)
         if self.family.peers:
             self.family.table_changed(old.services if old is not None else (), now)
-        session.promise_ms = 0  # a READY starts at the negotiated interval (§3.4)
+        sessions.unpromise(session)  # a READY starts at the negotiated interval (§3.4)
         sessions.set_timeout(session, interval_s * network.liveness if msg.heartbeat else INF)
         self._join_round(routing_id, interval_s, now)
         details = {"worker": routing_id.hex(), "services": list(services), "capacity": msg.capacity}
@@ -210,7 +210,7 @@ class Dispatch:
         own interval again from now (expiry now + liveness x interval), and beaten at it."""
         session = self.sessions.workers.get(worker.routing_id)
         if session is not None:
-            session.promise_ms = 0
+            self.sessions.unpromise(session)
             touch(session, now)
             if worker.heartbeat:
                 self.sessions.set_timeout(session, worker.interval_s * self.core.network.liveness)
@@ -292,7 +292,7 @@ class Dispatch:
         if session.promise_ms:
             # §3.4: a client that promised the idle interval is active by its REQUEST: held to
             # the negotiated interval again from now, as the client library beats once busy.
-            session.promise_ms = 0
+            self.sessions.unpromise(session)
             self.sessions.set_timeout(session, core.interval_s * core.network.liveness)
         if core.state is not BrokerState.ACTIVE:
             refusal = self.family.not_accepting(SIG_CLIENT, Channel.FRONTEND)

@@ -34,6 +34,7 @@ __all__ = [
     "LedgerPort",
     "LifecyclePort",
     "MajordomoPort",
+    "MirrorPort",
     "ReplicationPort",
     "SessionsPort",
 ]
@@ -163,6 +164,8 @@ class SessionsPort(Protocol):
 
     def set_timeout(self, session: Session, timeout_s: float) -> None: ...
 
+    def unpromise(self, session: Session) -> None: ...
+
     def skewed(
         self,
         channel: Channel,
@@ -180,6 +183,18 @@ class SessionsPort(Protocol):
     def renegotiate_all(self, why: str, out: list[Effect]) -> None: ...
 
     def refuse(self, channel: Channel, routing_id: bytes, why: str, out: list[Effect]) -> None: ...
+
+
+class MirrorPort(Protocol):
+    """The C lane's copy of the sessions (scale0/net/lane.py): what its take rule for plain
+    HEARTBEATs reads of each (docs/architecture.md, "The lane"). Told by Sessions whenever it
+    changes; never asked anything back (the lane's news comes as ``heard_elsewhere``)."""
+
+    def note(
+        self, channel: Channel, routing_id: bytes, promise_ms: int, gap_s: float, last_seen: float
+    ) -> None: ...
+
+    def forget(self, channel: Channel, routing_id: bytes) -> None: ...
 
 
 class DispatchPort(Protocol):

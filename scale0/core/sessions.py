@@ -11,6 +11,12 @@ dict in the order they were last heard (:func:`~scale0.core.connections.touch` m
 end, as the core's ``now`` never goes back), so the longest-silent is first, and one
 :class:`~scale0.core.timers.ExpiryDue` timer waits for the earliest first one. The sweep looks
 only at sessions that are due; a thousand idle connections cost the timer heap nothing.
+
+With the C lane (docs/architecture.md), the lane answers a session's plain HEARTBEATs without
+this module: ``mirror`` (a :class:`~scale0.core.ports.MirrorPort`) is told everything of a
+session that the lane's take rule reads (that it exists, its promise, its gap limit) whenever
+it changes, and :meth:`Sessions.heard_elsewhere` hears what the lane heard, at the start of
+every round of the node, before any rule reads ``last_seen``.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ from scale0.config.model import KeyGrant
 from scale0.core.connections import Session, touch
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Authenticated, Channel, Effect, Log, Malformed, Send
-from scale0.core.ports import DispatchPort, FamilyPort, GuardPort, LedgerPort
-from scale0.core.records import heartbeat_gap
+from scale0.core.ports import DispatchPort, FamilyPort, GuardPort, LedgerPort, MirrorPort
+from scale0.core.records import GAP_INTERVALS, heartbeat_gap
 from scale0.core.timers import ExpiryDue
 from scale0.core.trust import allowed
 from scale0.core.trust import may as may_service
@@ -74,6 +80,8 @@ class Sessions:
         self._orders: dict[tuple[Channel, float], dict[bytes, Session]] = {}
         #: When the live ExpiryDue entry fires (None: none armed).
         self._expiry_at: float | None = None
+        #: The C lane's copy of each session (None: no lane), see the module's docstring.
+        self.mirror: MirrorPort | None = None
 
     def session(
         self, channel: Channel, routing_id: bytes, now: float, out: list[Effect]
@@ -132,6 +140,7 @@ class Sessions:
         if old is not None:
             self._unorder(old)
         self._order(session, timeout_s)
+        self._mirrored(session)
         return session
 
     # ---- liveness: the sweep (R8) ------------------------------------------------------------
@@ -142,6 +151,43 @@ class Sessions:
             return
         self._unorder(session)
         self._order(session, timeout_s)
+        self._mirrored(session)
+
+    def unpromise(self, session: Session) -> None:
+        """§3.4: ``session`` is held to its negotiated interval again (its promise is 0)."""
+        if session.promise_ms:
+            session.promise_ms = 0
+            self._mirrored(session)
+
+    def _mirrored(self, session: Session) -> None:
+        """Tell the lane (if any) what its take rule reads of ``session``: it exists, its
+        promise, and (a worker's) the silence after which a HEARTBEAT is a gap to log."""
+        mirror = self.mirror
+        if mirror is None:
+            return
+        gap_s = 0.0
+        if session.channel is Channel.BACKEND:
+            gap_s = GAP_INTERVALS * session.timeout_s / self.core.network.liveness
+        mirror.note(
+            session.channel, session.routing_id, session.promise_ms, gap_s, session.last_seen
+        )
+
+    def mirror_all(self, mirror: MirrorPort | None) -> None:
+        """From now on ``mirror`` is the lane's copy (None: no lane); every session is told."""
+        self.mirror = mirror
+        for sessions in self.by_channel.values():
+            for session in sessions.values():
+                self._mirrored(session)
+
+    def heard_elsewhere(self, heard: Sequence[tuple[Channel, bytes, float]]) -> None:
+        """The lane took these plain HEARTBEATs (channel, routing id, when: in order of when):
+        each session is heard then, as :meth:`heard_many` would have heard it. A session ended
+        since is not opened again."""
+        by_channel = self.by_channel
+        for channel, routing_id, when in heard:
+            session = by_channel[channel].get(routing_id)
+            if session is not None and when > session.last_seen:
+                touch(session, when)
 
     def _order(self, session: Session, timeout_s: float) -> None:
         """Put ``session`` (just heard) last in the order of its channel and ``timeout_s``."""
@@ -470,6 +516,7 @@ class Sessions:
         if promise_ms == session.promise_ms:
             return True
         session.promise_ms = promise_ms
+        self._mirrored(session)
         if worker is None or worker.heartbeat:
             self.set_timeout(session, network.liveness * (promise_ms / 1000 or normal_s))
         if worker is not None:
@@ -533,6 +580,8 @@ class Sessions:
         session = self.by_channel.get(channel, {}).pop(routing_id, None)
         if session is not None:
             self._unorder(session)
+            if self.mirror is not None:
+                self.mirror.forget(channel, routing_id)
         if session is not None and self._client_ids.get((channel, session.client_id)) == routing_id:
             del self._client_ids[(channel, session.client_id)]
         if session is not None and session.key:
