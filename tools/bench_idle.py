@@ -52,6 +52,7 @@ printed as a ratio to each floor's, and to its own without idle beating.
     tools/bench idle --base-tree /tmp/base --repeat 2     # against a change's "before", alternating
     tools/bench idle --groups 20 --period 0.8             # the bursty schedule before 2026-11-26
     tools/bench idle --cases c-idle c-zmtp                # app HEARTBEATs against libzmq's own
+    tools/bench idle --cases scale0 scale0-lane c-idle    # the loop, the C lane, the floor
 """
 
 from __future__ import annotations
@@ -252,17 +253,21 @@ def measure(
     silent: bool = False,
     idle_ms: int = 0,
     zmtp: bool = False,
+    lane: bool = False,
 ) -> dict[str, float]:
     """One broker under the idle load: Scale0 (``command``: from another tree; None: this
     one), or the C liveness floor (``floor``: its built binary, tools/idle_floor.c; ``silent``:
     it answers nothing after CONFIG). ``idle_ms``: the drivers promise it and beat at it (idle
     beating); 0: they beat every interval, promising nothing. ``zmtp`` (with ``floor``): liveness
     by libzmq's ZMTP heartbeats at ``idle_ms`` on both ends, the floor silent and the drivers
-    sending no HEARTBEAT (the ``c-zmtp`` case)."""
+    sending no HEARTBEAT (the ``c-zmtp`` case). ``lane``: Scale0 with ``lane: true`` (its C
+    lane thread takes the plain HEARTBEATs; the ``scale0-lane`` case)."""
     spawn = multiprocessing.get_context("spawn")
     zmtp_ms = (idle_ms or int(INTERVAL_S * 1000)) if zmtp else 0  # the floor's and the drivers'
     # "info" adds only start/stop lines; broker_stopped carries the counters read below.
-    overrides = {"log_level": "info"}
+    overrides: dict[str, Any] = {"log_level": "info"}
+    if lane:
+        overrides["lane"] = True
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         broker: Any
         if floor is None:
@@ -399,7 +404,7 @@ def measure(
     }
 
 
-CASES = ("scale0", "scale0-1s", "c-idle", "c-idle-1s", "c-idle-in", "c-zmtp")
+CASES = ("scale0", "scale0-lane", "scale0-1s", "c-idle", "c-idle-1s", "c-idle-in", "c-zmtp")
 
 
 def main(argv: list[str]) -> int:
@@ -421,7 +426,8 @@ def main(argv: list[str]) -> int:
         nargs="+",
         choices=CASES,
         default=["scale0", "c-idle"],
-        help="scale0: this tree's broker; c-idle: the C liveness floor (tools/idle_floor.c); "
+        help="scale0: this tree's broker; scale0-lane: the same with lane: true (its C lane "
+        "thread takes the plain HEARTBEATs); c-idle: the C liveness floor (tools/idle_floor.c); "
         "c-idle-in: the same floor silent after CONFIG (only reading the HEARTBEATs); "
         "scale0-1s, c-idle-1s: the same without idle beating (every 1 s); c-zmtp: liveness "
         "by libzmq's own ZMTP heartbeats at the idle interval, no HEARTBEAT message at all",
@@ -493,6 +499,7 @@ def main(argv: list[str]) -> int:
                     silent=name == "c-idle-in",
                     idle_ms=0 if old else args.idle_interval,
                     zmtp=name == "c-zmtp",
+                    lane=name == "scale0-lane",
                 )
                 results[name].append(result)
                 print(

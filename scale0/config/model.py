@@ -181,6 +181,14 @@ class BrokerConfig:
             "broker exits; new work is refused at once (0: exit at once)."
         ),
     )
+    lane: bool = field(
+        default=False,
+        metadata=doc(
+            "Run the frontend and backend sockets in the lane, a C thread that answers plain "
+            "HEARTBEATs without waking the broker's loop (docs/architecture.md); where the C "
+            "extension is not built the broker runs without it and broker_ready says so."
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

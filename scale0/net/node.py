@@ -87,6 +87,15 @@ from scale0.net.frames_io import (
     track_connections,
 )
 from scale0.net.frames_io import events as socket_events
+from scale0.net.lane import (
+    LANE_BUILT,
+    LANE_CHANNELS,
+    LaneMirror,
+    channel_number,
+    lane_heads,
+    lane_wanted,
+    open_lane,
+)
 from scale0.net.logs import LOGGER_NAME, level_number, log_event
 from scale0.net.security import (
     HANDSHAKE_FAILED,
@@ -193,6 +202,9 @@ class _Port:
     # A message for it waits in the round's outbox: when the outbox is sent (_flush) its
     # events are read, and it becomes dirty if a message waits.
     sending: bool = False
+    # The loop's end of a lane pipe (scale0/net/lane.py) standing for the ROUTER: each message
+    # read has a header frame first (its connection, its sender's key).
+    lane: bool = False
 
     def __post_init__(self) -> None:
         self.io = io_key(self.socket)
@@ -229,7 +241,9 @@ class BrokerNode:
     ) -> None:
         """``event_log_dir``: write the event log there (docs/trend.md), None: no event log.
         ``curve``: this broker's CURVE key pair, with which it connects to brokers that serve
-        CURVE; ``serve_curve``: its own sockets serve CURVE too (needs ``curve``)."""
+        CURVE; ``serve_curve``: its own sockets serve CURVE too (needs ``curve``).
+        With ``broker_config.lane`` the frontend and backend ROUTERs run in the C lane
+        (scale0/net/lane.py) where it is built; ``SCALE0_LANE`` overrides it."""
         self.identity = broker_config.identity
         self._broker_config = broker_config
         self._data_dir = data_dir
@@ -317,6 +331,12 @@ class BrokerNode:
         self._used_keys: dict[str, str | None] = {}  # "link:<id>" / "sub:<endpoint>" -> key
         self._redo: set[str] = set()  # connections to open again after a failed handshake
         self._fail_logged: dict[str, float] = {}
+        # The lane (scale0/net/lane.py): wanted, running (the C object), the sockets it owns
+        # while it runs (closed after it stops), and the config it was last told.
+        self._lane_wanted = lane_wanted(broker_config.lane)
+        self._lane: Any = None
+        self._lane_sockets: list[zmq.Socket[bytes]] = []
+        self._lane_told: tuple[int, float] | None = None
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -345,6 +365,8 @@ class BrokerNode:
         """The core's counters plus the node's own, prefixed ``net_``."""
         merged = dict(self.broker.stats())
         merged.update({f"net_{key}": value for key, value in self._counters.items()})
+        if self._lane is not None:
+            merged.update({f"lane_{key}": value for key, value in self._lane.stats().items()})
         return merged
 
     def add_sink(self, channel: Channel, sink: Callable[[bytes, Message], None]) -> None:
@@ -383,6 +405,8 @@ class BrokerNode:
                 self._ports[channel.value] = port
             self._pub = self._bind_pub(f"tcp://{config.bind_address}:{config.config_pub_port}")
             self._ports["config"] = self._sub_port()
+            if self._lane_wanted and LANE_BUILT:
+                self._start_lane()
         except BaseException:
             self._close_sockets(linger_ms=0)
             raise
@@ -413,6 +437,7 @@ class BrokerNode:
                 "pid": os.getpid(),
                 "io": IMPLEMENTATION,  # "c" or "pyzmq" (scale0.net.frames_io)
                 "pool": self.broker.ledger.pool,  # "c" or "python" (scale0.core.ledger)
+                "lane": self._lane_state(),
             },
         )
         self._feed(Start())
@@ -707,9 +732,13 @@ class BrokerNode:
     def _close_sockets(self, *, linger_ms: int) -> None:
         if self._watch is not None:
             self._watch.close()
+        self._stop_lane()  # (it owns the ROUTERs until it has stopped)
         for port in self._ports.values():
             port.socket.close(linger=linger_ms)
         self._ports.clear()
+        for sock in self._lane_sockets:
+            sock.close(linger=linger_ms)
+        self._lane_sockets.clear()
         if self._pub is not None:
             self._pub.close(linger=0)
             self._pub = None
@@ -850,6 +879,72 @@ class BrokerNode:
                 event = Authenticated(port.channel, routing_id, key)
                 self._perform(self.broker.handle(event, time.monotonic(), time.time()))
 
+    # ---- the lane (scale0/net/lane.py) -----------------------------------------------------
+
+    def _start_lane(self) -> None:
+        """The frontend and backend ROUTERs go to the lane: their ports read and write the
+        loop's ends of its pipes from now on (each keeps its place, fast path and keys)."""
+        assert self._context is not None
+        front, back = (self._ports[channel.value] for channel in LANE_CHANNELS)
+        lane, ours, theirs = open_lane(
+            self._context,
+            (front.socket, back.socket),
+            keyed=self._serve_curve,
+            max_frame_bytes=self.broker.max_frame_bytes,
+            hwm=self._hwm,
+            name=str(id(self)),
+        )
+        for old, pipe in zip((front, back), ours, strict=True):
+            port = _Port(
+                old.channel, pipe, _fd_of(pipe), old.signatures, old.endpoint, keyed=old.keyed
+            )
+            port.fast = old.fast
+            port.lane = True
+            self._ports[old.channel.value] = port
+            self._lane_sockets.append(old.socket)
+        self._lane_sockets.extend(theirs)
+        self._lane = lane
+        self._lane_config()
+        self.broker.mirror_sessions(LaneMirror(lane))
+        lane.start()
+
+    def _stop_lane(self) -> None:
+        """Stop the lane (it sends what the loop wrote to its pipes first); idempotent."""
+        lane = self._lane
+        if lane is None:
+            return
+        self._lane = None
+        lane.stop()
+        self.broker.mirror_sessions(None)
+
+    def _lane_state(self) -> str:
+        """What broker_ready says of the lane: "c" (running), "off" or "not built"."""
+        if self._lane is not None:
+            return "c"
+        return "not built" if self._lane_wanted else "off"
+
+    def _lane_config(self) -> None:
+        """Tell the lane the running config's version and skew limit when they change."""
+        network = self.broker.network
+        told = (network.config_version, float(network.max_clock_skew_s))
+        if told != self._lane_told:
+            self._lane_told = told
+            self._lane.configure(*told)
+
+    def _lane_heard(self) -> None:
+        """The HEARTBEATs the lane took since the last call, to the core before anything else."""
+        heard = self._lane.heard()
+        if heard:
+            self.broker.heard_elsewhere(
+                [(LANE_CHANNELS[number], rid, when) for number, rid, when in heard]
+            )
+
+    def _lane_gone(self, channel: Channel, conn: int) -> None:
+        if self._lane is not None:
+            number = channel_number(channel)
+            if number is not None:
+                self._lane.gone(number, conn)
+
     # ---- the loop: reading ----------------------------------------------------------------
 
     def _on_readable(self) -> None:
@@ -882,6 +977,8 @@ class BrokerNode:
         """
         if self._stopped:
             return
+        if self._lane is not None:
+            self._lane_heard()
         budget = self._batch_size
         while True:
             self._counters["rounds"] += 1
@@ -907,7 +1004,12 @@ class BrokerNode:
             return 0
         try:
             fds: list[int] | None = None
-            if port.keyed:
+            if port.lane:
+                batch = recv_batch(port.io, limit)
+                fds, keys = lane_heads(batch, port.keyed)
+                if port.keyed:
+                    self._note_keys(port, batch, keys)
+            elif port.keyed:
                 batch, keys = recv_batch_keyed(port.io, limit)
                 fds = batch_fds()  # before the core hears of the keys: nothing reads between
                 self._note_keys(port, batch, keys)
@@ -1173,6 +1275,7 @@ class BrokerNode:
             if self._conn_channels.get(fd) is channel:
                 del self._conn_channels[fd]
                 self._fresh.discard(fd)
+                self._lane_gone(channel, fd)
             self._perform(self.broker.handle(Disconnected(channel, fd), now, time.time()))
 
     def _negotiated(self, channel: Channel, routing_id: bytes, conn: int) -> None:
@@ -1180,6 +1283,10 @@ class BrokerNode:
         has a session now, the core marks the connection negotiated (R20), and so do we."""
         if self.broker.mark_negotiated(channel, routing_id, conn):
             self._fresh.discard(conn)
+            if self._lane is not None:
+                number = channel_number(channel)
+                if number is not None:
+                    self._lane.negotiated(number, conn)
 
     def _hangup(self, effect: Hangup) -> None:
         """Close a connection libzmq holds: shut its TCP socket down (the fd stays libzmq's;
@@ -1188,6 +1295,7 @@ class BrokerNode:
             return  # already gone: its number is not ours to touch
         del self._conn_channels[effect.conn]
         self._fresh.discard(effect.conn)
+        self._lane_gone(effect.channel, effect.conn)
         self._counters["hung_up"] += 1
         with contextlib.suppress(OSError):
             sock = socket.socket(fileno=effect.conn)
@@ -1283,6 +1391,8 @@ class BrokerNode:
         if self._stopped:
             return
         self._counters["ticks"] += 1
+        if self._lane is not None:
+            self._lane_heard()  # before the sweep reads last_seen
         self._feed(Tick())
         # The tick's sends may have swallowed a socket's FD edge: a pump reads the ports sent on.
         self._pump()
@@ -1396,6 +1506,8 @@ class BrokerNode:
         Each message whose pipe was idle wakes libzmq's I/O thread; sent together, the later
         ones usually find it still awake, and messages to one peer leave in one TCP write.
         """
+        if self._lane is not None:
+            self._lane_config()
         outbox = self._outbox
         if not outbox:
             return

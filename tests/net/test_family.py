@@ -39,6 +39,8 @@ from scale0.wire import (
 )
 from tests.net.s0p import Router
 
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+
 WAIT_S = 10.0
 HEARTBEAT_S = 0.2
 # A short family heartbeat keeps death detection (liveness x interval) at one second; liveness 5

@@ -12,6 +12,8 @@ from scale0.net.worker import Worker, echo_handler
 from scale0.testing import running_broker
 from scale0.wire.frames import ConfigType
 
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+
 WAIT_S = 10.0
 
 

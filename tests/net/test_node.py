@@ -51,6 +51,8 @@ from scale0.wire import (
 )
 from tests.net import s0p
 
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+
 WAIT_S = 10.0
 
 

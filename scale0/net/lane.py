@@ -1,0 +1,149 @@
+"""The lane: a C thread that owns the frontend and backend ROUTERs (docs/architecture.md).
+
+Phase 3a of the lane (issue 14): the thread (``scale0.net._zmqio.Lane``, scale0/net/_lane.c)
+waits in ``zmq_poll`` on both ROUTERs and takes every *plain* HEARTBEAT itself: a client's
+is answered, a worker's only heard, and neither wakes the Python loop. Everything else goes
+to the loop through one inproc PAIR pipe per channel, each message preceded by a header frame
+(the connection's fd, and on a CURVE port the sender's key), in the order received; the loop's
+sends to those two sockets go back through the same pipes. The take rule is the fast path of
+:meth:`scale0.core.sessions.Sessions.heard_many`, read in C from the lane's copy of the
+sessions, which Sessions keeps true through :class:`LaneMirror`; what the lane heard comes back
+as :meth:`scale0.core.broker.Broker.heard_elsewhere` at the start of every round of the node.
+
+This module holds what the node needs of it: whether it is built (:data:`LANE_BUILT`), the
+pipes (:func:`open_pipes`), the mirror and the header. It is on when the broker's file says
+``lane: true`` or ``SCALE0_LANE=1`` is set, and only with the C batch calls (the pure-Python
+fallback has no lane and runs as before).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+import zmq
+
+from scale0.core.effects import Channel
+from scale0.net.frames_io import IMPLEMENTATION
+
+__all__ = [
+    "LANE_BUILT",
+    "LANE_CHANNELS",
+    "LaneMirror",
+    "channel_number",
+    "lane_heads",
+    "lane_wanted",
+    "open_lane",
+]
+
+#: The lane's channel numbers: 0 the frontend, 1 the backend.
+LANE_CHANNELS: Final = (Channel.FRONTEND, Channel.BACKEND)
+_NUMBER: Final = {Channel.FRONTEND: 0, Channel.BACKEND: 1}
+
+_Lane: Any = None
+if IMPLEMENTATION == "c":
+    from scale0.net import _zmqio
+
+    _Lane = getattr(_zmqio, "Lane", None)
+
+#: Whether this install has the lane (the C extension, built with it, and not SCALE0_PURE).
+LANE_BUILT: Final = _Lane is not None
+
+
+def lane_wanted(configured: bool) -> bool:
+    """The broker file's ``lane``, or ``SCALE0_LANE`` (1 on, 0 off) when set."""
+    forced = os.environ.get("SCALE0_LANE")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return configured
+
+
+class LaneMirror:
+    """:class:`scale0.core.ports.MirrorPort` on a lane: the sessions' copy in C."""
+
+    __slots__ = ("_lane",)
+
+    def __init__(self, lane: Any) -> None:
+        self._lane = lane
+
+    def note(
+        self, channel: Channel, routing_id: bytes, promise_ms: int, gap_s: float, last_seen: float
+    ) -> None:
+        number = _NUMBER.get(channel)
+        if number is not None:
+            self._lane.note(number, routing_id, promise_ms, gap_s, last_seen)
+
+    def forget(self, channel: Channel, routing_id: bytes) -> None:
+        number = _NUMBER.get(channel)
+        if number is not None:
+            self._lane.forget(number, routing_id)
+
+
+def channel_number(channel: Channel) -> int | None:
+    """The lane's number of ``channel`` (None: not a lane channel)."""
+    return _NUMBER.get(channel)
+
+
+def open_lane(
+    context: zmq.Context[zmq.Socket[bytes]],
+    routers: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+    *,
+    keyed: bool,
+    max_frame_bytes: int,
+    hwm: int,
+    name: str,
+) -> tuple[Any, list[zmq.Socket[bytes]], list[zmq.Socket[bytes]]]:
+    """A lane (not started) on the frontend and backend ``routers``, and the pipes: the
+    loop's ends (frontend, backend) and the lane's. Towards the loop a pipe holds ``hwm``
+    messages (then the lane stops reading that ROUTER: backpressure as without a lane);
+    towards the lane it has no limit (a round's sends are bounded by the round, and the
+    ROUTER's per-peer limit applies behind it)."""
+    if _Lane is None:
+        raise RuntimeError("the lane is not built (scale0.net._zmqio without Lane)")
+    ours: list[zmq.Socket[bytes]] = []
+    theirs: list[zmq.Socket[bytes]] = []
+    try:
+        for channel in LANE_CHANNELS:
+            address = f"inproc://scale0-lane-{name}-{channel.value}"
+            lane_end: zmq.Socket[bytes] = context.socket(zmq.PAIR)
+            theirs.append(lane_end)
+            lane_end.setsockopt(zmq.LINGER, 0)
+            lane_end.setsockopt(zmq.SNDHWM, hwm)
+            lane_end.setsockopt(zmq.RCVHWM, 0)
+            lane_end.bind(address)
+            loop_end: zmq.Socket[bytes] = context.socket(zmq.PAIR)
+            ours.append(loop_end)
+            loop_end.setsockopt(zmq.LINGER, 0)
+            loop_end.setsockopt(zmq.SNDHWM, 0)
+            loop_end.setsockopt(zmq.RCVHWM, hwm)
+            loop_end.connect(address)
+        lane = _Lane(
+            routers[0].underlying,
+            routers[1].underlying,
+            theirs[0].underlying,
+            theirs[1].underlying,
+            keyed,
+            keyed,
+            max_frame_bytes,
+        )
+    except BaseException:
+        for sock in ours + theirs:
+            sock.close(linger=0)
+        raise
+    return lane, ours, theirs
+
+
+def lane_heads(batch: list[list[bytes]], keyed: bool) -> tuple[list[int], list[str]]:
+    """Take each message's header frame off (in place): the connection fds, and on a keyed
+    port the senders' keys ("" when none or not UTF-8, as recv_batch_keyed says them)."""
+    fds: list[int] = []
+    keys: list[str] = []
+    for frames in batch:
+        head = frames.pop(0) if frames else b""
+        fds.append(int.from_bytes(head[:4], "little", signed=True) if len(head) >= 4 else -1)
+        if keyed:
+            try:
+                keys.append(head[4:].decode("utf-8"))
+            except UnicodeDecodeError:
+                keys.append("")
+    return fds, keys
