@@ -59,6 +59,7 @@
 #include <locale.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -700,7 +701,12 @@ static PyObject *lane_start(LaneObject *self, PyObject *unused) {
                                       : "Lane.start: already started");
         return NULL;
     }
+    /* Signals go to Python's threads, never to the lane's (its poll would only see EINTR). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int rc = pthread_create(&self->thread, NULL, lane_main, self);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         errno = rc;
         return PyErr_SetFromErrno(PyExc_OSError);

@@ -33,6 +33,9 @@
  *       its fields (scale0/wire/hot.py's hot_items, the same in Python), so the broker hands a
  *       run of them to the core in one call (docs/performance.md, "Runs of REQUESTs and
  *       REPLYs in one call").
+ *   Lane(...)
+ *       the C lane: a thread that owns the broker's two ROUTERs, answers plain HEARTBEATs and
+ *       passes everything else to Python through inproc pipes (scale0/net/_lane.c says how).
  *
  * EINTR is retried, as pyzmq does; Python's signal handlers run when the call returns, never
  * between two frames of a message. Neither call leaves a socket mid-message.
