@@ -19,7 +19,10 @@
  *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT taken by the lane
  *       raised since the last call, once each, by last_seen ascending
  *   last_seen(channel, routing_id) -> float | None
- *   stats() -> dict[str, int]
+ *   stats() -> dict[str, int]   wakeups, received (from the ROUTERs), beats (taken), passed (to
+ *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
+ *       libzmq refused), answers, stalled (a pipe was full), lost (held at stop, or out of
+ *       memory), errors (socket errors). After stop(): received == beats + passed + lost.
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
  *
@@ -46,7 +49,9 @@
  * Never blocks, never drops a message bound for Python: a ROUTER is read in batches (at most
  * S0_LANE_BUDGET messages per wake-up, one clock read per batch); if its pipe is full (EAGAIN)
  * the rest of the batch is held and that ROUTER is not read until the pipe takes it (the pipe
- * is polled for POLLOUT): backpressure is the ROUTER's RCVHWM, as without a lane.
+ * is polled for POLLOUT): backpressure is the ROUTER's RCVHWM, as without a lane. At stop(),
+ * what is still held goes to the pipe if it takes it now, else it is counted in "lost" (the
+ * only loss: a lane stopped while Python is not reading its pipe).
  *
  * Threads. The session table has one mutex: the Python-called methods hold the GIL and take it
  * briefly (never while making a Python object); the thread takes it once per batch and never
@@ -265,6 +270,7 @@ typedef struct {
     int wake_fd;
     int started, stopped, joined;
     pthread_t thread;
+    pthread_mutex_t join_mutex; /* one stop() joins; a concurrent one waits for it */
     pthread_mutex_t mutex;
     s0_sessions sessions;
     uint64_t stats[ST_COUNT];
@@ -580,11 +586,14 @@ static void *lane_main(void *arg) {
     /* Python's last sends (its DISCONNECTs at shutdown), all of them. */
     for (int k = 0; k < 2; k++)
         forward(self, &self->ch[k], 0);
-    for (int k = 0; k < 2; k++) { /* Python is gone: what was held for it goes */
+    for (int k = 0; k < 2; k++) { /* held for a full pipe: what it takes now, the rest is lost */
         s0_channel *c = &self->ch[k];
-        for (size_t i = c->cursor; i < c->count; i++)
-            message_close(&c->batch[i]);
-        c->count = c->cursor = 0;
+        if (c->cursor < c->count && !deliver(self, c)) {
+            count(self, ST_LOST, c->count - c->cursor);
+            for (size_t i = c->cursor; i < c->count; i++)
+                message_close(&c->batch[i]);
+            c->count = c->cursor = 0;
+        }
     }
     if (c_locale) {
         uselocale(previous);
@@ -659,6 +668,7 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     }
     self->max_frame_bytes = max_frame_bytes;
     pthread_mutex_init(&self->mutex, NULL);
+    pthread_mutex_init(&self->join_mutex, NULL);
     self->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (self->wake_fd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -668,17 +678,23 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)self;
 }
 
+/* Stop and join the thread (if it runs), the GIL released; when two Python threads call stop()
+ * at once, the second returns once the first has joined. */
 static void lane_join(LaneObject *self) {
-    if (!self->started || self->joined)
+    if (!self->started)
         return;
-    __atomic_store_n(&self->stop_flag, 1, __ATOMIC_RELEASE);
-    uint64_t one = 1;
-    ssize_t w = write(self->wake_fd, &one, sizeof(one));
-    (void)w; /* EAGAIN: the counter is already set, the thread wakes anyway */
     Py_BEGIN_ALLOW_THREADS
-    pthread_join(self->thread, NULL);
+    pthread_mutex_lock(&self->join_mutex);
+    if (!self->joined) {
+        __atomic_store_n(&self->stop_flag, 1, __ATOMIC_RELEASE);
+        uint64_t one = 1;
+        ssize_t w = write(self->wake_fd, &one, sizeof(one));
+        (void)w; /* EAGAIN: the counter is already set, the thread wakes anyway */
+        pthread_join(self->thread, NULL);
+        self->joined = 1;
+    }
+    pthread_mutex_unlock(&self->join_mutex);
     Py_END_ALLOW_THREADS
-    self->joined = 1;
 }
 
 static void lane_dealloc(LaneObject *self) {
@@ -690,6 +706,7 @@ static void lane_dealloc(LaneObject *self) {
             message_close(&self->ch[k].batch[i]);
     sessions_free(&self->sessions);
     pthread_mutex_destroy(&self->mutex);
+    pthread_mutex_destroy(&self->join_mutex);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -242,6 +242,7 @@ def test_messages_pass_both_ways_with_their_header_in_order(rig: Rig) -> None:
             assert rig.from_pipe(channel) == [header(fd), b"peer%d" % channel, *frames]
         rig.pipes[channel].send_multipart([b"peer%d" % channel, b"", SIG[channel], b"REPLY"])
         assert recv(dealer) == [b"", SIG[channel], b"REPLY"]
+    rig.lane.stop()  # (joined: its counters are final)
     stats = rig.lane.stats()
     assert stats["received"] == stats["passed"] == 12
     assert stats["sent"] == 2 and stats["beats"] == 0 and stats["answers"] == 0
@@ -329,6 +330,34 @@ def test_stop_is_idempotent_and_wakes_a_thread_blocked_in_poll() -> None:
         rig.close()
 
 
+def test_stop_from_two_threads_during_a_flood() -> None:
+    """Both stop() calls return once the thread is joined; the flood's messages not yet read stay
+    on the ROUTER, Python's again."""
+    import threading
+
+    rig = Rig()
+    try:
+        dealer, _fd = rig.dealer(BACK, b"flood")
+        for n in range(2000):
+            dealer.send(b"%d" % n)
+        rig.from_pipe(BACK)
+        stoppers = [threading.Thread(target=rig.lane.stop) for _ in range(2)]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join(WAIT_S)
+            assert not thread.is_alive(), "stop() did not return"
+        passed = rig.lane.stats()["passed"]
+        rest: list[bytes] = []
+        while rig.routers[BACK].poll(WAIT_S * 1000 if len(rest) + passed < 2000 else 0):
+            rest.append(rig.routers[BACK].recv_multipart()[1])
+        # what the lane passed, then what Python reads itself: all of it, in order
+        got = [rig.from_pipe(BACK)[2] for _ in range(passed - 1)]
+        assert [b"0", *got, *rest] == [b"%d" % n for n in range(2000)]
+    finally:
+        rig.close()
+
+
 def test_stop_without_start_and_start_twice() -> None:
     rig = Rig(start=False)
     try:
@@ -374,8 +403,30 @@ def test_a_full_pipe_stalls_the_router_and_loses_nothing() -> None:
         assert rig.lane.stats()["stalled"] > 0
         got = [rig.from_pipe(BACK) for _ in range(count)]
         assert got == [[header(fd), b"w", b"%d" % n] for n in range(count)]
+        rig.lane.stop()  # (joined: its counters are final)
         stats = rig.lane.stats()
         assert stats["passed"] == stats["received"] == count and stats["lost"] == 0
+    finally:
+        rig.close()
+
+
+def test_stopped_while_stalled_what_the_pipe_cannot_take_is_counted_lost() -> None:
+    rig = Rig(hwm=4)
+    try:
+        dealer, _fd = rig.dealer(BACK, b"w")
+        for n in range(400):
+            dealer.send(b"%d" % n)
+        deadline = time.monotonic() + WAIT_S
+        while rig.lane.stats()["stalled"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rig.lane.stop()
+        stats = rig.lane.stats()
+        assert stats["lost"] > 0
+        assert stats["received"] == stats["beats"] + stats["passed"] + stats["lost"]
+        got = []
+        while rig.pipes[BACK].poll(0):
+            got.append(rig.pipes[BACK].recv_multipart()[2])
+        assert got == [b"%d" % n for n in range(stats["passed"])]
     finally:
         rig.close()
 
@@ -471,6 +522,7 @@ def test_a_frontend_beat_is_taken_and_answered(rig: Rig) -> None:
     assert decoded.config_version == 7 and decoded.interval_ms is None
     # exactly the bytes the Python broker writes for that answer (time as repr writes it)
     assert answer == Heartbeat(time=decoded.time, config_version=7, protocol=b"S0C1").to_frames()
+    rig.lane.stop()  # (joined: its counters are final)
     stats = rig.lane.stats()
     assert stats["beats"] == 1 and stats["answers"] == 1
 
@@ -559,11 +611,19 @@ def test_a_backend_beat_after_a_gap_is_passed(rig: Rig) -> None:
 
 
 def test_only_the_exact_heartbeat_shape_is_taken() -> None:
-    rig = Rig(max_frame_bytes=len(options(time.time(), 7)) - 1)
+    def timed(digits: int) -> list[bytes]:
+        return [
+            b"",
+            b"S0C1",
+            b"HEARTBEAT",
+            b'{"time":%.*f,"config_version":7}' % (digits, time.time()),
+        ]
+
+    rig = Rig(max_frame_bytes=len(timed(5)[3]))
     try:
         peer = Beating(rig, FRONT)
-        now = time.time()
-        peer.passed(beat(FRONT, now, 7))  # options over max_frame_bytes
+        peer.passed(timed(6))  # options over max_frame_bytes
+        peer.taken(timed(5))  # at it
         peer.passed([b"", b"S0W1", b"HEARTBEAT", b'{"time":1.5,"config_version":7}'])
         peer.passed([b"", b"S0C1", b"HEARTBEAT", b'{"time":1.5,"config_version":7}', b"x"])
         peer.passed([b"x", b"S0C1", b"HEARTBEAT", b"{}"])
@@ -623,6 +683,7 @@ def test_stats_count_what_happened(rig: Rig) -> None:
     peer.passed([b"hello"])
     rig.pipes[FRONT].send_multipart([peer.rid, b"back"])
     assert recv(peer.dealer) == [b"back"]
+    rig.lane.stop()  # (joined: its counters are final)
     stats = rig.lane.stats()
     assert set(stats) >= {
         "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled"
