@@ -23,8 +23,6 @@ fd 2, so ASan's report goes to its log_path; no log file means no report):
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import itertools
 import json
 import math
@@ -32,7 +30,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import sysconfig
 import time
 from collections.abc import Iterator
@@ -49,6 +46,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from scale0.wire import hot
 from scale0.wire.client import Heartbeat
+from tests.extensions import load_extension
 
 WAIT_S = 10.0
 MAX_FRAME = 65536
@@ -59,13 +57,7 @@ SOURCES = [ROOT / "scale0" / "net" / "_zmqio.c", ROOT / "scale0" / "net" / "_lan
 NOT_BUILT = "scale0.net._zmqio was not built here (no C compiler at install; setup.py: optional)"
 
 if os.environ.get("SCALE0_ZMQIO_SO"):  # a sanitizer build instead of the installed one
-    _path = os.environ["SCALE0_ZMQIO_SO"]
-    _loader = importlib.machinery.ExtensionFileLoader("scale0.net._zmqio", _path)
-    _spec = importlib.util.spec_from_file_location("scale0.net._zmqio", _path, loader=_loader)
-    assert _spec is not None
-    _module = importlib.util.module_from_spec(_spec)
-    _loader.exec_module(_module)
-    sys.modules["scale0.net._zmqio"] = _module
+    load_extension("scale0.net._zmqio", os.environ["SCALE0_ZMQIO_SO"])
 
 try:
     from scale0.net._zmqio import Lane
@@ -248,18 +240,12 @@ def test_messages_pass_both_ways_with_their_header_in_order(rig: Rig) -> None:
     assert stats["sent"] == 2 and stats["beats"] == 0 and stats["answers"] == 0
 
 
-def test_the_header_names_each_connection_s_fd() -> None:
-    rig = Rig()
-    try:
-        first, fd1 = rig.dealer(FRONT, b"a")
-        second, fd2 = rig.dealer(FRONT, b"b")
-        assert fd1 != fd2
-        first.send(b"1")
-        assert rig.from_pipe(FRONT) == [header(fd1), b"a", b"1"]
-        second.send(b"2")
-        assert rig.from_pipe(FRONT) == [header(fd2), b"b", b"2"]
-    finally:
-        rig.close()
+def test_the_header_names_each_connection_s_fd(rig: Rig) -> None:
+    peers = [rig.dealer(FRONT, name) for name in (b"a", b"b")]
+    assert peers[0][1] != peers[1][1]
+    for name, (dealer, fd) in zip((b"a", b"b"), peers, strict=True):
+        dealer.send(b"hi " + name)
+        assert rig.from_pipe(FRONT) == [header(fd), name, b"hi " + name]
 
 
 def test_a_keyed_channel_s_header_carries_the_sender_s_curve_key() -> None:
