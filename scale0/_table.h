@@ -91,7 +91,8 @@ typedef struct {
 } s0_table;
 
 /* A record of `size` bytes whose first member is an s0_key, with the key's bytes after it. */
-static inline void *record_new(size_t size, const unsigned char *data, size_t len, uint64_t hash) {
+static inline void *record_new(size_t size, const unsigned char *data, size_t len,
+                               uint64_t hash) {
     if (len > SIZE_MAX - size)
         return NULL;
     unsigned char *mem = calloc(1, size + len);

@@ -52,12 +52,13 @@
  * answers that need a list allocate it, then look the record up again and check its size
  * (tests/core/test_pool_parity.py arms the collector inside each such call).
  *
- * Structures and complexity. Hash tables: open addressing, linear probing, backward-shift
- * deletion (no tombstones), power-of-two sizes at most 3/4 full, keys hashed by SipHash-1-3
- * under a per-process random key (routing ids and tickets come from peers; a chosen-collision
- * flood must not make a lookup O(n)). The key reaches no answer, as Python's hash seed reaches
- * none of WorkerPool's: every answer comes in an order the pool defines (LRU, sorted), never in
- * table order, so the core stays deterministic (DESIGN.md: no clock, no random ids in core).
+ * Structures and complexity. Hash tables (scale0/_table.h): open addressing, linear probing,
+ * backward-shift deletion (no tombstones), power-of-two sizes at most 3/4 full, keys hashed by
+ * SipHash-1-3 under a per-process random key (routing ids and tickets come from peers; a
+ * chosen-collision flood must not make a lookup O(n)). The key reaches no answer, as Python's
+ * hash seed reaches none of WorkerPool's: every answer comes in an order the pool defines (LRU,
+ * sorted), never in table order, so the core stays deterministic (DESIGN.md: no clock, no random
+ * ids in core).
  * Tables grow, never shrink: their size follows the peak.
  * Per service an intrusive doubly linked list of the workers with a free slot: each worker has
  * one link per service it offers, so listing, unlisting and moving to the back are O(1) per
@@ -79,7 +80,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Hashing (SipHash-1-3) and the open-addressing tables: shared with the lane (scale0/net/_lane.c). */
+/* Hashing (SipHash-1-3) and the open-addressing tables, shared with the lane
+ * (scale0/net/_lane.c). */
 #include "../_table.h"
 
 /* ---- the pool --------------------------------------------------------------------------- */

@@ -405,8 +405,9 @@ static void answer(LaneObject *self, s0_message *m, double wall, long long versi
         strcat(number, ".0"); /* JSON reads a float */
     int len;
     if (m->promise > 0)
-        len = snprintf(opts, sizeof(opts), "{\"time\":%s,\"config_version\":%lld,\"interval_ms\":%lld}",
-                       number, version, m->promise);
+        len = snprintf(opts, sizeof(opts),
+                       "{\"time\":%s,\"config_version\":%lld,\"interval_ms\":%lld}", number,
+                       version, m->promise);
     else
         len = snprintf(opts, sizeof(opts), "{\"time\":%s,\"config_version\":%lld}", number,
                        version);
@@ -465,9 +466,12 @@ static void read_router(LaneObject *self, int channel) {
         if (rc == 0)
             break;
         if (rc < 0) {
-            count(self, err == ENOMEM ? ST_LOST : ST_ERRORS, 1);
-            if (err != ENOMEM)
+            if (err != ENOMEM) {
+                count(self, ST_ERRORS, 1);
                 break;
+            }
+            count(self, ST_RECEIVED, 1); /* received and lost (out of memory) */
+            count(self, ST_LOST, 1);
             continue;
         }
         n++;
