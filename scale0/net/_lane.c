@@ -391,18 +391,22 @@ static void classify(LaneObject *self, int channel, s0_message *m, double now, d
     heard_add(t, e);
 }
 
-/* The frontend's answer to a beat taken (Heartbeat.to_frames' bytes). */
-static void answer(LaneObject *self, s0_message *m, double wall, long long version) {
-    char opts[160];
-    char number[40];
-    /* the shortest of %.15g..%.17g that reads back as wall: repr's digits */
+/* `wall` as JSON's float, as Python's repr writes it: the shortest of %.15g..%.17g that reads
+ * back as it (the thread runs in the C locale), with a "." when it has neither "." nor exponent.
+ * number: at least 40 bytes. */
+static void format_time(char *number, size_t size, double wall) {
     for (int precision = 15; precision <= 17; precision++) {
-        snprintf(number, sizeof(number), "%.*g", precision, wall);
+        snprintf(number, size, "%.*g", precision, wall);
         if (strtod(number, NULL) == wall)
             break;
     }
     if (strpbrk(number, ".eEn") == NULL)
-        strcat(number, ".0"); /* JSON reads a float */
+        strcat(number, ".0");
+}
+
+/* The frontend's answer to a beat taken (Heartbeat.to_frames' bytes); `number` its time. */
+static void answer(LaneObject *self, s0_message *m, const char *number, long long version) {
+    char opts[160];
     int len;
     if (m->promise > 0)
         len = snprintf(opts, sizeof(opts),
@@ -488,12 +492,16 @@ static void read_router(LaneObject *self, int channel) {
     pthread_mutex_unlock(&self->mutex);
     size_t kept = 0;
     uint64_t beats = 0;
+    char number[40] = ""; /* the answers' time, made once per batch */
     for (size_t i = 0; i < n; i++) {
         s0_message *m = &c->batch[i];
         if (m->take) {
             beats++;
-            if (channel == 0)
-                answer(self, m, wall, version);
+            if (channel == 0) {
+                if (number[0] == '\0')
+                    format_time(number, sizeof(number), wall);
+                answer(self, m, number, version);
+            }
             message_close(m);
             continue;
         }

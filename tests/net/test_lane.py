@@ -780,7 +780,13 @@ def test_random_messages_are_taken_by_the_rule_or_passed_intact(channel: int) ->
                 assert [m for m in got if m[1] == rid] == [m for m in expected if m[1] == rid]
             for _ in range(taken if channel == FRONT else 0):
                 answer = recv(known)
-                assert Heartbeat.from_frames(answer).interval_ms == 5000
+                sent = Heartbeat.from_frames(answer).time
+                assert (
+                    answer
+                    == Heartbeat(
+                        time=sent, config_version=7, interval_ms=5000, protocol=b"S0C1"
+                    ).to_frames()
+                )
             assert not known.poll(0)
             assert [(c, r) for c, r, _s in lane.heard()] == [(channel, b"known")] * (taken > 0)
 
