@@ -22,7 +22,8 @@
  *   stats() -> dict[str, int]   wakeups, received (from the ROUTERs), beats (taken), passed (to
  *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
  *       libzmq refused), answers, stalled (a pipe was full), lost (held at stop, or out of
- *       memory), errors (socket errors). After stop(): received == beats + passed + lost.
+ *       memory), errors (socket errors), marks (Python's "done" marks, see "Order"). After
+ *       stop(): received == beats + passed + lost.
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
  *
@@ -40,11 +41,22 @@
  * at most max_frame_bytes and read by s0_beat_options, the session table has (channel, rid), its
  * fd is < 0 or negotiated on the channel, not |time - wall| > max_skew_s, config_version >= the
  * configured one, interval_ms == the entry's promise_ms, and (backend only) not now - the
- * entry's previous last_seen > gap_s (gap_s 0 or inf: no check). Before configure() nothing is
- * taken. A frontend beat taken is answered at once: [rid, b"", S0C1, b"HEARTBEAT",
+ * entry's previous last_seen > gap_s (gap_s 0 or inf: no check), and, once Python marks what it
+ * has done, no message of the peer still in Python's hands ("Order" below). Before configure()
+ * nothing is taken. A frontend beat taken is answered at once: [rid, b"", S0C1, b"HEARTBEAT",
  * {"time":<wall>,"config_version":<configured>[,"interval_ms":<promise_ms>]}], as
  * scale0.wire.client.Heartbeat.to_frames writes it. Every message whose rid has an entry raises
  * its last_seen to now (max), whatever it is.
+ *
+ * Order (optional, on once Python sends its first mark). A message of exactly one 8-byte frame
+ * that Python writes to a pipe is not a send but a "done" mark: the number (uint64, little
+ * endian) of messages Python has read from that pipe so far, sent after its answers to them
+ * (it counts what it reads; the lane numbers what it passes, from 1, in the same order). The
+ * take rule then also asks that the peer have no message still in Python's hands: the entry's
+ * last passed message, or the last one before Python's latest note() of it, is numbered at most
+ * the mark. Else the HEARTBEAT goes to Python too, so the peer sees the answers in the order it
+ * sent (a beat after a CHECKCONFIG or a stale HEARTBEAT is answered after Python's answer to
+ * that). Without marks the lane answers at once, whatever Python still holds of the peer.
  *
  * Never blocks, never drops a message bound for Python: a ROUTER is read in batches (at most
  * S0_LANE_BUDGET messages per wake-up, one clock read per batch); if its pipe is full (EAGAIN)
@@ -91,6 +103,7 @@ typedef struct {
     double last_seen;
     Py_ssize_t heard_at; /* index in the lane's heard list, -1 if not in it */
     int channel;
+    uint64_t last_passed; /* the number of its last message passed to Python (see "Order") */
 } s0_entry;
 
 typedef struct {
@@ -102,6 +115,9 @@ typedef struct {
     int configured;
     long long config_version;
     double max_skew_s;
+    uint64_t passed_seq[2]; /* messages passed to Python per channel, numbered from 1 */
+    uint64_t done_seq[2];   /* (the thread's own) Python's last "done" mark per channel */
+    int ordered[2];         /* (the thread's own) a mark came: the order rule is on */
 } s0_sessions;
 
 static s0_entry *entry_find(s0_sessions *t, int channel, const unsigned char *rid, size_t len) {
@@ -246,12 +262,13 @@ enum {
     ST_STALLED,
     ST_LOST,
     ST_ERRORS,
+    ST_MARKS,
     ST_COUNT,
 };
 
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
-    "lost", "errors",
+    "lost", "errors", "marks",
 };
 
 typedef struct {
@@ -361,13 +378,10 @@ static int frame_is(s0_zmq_msg_t *f, const char *text, size_t len) {
     return p_msg_size(f) == len && (len == 0 || memcmp(p_msg_data(f), text, len) == 0);
 }
 
-/* The take rule for one message (the mutex held); raises the entry's last_seen. */
-static void classify(LaneObject *self, int channel, s0_message *m, double now, double wall) {
+/* Whether the take rule takes the message (the mutex held); raises the entry's last_seen. */
+static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, double now,
+                 double wall) {
     s0_sessions *t = &self->sessions;
-    s0_zmq_msg_t *rid = &m->frames[0];
-    s0_entry *e = entry_find(t, channel, p_msg_data(rid), p_msg_size(rid));
-    if (e == NULL)
-        return;
     double previous = e->last_seen;
     if (now > e->last_seen)
         e->last_seen = now;
@@ -375,20 +389,37 @@ static void classify(LaneObject *self, int channel, s0_message *m, double now, d
         !frame_is(&m->frames[2], SIGNATURES[channel], 4) ||
         !frame_is(&m->frames[3], "HEARTBEAT", 9) ||
         p_msg_size(&m->frames[4]) > (size_t)self->max_frame_bytes)
-        return;
+        return 0;
     double sent;
     long long version, interval;
     if (!s0_beat_options(p_msg_data(&m->frames[4]), p_msg_size(&m->frames[4]), &sent, &version,
                          &interval))
-        return;
+        return 0;
     if (!is_negotiated(t, channel, m->fd) || fabs(sent - wall) > t->max_skew_s ||
         version < t->config_version || interval != e->promise_ms)
-        return;
+        return 0;
     if (channel == 1 && e->gap_s != 0.0 && !isinf(e->gap_s) && now - previous > e->gap_s)
+        return 0;
+    /* Order: not while one of its messages is still in Python's hands */
+    if (t->ordered[channel] && e->last_passed > t->done_seq[channel])
+        return 0;
+    return 1;
+}
+
+/* Take the message or number it for Python (the mutex held). */
+static void classify(LaneObject *self, int channel, s0_message *m, double now, double wall) {
+    s0_sessions *t = &self->sessions;
+    s0_zmq_msg_t *rid = &m->frames[0];
+    s0_entry *e = entry_find(t, channel, p_msg_data(rid), p_msg_size(rid));
+    if (e != NULL && takes(self, channel, m, e, now, wall)) {
+        m->take = 1;
+        m->promise = e->promise_ms;
+        heard_add(t, e);
         return;
-    m->take = 1;
-    m->promise = e->promise_ms;
-    heard_add(t, e);
+    }
+    uint64_t seq = ++t->passed_seq[channel];
+    if (e != NULL)
+        e->last_passed = seq;
 }
 
 /* `wall` as JSON's float, as Python's repr writes it: the shortest of %.15g..%.17g that reads
@@ -525,10 +556,12 @@ static void read_router(LaneObject *self, int channel) {
     deliver(self, c);
 }
 
-/* Forward Python's sends on c's pipe to its ROUTER: at most `budget` messages (0: all). */
-static void forward(LaneObject *self, s0_channel *c, size_t budget) {
+/* Forward Python's sends on channel k's pipe to its ROUTER: at most `budget` messages (0: all).
+ * A message of one 8-byte frame is Python's "done" mark (see "Order"), not a send. */
+static void forward(LaneObject *self, int k, size_t budget) {
+    s0_channel *c = &self->ch[k];
     for (size_t done = 0; budget == 0 || done < budget; done++) {
-        int more = 1, first = 1, failed = 0;
+        int more = 1, first = 1, failed = 0, mark = 0;
         while (more) {
             s0_zmq_msg_t f;
             p_msg_init(&f);
@@ -540,6 +573,19 @@ static void forward(LaneObject *self, s0_channel *c, size_t budget) {
                 return;
             }
             more = p_msg_more(&f);
+            if (first && !more && p_msg_size(&f) == 8) {
+                const unsigned char *b = p_msg_data(&f);
+                uint64_t seq = 0;
+                for (int i = 7; i >= 0; i--)
+                    seq = (seq << 8) | b[i];
+                s0_sessions *t = &self->sessions;
+                if (seq > t->done_seq[k])
+                    t->done_seq[k] = seq;
+                t->ordered[k] = 1;
+                mark = 1;
+                p_msg_close(&f);
+                break;
+            }
             first = 0;
             if (!failed) {
                 int flags = S0_ZMQ_DONTWAIT | (more ? S0_ZMQ_SNDMORE : 0);
@@ -554,7 +600,7 @@ static void forward(LaneObject *self, s0_channel *c, size_t budget) {
             }
             p_msg_close(&f);
         }
-        count(self, failed ? ST_SEND_DROPPED : ST_SENT, 1);
+        count(self, mark ? ST_MARKS : failed ? ST_SEND_DROPPED : ST_SENT, 1);
     }
 }
 
@@ -586,7 +632,7 @@ static void *lane_main(void *arg) {
             break;
         for (int k = 0; k < 2; k++)
             if (items[2 * k + 1].revents & S0_ZMQ_POLLIN)
-                forward(self, &self->ch[k], S0_LANE_BUDGET);
+                forward(self, k, S0_LANE_BUDGET);
         for (int k = 0; k < 2; k++) {
             s0_channel *c = &self->ch[k];
             if (c->cursor < c->count && !deliver(self, c))
@@ -597,7 +643,7 @@ static void *lane_main(void *arg) {
     }
     /* Python's last sends (its DISCONNECTs at shutdown), all of them. */
     for (int k = 0; k < 2; k++)
-        forward(self, &self->ch[k], 0);
+        forward(self, k, 0);
     for (int k = 0; k < 2; k++) { /* held for a full pipe: what it takes now, the rest is lost */
         s0_channel *c = &self->ch[k];
         if (c->cursor < c->count && !deliver(self, c)) {
@@ -811,6 +857,9 @@ static PyObject *lane_note(LaneObject *self, PyObject *args) {
         e->gap_s = gap;
         if (last_seen > e->last_seen)
             e->last_seen = last_seen;
+        /* Python may be handling one of its messages now (its note says so): Order */
+        if (self->sessions.passed_seq[channel] > e->last_passed)
+            e->last_passed = self->sessions.passed_seq[channel];
     }
     pthread_mutex_unlock(&self->mutex);
     if (failed)

@@ -638,6 +638,54 @@ def test_any_message_raises_last_seen_only_beats_reach_heard(rig: Rig) -> None:
     assert rig.lane.last_seen(BACK, peer.rid) == seen + 1000.0
 
 
+def test_with_done_marks_a_beat_waits_for_python_to_finish_its_peer_s_earlier_messages(
+    rig: Rig,
+) -> None:
+    """Order: once Python marks how many messages it has read (and answered) from a pipe, a
+    HEARTBEAT from a peer whose earlier message Python may still be handling goes to Python too,
+    so the peer sees the answers in the order it sent; without marks the lane takes it."""
+    peer = Beating(rig, FRONT)
+    read = 0
+
+    def from_pipe() -> list[bytes]:
+        nonlocal read
+        read += 1
+        return rig.from_pipe(FRONT)
+
+    def mark() -> None:
+        rig.pipes[FRONT].send(struct.pack("<Q", read))
+
+    mark()  # the order rule is on; Python has read nothing
+    rid, fd = peer.rid, peer.fd
+    later = beat(FRONT, time.time(), 7)
+    peer.dealer.send(b"first")
+    peer.dealer.send_multipart(later)
+    assert from_pipe() == [header(fd), rid, b"first"]
+    assert from_pipe() == [header(fd), rid, *later]  # "first" was still Python's
+    mark()  # Python has answered both
+    peer.dealer.send_multipart(later)
+    peer.dealer.send(b"marker")
+    assert from_pipe() == [header(fd), rid, b"marker"]  # the beat was taken
+    assert [r for _c, r, _s in rig.lane.heard()] == [rid]
+    mark()
+    # A newcomer's first message (no session yet): Python opens its session while handling
+    # it (note), and answers it in the same round, before its mark.
+    newcomer, nfd = rig.dealer(FRONT, b"new")
+    rig.lane.negotiated(FRONT, nfd)
+    newcomer.send(b"hello")
+    assert from_pipe() == [header(nfd), b"new", b"hello"]
+    rig.lane.note(FRONT, b"new", 0, 0.0, 0.0)
+    newcomer.send_multipart(later)
+    assert from_pipe() == [header(nfd), b"new", *later]  # "hello" is still Python's
+    mark()
+    newcomer.send_multipart(later)
+    newcomer.send(b"marker")
+    assert from_pipe() == [header(nfd), b"new", b"marker"]
+    rig.lane.stop()  # (joined: its counters are final)
+    stats = rig.lane.stats()
+    assert stats["marks"] == 4 and stats["sent"] == 0 and stats["beats"] == 2
+
+
 def test_heard_is_sorted_once_each_and_forget_drops_it(rig: Rig) -> None:
     rig.lane.configure(1, 30.0)
     peers = []
