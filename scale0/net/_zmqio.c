@@ -33,6 +33,9 @@
  *       its fields (scale0/wire/hot.py's hot_items, the same in Python), so the broker hands a
  *       run of them to the core in one call (docs/performance.md, "Runs of REQUESTs and
  *       REPLYs in one call").
+ *   Lane(...)
+ *       the C lane: a thread that owns the broker's two ROUTERs, answers plain HEARTBEATs and
+ *       passes everything else to Python through inproc pipes (scale0/net/_lane.c says how).
  *
  * EINTR is retried, as pyzmq does; Python's signal handlers run when the call returns, never
  * between two frames of a message. Neither call leaves a socket mid-message.
@@ -53,34 +56,36 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <locale.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define S0_ZMQ_DONTWAIT 1
-#define S0_ZMQ_SNDMORE 2
-#define S0_ZMQ_SRCFD 2
+#include "_zmqio.h"
 
 /* The fds of the last recv_batch's (or recv_batch_keyed's) messages (batch_fds), in order. */
 static int *fds_buf = NULL;
 static Py_ssize_t fds_cap = 0;
 static Py_ssize_t fds_len = 0;
 
-typedef struct {
-    unsigned char _[64];
-} __attribute__((aligned(sizeof(void *)))) s0_zmq_msg_t;
-
-static int (*p_msg_init)(s0_zmq_msg_t *);
-static int (*p_msg_recv)(s0_zmq_msg_t *, void *, int);
-static void *(*p_msg_data)(s0_zmq_msg_t *);
-static size_t (*p_msg_size)(const s0_zmq_msg_t *);
-static int (*p_msg_more)(const s0_zmq_msg_t *);
-static int (*p_msg_close)(s0_zmq_msg_t *);
-static int (*p_msg_get)(const s0_zmq_msg_t *, int);
-static const char *(*p_msg_gets)(const s0_zmq_msg_t *, const char *);
-static int (*p_send)(void *, const void *, size_t, int);
-static int (*p_errno)(void);
+/* (declared in _zmqio.h: the lane, scale0/net/_lane.c, calls them too) */
+int (*p_msg_init)(s0_zmq_msg_t *);
+int (*p_msg_recv)(s0_zmq_msg_t *, void *, int);
+int (*p_msg_send)(s0_zmq_msg_t *, void *, int);
+void *(*p_msg_data)(s0_zmq_msg_t *);
+size_t (*p_msg_size)(const s0_zmq_msg_t *);
+int (*p_msg_more)(const s0_zmq_msg_t *);
+int (*p_msg_close)(s0_zmq_msg_t *);
+int (*p_msg_get)(const s0_zmq_msg_t *, int);
+const char *(*p_msg_gets)(const s0_zmq_msg_t *, const char *);
+int (*p_send)(void *, const void *, size_t, int);
+int (*p_poll)(s0_zmq_pollitem_t *, int, long);
+int (*p_errno)(void);
 static void (*p_version)(int *, int *, int *);
+
+/* The "C" locale, for reading numbers whatever LC_NUMERIC the process runs under. */
+static locale_t c_locale = (locale_t)0;
 
 /* The error class to raise (zmq.ZMQError, given to setup()), called with the errno. */
 static PyObject *error_class = NULL;
@@ -135,6 +140,8 @@ static int load_libzmq(void) {
     }
     if (resolve(lib, "zmq_msg_init", (void **)&p_msg_init) < 0 ||
         resolve(lib, "zmq_msg_recv", (void **)&p_msg_recv) < 0 ||
+        resolve(lib, "zmq_msg_send", (void **)&p_msg_send) < 0 ||
+        resolve(lib, "zmq_poll", (void **)&p_poll) < 0 ||
         resolve(lib, "zmq_msg_data", (void **)&p_msg_data) < 0 ||
         resolve(lib, "zmq_msg_size", (void **)&p_msg_size) < 0 ||
         resolve(lib, "zmq_msg_more", (void **)&p_msg_more) < 0 ||
@@ -183,7 +190,7 @@ static PyObject *raise_zmq(int err) {
  * call returns: one could raise, and raising between two frames of a message would lose the
  * frames already read and make the next call return the message's tail as a message of its own.
  * The retry needs a new signal each time, so it ends. Returns 0, or the errno. */
-static int recv_frame(void *sock, s0_zmq_msg_t *msg) {
+int recv_frame(void *sock, s0_zmq_msg_t *msg) {
     for (;;) {
         if (p_msg_recv(msg, sock, S0_ZMQ_DONTWAIT) >= 0) {
             return 0;
@@ -197,7 +204,7 @@ static int recv_frame(void *sock, s0_zmq_msg_t *msg) {
 
 /* Send one frame, retrying EINTR as recv_frame does (for the same reasons: nothing was sent,
  * and a handler's exception between two frames would leave the socket mid-message). */
-static int send_frame(void *sock, const char *buf, size_t len, int flags) {
+int send_frame(void *sock, const char *buf, size_t len, int flags) {
     for (;;) {
         if (p_send(sock, buf, len, flags) >= 0) {
             return 0;
@@ -723,9 +730,10 @@ static const char *expect(const char *p, const char *end, const char *text, size
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* The options of a plain HEARTBEAT: 1 and *time, *version, *promise (0: no interval_ms) set; 0
- * if not that form (or the time is not finite); -1 with an exception (memory). */
-static int beat_options(const char *p, Py_ssize_t size, double *time, long long *version,
-                        long long *promise) {
+ * if not that form (or the time is not finite). Plain C: the lane thread (no GIL) reads its
+ * HEARTBEATs with it too. */
+int s0_beat_options(const char *p, size_t size, double *time, long long *version,
+                    long long *promise) {
     const char *end = p + size;
     if ((p = expect(p, end, "{", 1)) == NULL) return 0; /* (no whitespace before it) */
     p = skip_ws(p, end);
@@ -754,7 +762,7 @@ static int beat_options(const char *p, Py_ssize_t size, double *time, long long 
             p = q;
         } /* else the "e" is not part of the number, and what follows does not match */
     }
-    Py_ssize_t number_len = p - number;
+    const char *number_end = p;
     p = skip_ws(p, end);
     if ((p = expect(p, end, ",", 1)) == NULL) return 0;
     p = skip_ws(p, end);
@@ -796,29 +804,11 @@ static int beat_options(const char *p, Py_ssize_t size, double *time, long long 
     if ((p = expect(p, end, "}", 1)) == NULL) return 0;
     p = skip_ws(p, end);
     if (p != end) return 0;
-    /* float() of the matched text: the same conversion, on a NUL-terminated copy. */
-    char local[64];
-    char *copy = local;
-    if (number_len >= (Py_ssize_t)sizeof(local)) {
-        copy = PyMem_Malloc((size_t)number_len + 1);
-        if (copy == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-    }
-    memcpy(copy, number, (size_t)number_len);
-    copy[number_len] = '\0';
+    /* float() of the matched text: the same correctly rounded conversion. strtod_l reads no
+     * further than the match, which is followed by whitespace or "," inside the frame. */
     char *stop = NULL;
-    double t = PyOS_string_to_double(copy, &stop, NULL);
-    int whole = stop == copy + number_len;
-    if (copy != local) {
-        PyMem_Free(copy);
-    }
-    if (t == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    if (!whole || !isfinite(t)) {
+    double t = strtod_l(number, &stop, c_locale);
+    if (stop != number_end || !isfinite(t)) {
         return 0;
     }
     *time = t;
@@ -852,10 +842,9 @@ static int beat_item(PyObject *item, const char *signature, Py_ssize_t signature
     double time;
     long long version;
     long long promise;
-    int ok = beat_options(PyBytes_AS_STRING(options), PyBytes_GET_SIZE(options), &time, &version,
-                          &promise);
-    if (ok <= 0) {
-        return ok;
+    if (!s0_beat_options(PyBytes_AS_STRING(options), (size_t)PyBytes_GET_SIZE(options), &time,
+                         &version, &promise)) {
+        return 0;
     }
     *out = Py_BuildValue("(OdLL)", rid, time, version, promise);
     return *out == NULL ? -1 : 1;
@@ -1068,11 +1057,23 @@ PyMODINIT_FUNC PyInit__zmqio(void) {
     if (load_libzmq() < 0) {
         return NULL;
     }
+    if (c_locale == (locale_t)0) {
+        c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+        if (c_locale == (locale_t)0) {
+            PyErr_SetString(PyExc_ImportError, "cannot make the C locale (newlocale)");
+            return NULL;
+        }
+    }
     if (key_none == NULL) {
         key_none = PyUnicode_FromString("");
         if (key_none == NULL) {
             return NULL;
         }
     }
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && s0_lane_add(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -44,6 +44,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from scale0.core.workers import Worker, WorkerPool
+from tests.extensions import load_extension
 
 SOURCE = Path(__file__).resolve().parents[2] / "scale0" / "core" / "_pool.c"
 C_BUILT = importlib.util.find_spec("scale0.core._pool") is not None
@@ -67,12 +68,7 @@ def ledger_pool() -> str:
 
 def _load_so(path: str) -> None:
     """Put the build at ``path`` in sys.modules as scale0.core._pool (SCALE0_POOL_SO)."""
-    loader = importlib.machinery.ExtensionFileLoader("scale0.core._pool", path)
-    spec = importlib.util.spec_from_file_location("scale0.core._pool", path, loader=loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    sys.modules["scale0.core._pool"] = module
+    load_extension("scale0.core._pool", path)
 
 
 if os.environ.get("SCALE0_POOL_SO"):  # a sanitizer build instead of the installed one
