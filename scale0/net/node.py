@@ -205,6 +205,8 @@ class _Port:
     # The loop's end of a lane pipe (scale0/net/lane.py) standing for the ROUTER: each message
     # read has a header frame first (its connection, its sender's key).
     lane: bool = False
+    lane_read: int = 0  # messages read from the pipe, and the last count told the lane
+    lane_marked: int = 0
 
     def __post_init__(self) -> None:
         self.io = io_key(self.socket)
@@ -939,6 +941,18 @@ class BrokerNode:
                 [(LANE_CHANNELS[number], rid, when) for number, rid, when in heard]
             )
 
+    def _lane_marks(self) -> None:
+        """After a round's sends: tell the lane, on each pipe read from, how many messages the
+        loop has read from it (a "done" mark, one 8-byte frame, behind the round's answers in
+        the pipe). Until a peer's last message passed to the loop is marked done, the lane
+        passes that peer's HEARTBEATs too, so the peer gets its answers in the order it sent."""
+        for port in self._ports.values():
+            if port.lane and port.lane_read != port.lane_marked:
+                port.lane_marked = port.lane_read
+                port.socket.send(port.lane_read.to_bytes(8, "little"), zmq.NOBLOCK)
+                if not port.dirty:  # the send processed its commands: read its events
+                    port.dirty = bool(socket_events(port.socket) & _POLLIN)
+
     def _lane_gone(self, channel: Channel, conn: int) -> None:
         if self._lane is not None:
             number = channel_number(channel)
@@ -988,6 +1002,8 @@ class BrokerNode:
                 if port.dirty:
                     handled += self._drain(port, budget - handled)
             self._flush()
+            if self._lane is not None:
+                self._lane_marks()
             if not any(port.dirty for port in self._ports.values()):
                 break  # every port ended on "nothing waiting" after its last send: sleep
             budget -= handled
@@ -1006,6 +1022,7 @@ class BrokerNode:
             fds: list[int] | None = None
             if port.lane:
                 batch = recv_batch(port.io, limit)
+                port.lane_read += len(batch)
                 fds, keys = lane_heads(batch, port.keyed)
                 if port.keyed:
                     self._note_keys(port, batch, keys)

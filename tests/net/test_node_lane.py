@@ -1,0 +1,144 @@
+"""A broker with ``lane: true`` (scale0/net/lane.py) on real loopback sockets: what the C lane
+takes never reaches the loop, yet the core's sessions stay as true as without it.
+
+The rest of tests/net's broker modules run over both I/Os (conftest.py ``broker_io``); these
+tests are about the lane itself, so they need it built (tools/test-fallback has no extension).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from scale0.core.effects import Channel
+from scale0.net.lane import LANE_BUILT
+from scale0.wire import (
+    SIG_CLIENT,
+    ClientReply,
+    ClientRequest,
+    Disconnect,
+    DisconnectError,
+    Heartbeat,
+    WorkerReply,
+    WorkerRequest,
+)
+from tests.net import s0p
+from tests.net.test_node import WAIT_S, NodeThread, _network, _signature, ctx, signing
+
+__all__ = ["ctx", "signing"]  # (fixtures, used by name)
+
+pytestmark = pytest.mark.skipif(
+    not LANE_BUILT, reason="the lane is C (scale0.net._zmqio.Lane): not built here"
+)
+
+
+@pytest.fixture
+def laned(signing: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[NodeThread]:
+    monkeypatch.delenv("SCALE0_LANE", raising=False)
+    network = _network()
+    thread = NodeThread(network, _signature(signing[0], network), lane=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+def _stats(thread: NodeThread) -> dict[str, int]:
+    assert thread.node is not None
+    stats: dict[str, int] = thread.call(thread.node.stats)
+    return stats
+
+
+def _until(thread: NodeThread, what: str, ok: Any) -> dict[str, int]:
+    """The node's stats once ``ok(stats)`` holds; fails after WAIT_S (bounded)."""
+    deadline = time.monotonic() + WAIT_S
+    while not ok(stats := _stats(thread)):
+        assert time.monotonic() < deadline, f"{what}: {stats}"
+        time.sleep(0.01)
+    return stats
+
+
+def _beat(version: int = 1, skew: float = 0.0) -> Heartbeat:
+    return Heartbeat(time=time.time() + skew, config_version=version, protocol=SIG_CLIENT)
+
+
+def test_broker_ready_says_the_lane_runs_and_scale0_lane_0_turns_it_off(
+    signing: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="scale0")
+    network = _network()
+    for forced, want in ((None, "c"), ("0", "off")):
+        if forced is None:
+            monkeypatch.delenv("SCALE0_LANE", raising=False)
+        else:
+            monkeypatch.setenv("SCALE0_LANE", forced)
+        caplog.clear()
+        thread = NodeThread(network, _signature(signing[0], network), lane=True)
+        thread.start()
+        thread.stop()
+        ready = [r for r in caplog.records if getattr(r, "s0_event", None) == "broker_ready"]
+        assert [r.s0_fields["lane"] for r in ready] == [want]  # type: ignore[attr-defined]
+
+
+def test_a_clients_plain_heartbeats_are_answered_by_the_lane_and_keep_its_session(
+    laned: NodeThread, ctx: zmq.Context[Any]
+) -> None:
+    """Network defaults: a 1 s interval, liveness 3. The client beats for 4 s, past its
+    timeout; the loop reads only its first (R20: the connection is not yet negotiated) and the
+    core still holds its session, heard through the lane. (Requests: the test below.)"""
+    with s0p.client(ctx, laned.endpoint(Channel.FRONTEND)) as client:
+        client.send(_beat())
+        client.recv(Heartbeat, heartbeats=True)  # the loop's: R20 marks the connection then
+        before = _stats(laned)
+        beats = 0
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            client.send(_beat())
+            answer = client.recv(Heartbeat, heartbeats=True)
+            assert answer.config_version == laned.network.config_version
+            assert abs(answer.time - time.time()) < 5.0
+            beats += 1
+            time.sleep(0.2)
+        after = _until(laned, "the lane's count", lambda s: s["lane_beats"] >= beats)
+        assert after["net_received"] == before["net_received"]  # none reached the loop
+        assert after["clients"] == 1  # not expired: the core heard them through the lane
+
+
+def test_a_skewed_or_stale_heartbeat_goes_to_the_loop_and_gets_its_rule(
+    laned: NodeThread, ctx: zmq.Context[Any]
+) -> None:
+    with s0p.client(ctx, laned.endpoint(Channel.FRONTEND)) as client:
+        client.send(_beat())
+        client.recv(Heartbeat, heartbeats=True)
+        _until(laned, "negotiated", lambda s: s["clients"] == 1)
+        client.send(_beat(skew=3600.0))  # R12: 412 and the session ends
+        error = client.recv(DisconnectError)
+        assert error.code == 412
+        _until(laned, "the session ended", lambda s: s["clients"] == 0)
+
+
+def test_requests_and_replies_pass_through_the_lane_and_stop_says_disconnect(
+    laned: NodeThread, ctx: zmq.Context[Any]
+) -> None:
+    frontend, backend = laned.endpoint(Channel.FRONTEND), laned.endpoint(Channel.BACKEND)
+    with (
+        s0p.worker(ctx, backend, ("echo",)) as worker,
+        s0p.client(ctx, frontend) as client,
+    ):
+        for n in range(20):
+            client.send(ClientRequest("echo", b"r%d" % n, (b"ping", b"%d" % n)))
+            request = worker.recv(WorkerRequest)
+            worker.send(WorkerReply(request.ticket, 200, request.body))
+            reply = client.recv(ClientReply)
+            assert (reply.request_id, reply.body) == (b"r%d" % n, (b"ping", b"%d" % n))
+        stats = _stats(laned)
+        assert stats["lane_passed"] >= 40 and stats["lane_send_dropped"] == 0
+        laned.stop()  # the core's DISCONNECTs go out through the lane before it stops
+        assert isinstance(client.recv(Disconnect, timeout_s=WAIT_S), Disconnect)
