@@ -1,6 +1,7 @@
 """Fixtures shared across test directories: one real local SparkSession for the whole test
 session (starting one costs seconds; tests/trend, the event log system test and the Trends
-panel's tests use it), and one trend summary made by the real job with it.
+panel's tests use it), and one trend summary made by the real job with it; and ``broker_io``,
+which runs a test once per broker I/O (the loop, and the C lane where it is built).
 
 Also Hypothesis's profile for this suite: no per-example deadline. A deadline is a timed
 assertion, and speed is measured by the benchmarks, never by a test (on a loaded 2-core
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
+from scale0.net.lane import LANE_BUILT
 from scale0.trend.synth import Plan, generate
 
 settings.register_profile("scale0", deadline=None)
@@ -65,3 +67,19 @@ def trend_summary(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
     path = out / "summary.json"
     assert path.is_file(), f"the job wrote no {path}"
     return path
+
+
+#: The broker I/Os a test with ``broker_io`` runs over: the loop, and the lane where built.
+IO_HERE = ["loop", "lane"] if LANE_BUILT else ["loop"]
+
+
+@pytest.fixture(params=IO_HERE)
+def broker_io(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test once with the frontend and backend sockets on the Tornado loop and once in
+    the C lane (``lane: true``, scale0/net/lane.py): ``SCALE0_LANE`` is set (ids ``[loop]``
+    and ``[lane]``), and every broker the test starts reads it, in this process or a child.
+    A module opts in with ``pytestmark = pytest.mark.usefixtures("broker_io")``. Without the
+    extension (tools/test-fallback) only ``[loop]`` runs: the lane is not built there."""
+    io: str = request.param
+    monkeypatch.setenv("SCALE0_LANE", "1" if io == "lane" else "0")
+    return io

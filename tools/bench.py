@@ -20,6 +20,9 @@ these setups, each with the client, the workers and the middle process in separa
 - ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
 - ``scale0-mdp``: the same broker on the same Majordomo drivers as ``c-lru`` and ``majortomo``
   (same-driver: its ratio to the floor is the one to quote);
+- ``scale0-lane``, ``scale0-mdp-lane``: ``scale0`` and ``scale0-mdp`` with ``lane: true``
+  (the C lane owns the frontend and backend sockets; requests and replies still cross to the
+  loop through its pipes). Only when named;
 - ``family``: two brokers of one family, the client at the first and every worker at the
   second, so every request is forwarded (FORWARD/FORWARDREPLY); CPU is both brokers';
 - ``family-both``: two brokers with ``--workers`` workers each, the client at the first: it
@@ -496,13 +499,20 @@ def case_scale0(
     command: list[str] | None = None,
     event_log: bool = False,
     dialect_key: str | None = None,
+    lane: bool = False,
     **client: Any,
 ) -> dict[str, float]:
     """A real ``scale0-broker``: S0P/1 client and workers (``capacity`` in their READY), or with
     ``dialect_key`` the same Majordomo client and worker processes as c-lru and majortomo
-    (capacity 1 by MDP's definition: the ratio to the floor is then same-driver)."""
+    (capacity 1 by MDP's definition: the ratio to the floor is then same-driver). ``lane``:
+    with ``lane: true`` (the C lane owns the frontend and backend sockets)."""
     # "info" only adds start/stop lines: broker_stopped carries the stats read below.
-    overrides = {"log_level": "info", "event_log_dir": "events" if event_log else None}
+    overrides: dict[str, Any] = {
+        "log_level": "info",
+        "event_log_dir": "events" if event_log else None,
+    }
+    if lane:  # (left out otherwise: a tree from before the lane reads the file as well)
+        overrides["lane"] = True
     # (None leaves the key out of the file: a tree from before event_log_dir reads it as well)
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -555,6 +565,18 @@ def case_scale0_mdp(
 ) -> dict[str, float]:
     """``scale0`` on the same Majordomo drivers as c-lru and majortomo (same-driver)."""
     return case_scale0(workers, capacity, dialect_key=dialect_key, **client)
+
+
+def case_scale0_lane(workers: int, capacity: int, **client: Any) -> dict[str, float]:
+    """``scale0`` with ``lane: true``: requests and replies cross the lane's pipes."""
+    return case_scale0(workers, capacity, lane=True, **client)
+
+
+def case_scale0_mdp_lane(
+    workers: int, capacity: int, *, dialect_key: str, **client: Any
+) -> dict[str, float]:
+    """``scale0-mdp`` with ``lane: true``."""
+    return case_scale0(workers, capacity, dialect_key=dialect_key, lane=True, **client)
 
 
 def case_family(
@@ -756,6 +778,8 @@ CASES = {
     "scale0": case_scale0,
     "eventlog": case_eventlog,
     "scale0-mdp": case_scale0_mdp,
+    "scale0-lane": case_scale0_lane,
+    "scale0-mdp-lane": case_scale0_mdp_lane,
     "family": case_family,
     "family-both": case_family_both,
     "solo": case_solo,
@@ -766,9 +790,16 @@ CASES = {
 LOOP_CASES = ("c-lru-loop", "c-lru-asyncio", "c-lru-thread")
 #: Cases run only when named (--cases): CURVE's cost and its plain twin; the C routing in a
 #: Python process.
-OPTIONAL_CASES = ("solo", "solo-curve", "family-curve", *LOOP_CASES)
+OPTIONAL_CASES = (
+    "solo",
+    "solo-curve",
+    "family-curve",
+    "scale0-lane",
+    "scale0-mdp-lane",
+    *LOOP_CASES,
+)
 #: The cases driven by the Majordomo client (and, but for proxy, the Majordomo workers).
-MDP_CASES = ("proxy", "c-lru", *LOOP_CASES, "majortomo", "scale0-mdp")
+MDP_CASES = ("proxy", "c-lru", *LOOP_CASES, "majortomo", "scale0-mdp", "scale0-mdp-lane")
 
 
 # ---- trend: the event log writer and the Spark job (tools/bench trend) --------------------------
@@ -883,6 +914,8 @@ DRIVERS = {
     "scale0": "S0P",
     "eventlog": "S0P",
     "scale0-mdp": "MDP",
+    "scale0-lane": "S0P",
+    "scale0-mdp-lane": "MDP",
     "family": "S0P",
     "family-both": "S0P",
     "base-family-both": "S0P",

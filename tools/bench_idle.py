@@ -370,7 +370,11 @@ def measure(
                 "net_ticks": own["ticks"],
             }
             events_window = ["worker_lost"] * own["forgotten"]
-    messages = stats.get("net_received", 0) + stats.get("net_sent", 0)
+    # In and out, the loop's and (with lane: true) the lane's own: the HEARTBEATs it took and
+    # the answers it sent (what it passed or forwarded is the loop's count already).
+    messages = sum(
+        stats.get(key, 0) for key in ("net_received", "net_sent", "lane_beats", "lane_answers")
+    )
     connections = args.workers + args.clients
     return {
         # Over the broker's life (negotiation included): what one message in or out costs it.

@@ -48,7 +48,7 @@ from scale0.wire.frames import SIG_CLIENT, ConfigType
 from scale0.wire.registry import decode_to_broker
 from tests.net.probe import PROBE, management_rows
 
-pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (tests/conftest.py)
 
 WAIT_S = 10.0
 #: The UNIX time the pure tests pass to the link (it only goes into HEARTBEAT).

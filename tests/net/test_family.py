@@ -39,7 +39,7 @@ from scale0.wire import (
 )
 from tests.net.s0p import Router
 
-pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (tests/conftest.py)
 
 WAIT_S = 10.0
 HEARTBEAT_S = 0.2

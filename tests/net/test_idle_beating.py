@@ -20,7 +20,7 @@ from scale0.session.link import BrokerLink
 from scale0.testing import BrokerProcess, running_broker
 from tests.net.probe import PROBE, management_rows
 
-pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (tests/conftest.py)
 
 WAIT_S = 10.0
 # Interval 100 ms, idle 600 ms, liveness 3: idle peers are kept 1.8 s, 6x the interval's 0.3 s.

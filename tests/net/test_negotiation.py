@@ -12,7 +12,7 @@ from scale0.net.worker import Worker, echo_handler
 from scale0.testing import running_broker
 from scale0.wire.frames import ConfigType
 
-pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (tests/conftest.py)
 
 WAIT_S = 10.0
 

@@ -51,7 +51,7 @@ from scale0.wire import (
 )
 from tests.net import s0p
 
-pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (tests/conftest.py)
 
 WAIT_S = 10.0
 

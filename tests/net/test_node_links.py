@@ -22,7 +22,7 @@ from scale0.wire.peer import BrokerState, Hello, Table, TableMode, TableReq
 from scale0.wire.registry import decode_from_broker, encode
 from tests.net.test_node import WAIT_S, NodeThread, _network, _signature, ctx, signing
 
-pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (tests/conftest.py)
 
 __all__ = ["ctx", "signing"]  # fixtures used here
 

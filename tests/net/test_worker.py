@@ -29,7 +29,7 @@ from scale0.net.worker import Handler, Worker, WorkerThread, echo_handler, reply
 from scale0.testing import BrokerProcess, running_broker, wait_until
 from tests.net.probe import PROBE, management_rows
 
-pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (conftest.py)
+pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0

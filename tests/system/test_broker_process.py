@@ -16,7 +16,8 @@ from scale0.testing import broker_command, running_broker, write_configs
 from scale0.wire import ClientReply, ClientRequest, WorkerReply, WorkerRequest
 from tests.net import s0p
 
-pytestmark = pytest.mark.system
+# Each test runs on the loop and in the C lane (tests/conftest.py broker_io).
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("broker_io")]
 
 RUN_TIMEOUT_S = 30
 

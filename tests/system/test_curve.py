@@ -38,7 +38,8 @@ from scale0.testing import (
     write_family_configs,
 )
 
-pytestmark = pytest.mark.system
+# Each test runs on the loop and in the C lane (tests/conftest.py broker_io).
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("broker_io")]
 
 WAIT_S = 20.0
 FAST: dict[str, Any] = {"default_heartbeat_interval_ms": 200, "liveness": 5}

@@ -21,7 +21,8 @@ from scale0.net.client import Client
 from scale0.testing import BrokerProcess, running_broker, wait_until
 from tests.net.probe import PROBE, management_rows
 
-pytestmark = pytest.mark.system
+# Each test runs on the loop and in the C lane (tests/conftest.py broker_io).
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("broker_io")]
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 15.0

@@ -27,6 +27,9 @@ from tools.mdp import MAJORTOMO, MDP01, MDP02, Dialect, MdpError, Request
 from tools.mdp import Client as MdpClient
 from tools.mdp import Worker as MdpWorker
 
+# Each test runs on the loop and in the C lane (tests/conftest.py broker_io).
+pytestmark = pytest.mark.usefixtures("broker_io")
+
 Handler = Callable[[MdpWorker, Request], None]
 
 
