@@ -8,7 +8,7 @@ pyzmq's per-frame calls instead (slower, same behaviour; docs/performance.md).
 scale0.core._pool (the worker pool in C, held to scale0.core.workers.WorkerPool by
 tests/core/test_pool_parity.py) is optional too: where it is built, the broker's ledger keeps its
 worker pool in it (scale0.core.ledger, SCALE0_POOL); without it, in WorkerPool. Phase 2 of the
-C lane (docs/architecture.md, "Decided, not built").
+C lane (docs/architecture.md, "Decided, being built").
 """
 
 from setuptools import Extension, setup

@@ -1,7 +1,7 @@
 /*
  * scale0.core._pool: the worker pool (scale0/core/workers.py's WorkerPool) in C.
  *
- * Phase 2's first brick of the decided C lane (docs/architecture.md, "Decided, not built"). It
+ * Phase 2's first brick of the decided C lane (docs/architecture.md, "Decided, being built"). It
  * keeps, in C memory, the state a lane thread needs to route a REQUEST to a worker and take its
  * REPLY back: the workers by routing id, with their services, capacity and the tickets they
  * hold; per service, the workers with a free slot, least recently used first; per service, how

@@ -7,7 +7,7 @@ worker (R6). The rooms (scale0/core/dispatch.py, forwarding.py, lifecycle.py, fa
 sessions.py, views.py) reach it only by these operations, typed as
 :class:`scale0.core.ports.LedgerPort`, never by its dicts; each operation is one step a C
 implementation shared with a C lane thread can serve without calling back into Python
-(docs/architecture.md, "Decided, not built", phase 1). :class:`Ledger` is the Python one:
+(docs/architecture.md, "Decided, being built", phase 1). :class:`Ledger` is the Python one:
 today's structures, kept as the model and the pure fallback.
 
 Its worker pool comes in two implementations with the same answers, chosen per ledger at

@@ -1,7 +1,7 @@
 /*
  * scale0.net._zmqio.Lane: a C thread that owns the broker's frontend and backend ROUTER sockets
  * and answers plain HEARTBEATs without waking Python (phase 3a of the C lane, docs/architecture.md
- * "Decided, not built: the data plane moves to a C lane"; issue 14).
+ * "Decided, being built: the data plane moves to a C lane"; issue 14).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
