@@ -941,17 +941,21 @@ class BrokerNode:
                 [(LANE_CHANNELS[number], rid, when) for number, rid, when in heard]
             )
 
-    def _lane_marks(self) -> None:
-        """After a round's sends: tell the lane, on each pipe read from, how many messages the
-        loop has read from it (a "done" mark, one 8-byte frame, behind the round's answers in
-        the pipe). Until a peer's last message passed to the loop is marked done, the lane
-        passes that peer's HEARTBEATs too, so the peer gets its answers in the order it sent."""
+    def _lane_marks(self, outbox: list[tuple[IoKey, bytes, list[bytes]]]) -> int:
+        """Last in a round's sends: tell the lane, on each pipe read from, how many messages
+        the loop has read from it (a "done" mark, one 8-byte frame, behind the round's answers
+        in the pipe). Until a peer's last message passed to the loop is marked done, the lane
+        passes that peer's HEARTBEATs too, so the peer gets its answers in the order it sent.
+        The marks go out in the round's one send_batch, their pipes' events read after it
+        (a pipe towards the lane has no limit: a mark is never refused). Returns how many."""
+        marks = 0
         for port in self._ports.values():
             if port.lane and port.lane_read != port.lane_marked:
                 port.lane_marked = port.lane_read
-                port.socket.send(port.lane_read.to_bytes(8, "little"), zmq.NOBLOCK)
-                if not port.dirty:  # the send processed its commands: read its events
-                    port.dirty = bool(socket_events(port.socket) & _POLLIN)
+                outbox.append((port.io, port.lane_read.to_bytes(8, "little"), []))
+                port.sending = True
+                marks += 1
+        return marks
 
     def _lane_gone(self, channel: Channel, conn: int) -> None:
         if self._lane is not None:
@@ -1002,8 +1006,6 @@ class BrokerNode:
                 if port.dirty:
                     handled += self._drain(port, budget - handled)
             self._flush()
-            if self._lane is not None:
-                self._lane_marks()
             if not any(port.dirty for port in self._ports.values()):
                 break  # every port ended on "nothing waiting" after its last send: sleep
             budget -= handled
@@ -1523,9 +1525,11 @@ class BrokerNode:
         Each message whose pipe was idle wakes libzmq's I/O thread; sent together, the later
         ones usually find it still awake, and messages to one peer leave in one TCP write.
         """
+        outbox = self._outbox
+        marks = 0
         if self._lane is not None:
             self._lane_config()
-        outbox = self._outbox
+            marks = self._lane_marks(outbox)
         if not outbox:
             return
         self._outbox = []
@@ -1551,7 +1555,7 @@ class BrokerNode:
                     port.dirty = bool(socket_events(port.socket) & _POLLIN)
                 except zmq.ZMQError:  # (closing): the next batch says what it is
                     port.dirty = True
-        self._counters["sent"] += sent
+        self._counters["sent"] += sent - marks  # (messages to peers, not the lane's marks)
         self._counters["send_dropped"] += len(failed)
         for code in failed:
             # EAGAIN: high-water mark reached on that peer; EHOSTUNREACH: a ROUTER peer gone.
