@@ -378,6 +378,20 @@ static int frame_is(s0_zmq_msg_t *f, const char *text, size_t len) {
     return p_msg_size(f) == len && (len == 0 || memcmp(p_msg_data(f), text, len) == 0);
 }
 
+/* Whether frames 1.. of m are exactly a Majordomo worker HEARTBEAT as the registry decodes it
+ * to MdpWorkerHeartbeat (scale0/wire/registry.py, scale0/wire/mdp.py): [b"", b"MDPW01", 0x04],
+ * [b"", b"MDPW02", 0x05], or 18/MDP's undelimited [b"MDPW02", 0x05]; every frame at most
+ * max_frame_bytes (an MDPW01 without its empty frame is malformed there: not this). */
+static int mdp_worker_beat(s0_message *m, Py_ssize_t max_frame_bytes) {
+    s0_zmq_msg_t *f = m->frames;
+    if (max_frame_bytes < 6)
+        return 0;
+    if (m->n == 4 && frame_is(&f[1], "", 0))
+        return (frame_is(&f[2], "MDPW01", 6) && frame_is(&f[3], "\x04", 1)) ||
+               (frame_is(&f[2], "MDPW02", 6) && frame_is(&f[3], "\x05", 1));
+    return m->n == 3 && frame_is(&f[1], "MDPW02", 6) && frame_is(&f[2], "\x05", 1);
+}
+
 /* Whether the take rule takes the message (the mutex held); raises the entry's last_seen. */
 static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, double now,
                  double wall) {
@@ -385,7 +399,14 @@ static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, doub
     double previous = e->last_seen;
     if (now > e->last_seen)
         e->last_seen = now;
-    if (!t->configured || m->n != 5 || !frame_is(&m->frames[1], "", 0) ||
+    if (!t->configured)
+        return 0;
+    /* A Majordomo worker's HEARTBEAT: Majordomo.worker_heartbeat only marks its session heard
+     * (Sessions.seen: no answer, no skew, version, promise or gap to check) */
+    if (channel == 1 && mdp_worker_beat(m, self->max_frame_bytes))
+        return is_negotiated(t, channel, m->fd) &&
+               !(t->ordered[channel] && e->last_passed > t->done_seq[channel]);
+    if (m->n != 5 || !frame_is(&m->frames[1], "", 0) ||
         !frame_is(&m->frames[2], SIGNATURES[channel], 4) ||
         !frame_is(&m->frames[3], "HEARTBEAT", 9) ||
         p_msg_size(&m->frames[4]) > (size_t)self->max_frame_bytes)
