@@ -795,6 +795,19 @@ def test_a_majordomo_worker_s_beat_waits_for_python_to_finish_its_earlier_messag
     assert [(c, r) for c, r, _s in rig.lane.heard()] == [(BACK, peer.rid)]
 
 
+@pytest.mark.parametrize("channel", [FRONT, BACK])
+def test_an_s0p_beat_from_a_session_that_speaks_majordomo_is_passed(rig: Rig, channel: int) -> None:
+    """The core would note that it speaks S0P now: not the lane's to take. Its Majordomo
+    beats (a worker's) are still taken."""
+    peer = Beating(rig, channel)
+    rig.lane.note(channel, peer.rid, 0, 0.0, 0.0, True)
+    peer.passed(beat(channel, time.time(), 7))
+    if channel == BACK:
+        peer.taken(MDP_BEATS["MDPW02"])
+    rig.lane.note(channel, peer.rid, 0, 0.0, 0.0, False)
+    peer.taken(beat(channel, time.time(), 7))
+
+
 def test_a_near_miss_of_a_majordomo_worker_s_beat_is_passed_intact(rig: Rig) -> None:
     peer = Beating(rig, BACK)
     for near in MDP_NEAR_MISSES:
