@@ -92,8 +92,9 @@ def test_a_clients_plain_heartbeats_are_answered_by_the_lane_and_keep_its_sessio
     laned: NodeThread, ctx: zmq.Context[Any]
 ) -> None:
     """Network defaults: a 1 s interval, liveness 3. The client beats for 4 s, past its
-    timeout; the loop reads only its first (R20: the connection is not yet negotiated) and the
-    core still holds its session, heard through the lane. (Requests: the test below.)"""
+    timeout; the loop reads at most its first (its CHECKCONFIG may still be the loop's:
+    "Order") and the core still holds its session, heard through the lane. (Requests: the
+    test below.)"""
     with s0p.client(ctx, laned.endpoint(Channel.FRONTEND)) as client:
         client.send(_beat())
         client.recv(Heartbeat, heartbeats=True)  # the loop's: R20 marks the connection then
