@@ -334,7 +334,7 @@ class Broker(HotEntries):
         peers.replication = replication
         mdp = self.majordomo
         mdp.dispatch, mdp.family, mdp.sessions = dispatch, peers, sessions
-        dispatch.majordomo = mdp
+        dispatch.majordomo = sessions.majordomo = mdp
         sessions.ledger = peers.ledger = forwarding.ledger = lifecycle.ledger = ledger
         self.management = Management(self)
         #: The net layer's own counters (received, sent, dropped...), shared for ``status``.

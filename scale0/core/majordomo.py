@@ -87,7 +87,9 @@ class Majordomo:
     ) -> bool:
         """D1: the sender's session, opened by its first valid message; False if refused."""
         core = self.core
-        self.speaks[channel, routing_id] = reading
+        speaks = self.speaks
+        new = (channel, routing_id) not in speaks
+        speaks[channel, routing_id] = reading
         if core.state is not BrokerState.ACTIVE or self.sessions.full(channel, routing_id):
             if channel is Channel.BACKEND:  # not active, or past max_sessions (R20)
                 bye = MdpWorkerDisconnect(protocol=reading.protocol, delimited=reading.delimited)
@@ -97,6 +99,8 @@ class Majordomo:
                 core.counters["dropped"] += 1
             return False
         self.sessions.adopt(channel, routing_id, now)
+        if new:  # the lane passes an S0P HEARTBEAT from it now (it would stop speaking MDP)
+            self.sessions.remirror(channel, routing_id)
         return True
 
     def client_request(

@@ -160,6 +160,8 @@ class SessionsPort(Protocol):
 
     def adopt(self, channel: Channel, routing_id: bytes, now: float) -> Session: ...
 
+    def remirror(self, channel: Channel, routing_id: bytes) -> None: ...
+
     def full(self, channel: Channel, routing_id: bytes) -> bool: ...
 
     def set_timeout(self, session: Session, timeout_s: float) -> None: ...
@@ -191,7 +193,13 @@ class MirrorPort(Protocol):
     changes; never asked anything back (the lane's news comes as ``heard_elsewhere``)."""
 
     def note(
-        self, channel: Channel, routing_id: bytes, promise_ms: int, gap_s: float, last_seen: float
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        promise_ms: int,
+        gap_s: float,
+        last_seen: float,
+        majordomo: bool,
     ) -> None: ...
 
     def forget(self, channel: Channel, routing_id: bytes) -> None: ...

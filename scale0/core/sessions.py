@@ -27,7 +27,14 @@ from scale0.config.model import KeyGrant
 from scale0.core.connections import Session, touch
 from scale0.core.context import PROTOCOL, Core
 from scale0.core.effects import Authenticated, Channel, Effect, Log, Malformed, Send
-from scale0.core.ports import DispatchPort, FamilyPort, GuardPort, LedgerPort, MirrorPort
+from scale0.core.ports import (
+    DispatchPort,
+    FamilyPort,
+    GuardPort,
+    LedgerPort,
+    MajordomoPort,
+    MirrorPort,
+)
 from scale0.core.records import GAP_INTERVALS, heartbeat_gap
 from scale0.core.timers import ExpiryDue
 from scale0.core.trust import allowed
@@ -61,6 +68,7 @@ class Sessions:
     family: FamilyPort
     guard: GuardPort
     ledger: LedgerPort
+    majordomo: MajordomoPort
 
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -166,11 +174,21 @@ class Sessions:
         if mirror is None:
             return
         gap_s = 0.0
-        if session.channel is Channel.BACKEND:
+        channel, routing_id = session.channel, session.routing_id
+        if channel is Channel.BACKEND:
             gap_s = GAP_INTERVALS * session.timeout_s / self.core.network.liveness
-        mirror.note(
-            session.channel, session.routing_id, session.promise_ms, gap_s, session.last_seen
-        )
+        # It speaks Majordomo (an S0P HEARTBEAT from it would change that: not the lane's)
+        majordomo = (channel, routing_id) in self.majordomo.speaks
+        mirror.note(channel, routing_id, session.promise_ms, gap_s, session.last_seen, majordomo)
+
+    def remirror(self, channel: Channel, routing_id: bytes) -> None:
+        """Tell the lane (if any) of ``routing_id``'s session again: it began to speak
+        Majordomo (scale0/core/majordomo.py). When it stops, the lane learns it at the next
+        change (until then it passes that session's S0P HEARTBEATs to the core: only slower)."""
+        if self.mirror is not None:
+            session = self.by_channel[channel].get(routing_id)
+            if session is not None:
+                self._mirrored(session)
 
     def mirror_all(self, mirror: MirrorPort | None) -> None:
         """From now on ``mirror`` is the lane's copy (None: no lane); every session is told."""

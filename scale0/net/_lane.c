@@ -1,6 +1,7 @@
 /*
  * scale0.net._zmqio.Lane: a C thread that owns the broker's frontend and backend ROUTER sockets
- * and answers plain HEARTBEATs without waking Python (phase 3a of the C lane, docs/architecture.md
+ * and takes plain HEARTBEATs, S0P and Majordomo workers', without waking Python (phase 3a of
+ * the C lane, docs/architecture.md
  * "Decided, being built: the data plane moves to a C lane"; issue 14).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
@@ -12,8 +13,9 @@
  *       it with the GIL released. Before it exits the thread forwards everything waiting on both
  *       pipes to the ROUTERs (Python's last sends).
  *   configure(config_version, max_skew_s)
- *   note(channel, routing_id, promise_ms, gap_s, last_seen)   insert or update a session;
- *       last_seen only ever raises the entry's; gap_s 0 or inf: no gap check
+ *   note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=False)   insert or
+ *       update a session; last_seen only ever raises the entry's; gap_s 0 or inf: no gap
+ *       check; majordomo: it speaks Majordomo (the core's Majordomo.speaks)
  *   forget(channel, routing_id); clear()
  *   negotiated(channel, fd); gone(channel, fd)                 R20: the negotiated connections
  *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT taken by the lane
@@ -38,7 +40,8 @@
  *
  * The take rule (the fast path of scale0.core.sessions.Sessions.heard_many, its twin): the lane
  * takes a message iff it is exactly [rid, b"", signature, b"HEARTBEAT", options], the options
- * at most max_frame_bytes and read by s0_beat_options, the session table has (channel, rid), its
+ * at most max_frame_bytes and read by s0_beat_options, the session table has (channel, rid) and
+ * it does not speak Majordomo (the core would note it speaks S0P now), its
  * fd is < 0 or negotiated on the channel, not |time - wall| > max_skew_s, config_version >= the
  * configured one, interval_ms == the entry's promise_ms, and (backend only) not now - the
  * entry's previous last_seen > gap_s (gap_s 0 or inf: no check), and, once Python marks what it
@@ -47,6 +50,14 @@
  * {"time":<wall>,"config_version":<configured>[,"interval_ms":<promise_ms>]}], as
  * scale0.wire.client.Heartbeat.to_frames writes it. Every message whose rid has an entry raises
  * its last_seen to now (max), whatever it is.
+ *
+ * A Majordomo worker's HEARTBEAT (the twin of scale0.core.majordomo.Majordomo.worker_heartbeat,
+ * which for a worker with a session only marks it seen: no answer, no skew, version, promise or
+ * gap check, whatever protocol the session speaks): on the backend, after configure(), the lane
+ * also takes a message iff it is exactly [rid, b"", b"MDPW01", 0x04], [rid, b"", b"MDPW02",
+ * 0x05] (majortomo's worker too) or 18/MDP's undelimited [rid, b"MDPW02", 0x05] (every form
+ * scale0.wire.registry decodes to MdpWorkerHeartbeat, so max_frame_bytes >= 6), the session
+ * table has (1, rid), its fd is < 0 or negotiated, and "Order" allows it. Not answered.
  *
  * Order (optional, on once Python sends its first mark). A message of exactly one 8-byte frame
  * that Python writes to a pipe is not a send but a "done" mark: the number (uint64, little
@@ -103,6 +114,7 @@ typedef struct {
     double last_seen;
     Py_ssize_t heard_at; /* index in the lane's heard list, -1 if not in it */
     int channel;
+    int majordomo;        /* it speaks Majordomo: an S0P HEARTBEAT from it is Python's */
     uint64_t last_passed; /* the number of its last message passed to Python (see "Order") */
 } s0_entry;
 
@@ -378,6 +390,20 @@ static int frame_is(s0_zmq_msg_t *f, const char *text, size_t len) {
     return p_msg_size(f) == len && (len == 0 || memcmp(p_msg_data(f), text, len) == 0);
 }
 
+/* Whether frames 1.. of m are exactly a Majordomo worker HEARTBEAT as the registry decodes it
+ * to MdpWorkerHeartbeat (scale0/wire/registry.py, scale0/wire/mdp.py): [b"", b"MDPW01", 0x04],
+ * [b"", b"MDPW02", 0x05], or 18/MDP's undelimited [b"MDPW02", 0x05]; every frame at most
+ * max_frame_bytes (an MDPW01 without its empty frame is malformed there: not this). */
+static int mdp_worker_beat(s0_message *m, Py_ssize_t max_frame_bytes) {
+    s0_zmq_msg_t *f = m->frames;
+    if (max_frame_bytes < 6)
+        return 0;
+    if (m->n == 4 && frame_is(&f[1], "", 0))
+        return (frame_is(&f[2], "MDPW01", 6) && frame_is(&f[3], "\x04", 1)) ||
+               (frame_is(&f[2], "MDPW02", 6) && frame_is(&f[3], "\x05", 1));
+    return m->n == 3 && frame_is(&f[1], "MDPW02", 6) && frame_is(&f[2], "\x05", 1);
+}
+
 /* Whether the take rule takes the message (the mutex held); raises the entry's last_seen. */
 static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, double now,
                  double wall) {
@@ -385,7 +411,14 @@ static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, doub
     double previous = e->last_seen;
     if (now > e->last_seen)
         e->last_seen = now;
-    if (!t->configured || m->n != 5 || !frame_is(&m->frames[1], "", 0) ||
+    if (!t->configured)
+        return 0;
+    /* A Majordomo worker's HEARTBEAT: Majordomo.worker_heartbeat only marks its session heard
+     * (Sessions.seen: no answer, no skew, version, promise or gap to check) */
+    if (channel == 1 && mdp_worker_beat(m, self->max_frame_bytes))
+        return is_negotiated(t, channel, m->fd) &&
+               !(t->ordered[channel] && e->last_passed > t->done_seq[channel]);
+    if (e->majordomo || m->n != 5 || !frame_is(&m->frames[1], "", 0) ||
         !frame_is(&m->frames[2], SIGNATURES[channel], 4) ||
         !frame_is(&m->frames[3], "HEARTBEAT", 9) ||
         p_msg_size(&m->frames[4]) > (size_t)self->max_frame_bytes)
@@ -821,8 +854,9 @@ static PyObject *lane_note(LaneObject *self, PyObject *args) {
     Py_ssize_t rid_len;
     long long promise;
     double gap, last_seen;
-    if (!PyArg_ParseTuple(args, "iy#Ldd:note", &channel, &rid, &rid_len, &promise, &gap,
-                          &last_seen) ||
+    int majordomo = 0;
+    if (!PyArg_ParseTuple(args, "iy#Ldd|p:note", &channel, &rid, &rid_len, &promise, &gap,
+                          &last_seen, &majordomo) ||
         parse_channel(channel) < 0)
         return NULL;
     if (isnan(gap) || gap < 0) {
@@ -855,6 +889,7 @@ static PyObject *lane_note(LaneObject *self, PyObject *args) {
     if (e != NULL) {
         e->promise_ms = promise;
         e->gap_s = gap;
+        e->majordomo = majordomo;
         if (last_seen > e->last_seen)
             e->last_seen = last_seen;
         /* Python may be handling one of its messages now (its note says so): Order */
@@ -1071,7 +1106,8 @@ static PyMethodDef lane_methods[] = {
     {"configure", (PyCFunction)lane_configure, METH_VARARGS,
      "configure(config_version, max_skew_s): the running config's version and R12 limit"},
     {"note", (PyCFunction)lane_note, METH_VARARGS,
-     "note(channel, routing_id, promise_ms, gap_s, last_seen): insert or update a session"},
+     "note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=False): insert or "
+     "update a session"},
     {"forget", (PyCFunction)lane_forget, METH_VARARGS, "forget(channel, routing_id)"},
     {"clear", (PyCFunction)lane_clear, METH_NOARGS, "clear(): forget every session"},
     {"negotiated", (PyCFunction)lane_negotiated, METH_VARARGS,

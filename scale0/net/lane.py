@@ -67,11 +67,17 @@ class LaneMirror:
         self._lane = lane
 
     def note(
-        self, channel: Channel, routing_id: bytes, promise_ms: int, gap_s: float, last_seen: float
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        promise_ms: int,
+        gap_s: float,
+        last_seen: float,
+        majordomo: bool,
     ) -> None:
         number = _NUMBER.get(channel)
         if number is not None:
-            self._lane.note(number, routing_id, promise_ms, gap_s, last_seen)
+            self._lane.note(number, routing_id, promise_ms, gap_s, last_seen, majordomo)
 
     def forget(self, channel: Channel, routing_id: bytes) -> None:
         number = _NUMBER.get(channel)

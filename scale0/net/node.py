@@ -1221,6 +1221,10 @@ class BrokerNode:
                 self._counters["received"] += 1
                 event = Received(channel, routing_id, message, conn)
             self._perform(broker.handle(event, now, wall))
+            if type(event) is Received and conn in self._fresh and channel is not Channel.PEER:
+                # R20: the core marked it negotiated if its sender has a session now (a READY,
+                # a CHECKCONFIG); so does the lane, which takes its HEARTBEATs from then on
+                self._negotiated(channel, routing_id, conn)
         except Exception:
             self._counters["internal_errors"] += 1
             self._log(

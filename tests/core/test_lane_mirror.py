@@ -8,6 +8,11 @@ it through ``heard_elsewhere`` before its next event, as the node tells it at th
 round, and the model answers a client's as the lane does); every other message goes to B. At
 every step both must give the same effects, and at the end the same sessions: a beat taken
 from the core would otherwise answer, log or expire differently.
+
+Majordomo workers (scale0/wire/mdp.py, 7/MDP and 18/MDP) play too: their READY, HEARTBEAT,
+final reply and DISCONNECT, typed, from the same routing ids as the S0P peers. The lane takes a
+Majordomo worker HEARTBEAT (the frames the decoder reads as one: tests/net/test_lane.py) from any
+backend session, with no other check, because Majordomo.worker_heartbeat only marks it seen.
 """
 
 from __future__ import annotations
@@ -21,10 +26,30 @@ from hypothesis import strategies as st
 from scale0.core.effects import Channel, Effect, Send
 from scale0.wire.client import Disconnect, Heartbeat
 from scale0.wire.frames import SIG_CLIENT, SIG_WORKER
-from scale0.wire.worker import Ready
-from tests.core.harness import BACK, FRONT, Harness, dispatched
+from scale0.wire.mdp import (
+    MDPW01,
+    MDPW02,
+    MdpWorkerDisconnect,
+    MdpWorkerHeartbeat,
+    MdpWorkerReady,
+    MdpWorkerReply,
+    MdpWorkerRequest,
+)
+from scale0.wire.worker import Ready, WorkerRequest
+from tests.core.harness import BACK, FRONT, Harness, sends
 
 RIDS = (b"\x00a", b"\x00b", b"\x00c")
+#: The Majordomo readings a worker frames its messages in: (signature, empty frame 0?).
+READINGS = ((MDPW01, True), (MDPW02, True), (MDPW02, False))
+
+
+def dispatched(effects: list[Effect]) -> list[tuple[bytes, bytes]]:
+    """(worker routing id, ticket) for every request handed to a worker, S0P or Majordomo."""
+    return [
+        (rid, message.ticket)
+        for rid, message in sends(effects, BACK)
+        if isinstance(message, (WorkerRequest, MdpWorkerRequest))
+    ]
 
 
 @dataclass
@@ -32,6 +57,7 @@ class Entry:
     promise_ms: int
     gap_s: float
     last_seen: float
+    majordomo: bool = False
 
 
 @dataclass
@@ -45,29 +71,47 @@ class ModelLane:
     notes: int = 0
 
     def note(
-        self, channel: Channel, routing_id: bytes, promise_ms: int, gap_s: float, last_seen: float
+        self,
+        channel: Channel,
+        routing_id: bytes,
+        promise_ms: int,
+        gap_s: float,
+        last_seen: float,
+        majordomo: bool,
     ) -> None:
         self.notes += 1
         old = self.table.get((channel, routing_id))
         seen = last_seen if old is None else max(old.last_seen, last_seen)
-        self.table[(channel, routing_id)] = Entry(promise_ms, gap_s, seen)
+        self.table[(channel, routing_id)] = Entry(promise_ms, gap_s, seen, majordomo)
 
     def forget(self, channel: Channel, routing_id: bytes) -> None:
         self.table.pop((channel, routing_id), None)
 
     def receive(
-        self, channel: Channel, rid: bytes, beat: Heartbeat | None, now: float, wall: float
+        self,
+        channel: Channel,
+        rid: bytes,
+        beat: Heartbeat | MdpWorkerHeartbeat | None,
+        now: float,
+        wall: float,
     ) -> list[Effect] | None:
         """A message from ``rid``: the lane's effects if it takes it (a plain HEARTBEAT
-        ``beat``), None if it passes it on. Either way its entry was heard ``now``."""
+        ``beat``, S0P or a Majordomo worker's), None if it passes it on. Either way its entry
+        was heard ``now``."""
         entry = self.table.get((channel, rid))
         if entry is None:
             return None
         previous, entry.last_seen = entry.last_seen, now
         if beat is None:
             return None
+        if isinstance(beat, MdpWorkerHeartbeat):
+            if channel is not BACK:
+                return None
+            self.heard.append((channel, rid, now))  # Majordomo.worker_heartbeat: seen, no more
+            return []
         if (
-            abs(beat.time - wall) > self.skew_s
+            entry.majordomo  # it speaks Majordomo: the core would note it speaks S0P now
+            or abs(beat.time - wall) > self.skew_s
             or beat.config_version < self.version
             or (beat.interval_ms or 0) != entry.promise_ms
             or (channel is BACK and entry.gap_s and now - previous > entry.gap_s)
@@ -113,6 +157,12 @@ OPS = st.one_of(
     st.tuples(st.just("reply"), st.sampled_from(RIDS)),
     st.tuples(st.just("advance"), st.sampled_from((0.3, 1.0, 2.5, 6.0))),
     st.tuples(st.just("bye"), st.sampled_from((FRONT, BACK)), st.sampled_from(RIDS)),
+    # Majordomo workers: READY, HEARTBEAT (most often), final reply, DISCONNECT, typed
+    st.tuples(st.just("mdp_ready"), st.sampled_from(RIDS), st.sampled_from(READINGS)),
+    st.tuples(st.just("mdp_beat"), st.sampled_from(RIDS), st.sampled_from(READINGS)),
+    st.tuples(st.just("mdp_beat"), st.sampled_from(RIDS), st.sampled_from(READINGS)),
+    st.tuples(st.just("mdp_reply"), st.sampled_from(RIDS), st.sampled_from(READINGS)),
+    st.tuples(st.just("mdp_bye"), st.sampled_from(RIDS), st.sampled_from(READINGS)),
 )
 
 
@@ -124,6 +174,7 @@ class Twins:
         self.b.broker.mirror_sessions(self.lane)
         self.tickets: dict[bytes, list[bytes]] = {}
         self.next_id = 0
+        self.mdp_taken = 0  # Majordomo worker HEARTBEATs the model took
 
     def _configure(self) -> None:
         network = self.b.broker.network
@@ -193,8 +244,28 @@ class Twins:
             request_id = b"r%d" % self.next_id
             self.lane.receive(FRONT, rid, None, b.now, b.wall)
             out_a, out_b = a.request(rid, request_id), b.request(rid, request_id)
-            for worker, message in dispatched(out_a):
-                self.tickets.setdefault(worker, []).append(message.ticket)
+        elif kind.startswith("mdp_"):
+            rid, reading = op[1], op[2]
+            assert isinstance(rid, bytes) and isinstance(reading, tuple)
+            protocol, delimited = reading
+            message: MdpWorkerReady | MdpWorkerHeartbeat | MdpWorkerReply | MdpWorkerDisconnect
+            if kind == "mdp_ready":
+                message = MdpWorkerReady("echo", protocol=protocol, delimited=delimited)
+            elif kind == "mdp_beat":
+                message = MdpWorkerHeartbeat(protocol=protocol, delimited=delimited)
+            elif kind == "mdp_reply":
+                tickets = self.tickets.get(rid) or [b"none"]
+                ticket = tickets.pop(0)
+                message = MdpWorkerReply(ticket, (b"ok",), protocol=protocol, delimited=delimited)
+            else:
+                message = MdpWorkerDisconnect(protocol=protocol, delimited=delimited)
+            out_a = a.send(BACK, rid, message)
+            beat = message if isinstance(message, MdpWorkerHeartbeat) else None
+            out_b = self.lane.receive(BACK, rid, beat, b.now, b.wall)
+            if out_b is None:
+                out_b = b.send(BACK, rid, message)
+            else:
+                self.mdp_taken += 1
         elif kind == "reply":
             rid = op[1]
             assert isinstance(rid, bytes)
@@ -209,9 +280,8 @@ class Twins:
             self.lane.receive(channel, rid, None, b.now, b.wall)
             out_a = a.send(channel, rid, Disconnect(protocol=protocol))
             out_b = b.send(channel, rid, Disconnect(protocol=protocol))
-        for worker, message in dispatched(out_a):
-            if kind != "request":
-                self.tickets.setdefault(worker, []).append(message.ticket)
+        for worker, ticket in dispatched(out_a):
+            self.tickets.setdefault(worker, []).append(ticket)
         assert out_b == out_a, f"after {op}"
 
     def same_sessions(self) -> None:
@@ -293,4 +363,52 @@ def test_a_worker_without_heartbeats_given_work_or_ready_is_unpromised_in_the_la
         twins.step(ending)
         assert twins.lane.table[(BACK, worker)].promise_ms == 0
         twins.step(("beat", BACK, worker, 5000, 0.0, 3))  # Python's again: a new promise
+        twins.same_sessions()
+
+
+def test_a_majordomo_worker_beating_only_through_the_lane_outlives_its_timeout() -> None:
+    """Each reading: a Majordomo worker whose beats the lane takes is not expired (the core
+    hears them through heard_elsewhere), serves a request, and one that stops is expired at
+    exactly liveness x interval after its last beat; a beat from a routing id with no backend
+    session goes to the core, which answers DISCONNECT."""
+    for reading in READINGS:
+        twins = Twins()
+        worker, client = RIDS[0], RIDS[1]
+        twins.step(("mdp_ready", worker, reading))
+        for _ in range(5):
+            twins.step(("advance", 1.0))
+            twins.step(("mdp_beat", worker, reading))
+        assert twins.mdp_taken == 5
+        assert twins.b.broker.stats()["workers"] == 1
+        twins.step(("client", client))
+        twins.step(("request", client))
+        assert twins.tickets.get(worker)
+        twins.step(("mdp_reply", worker, reading))
+        twins.step(("mdp_beat", client, reading))  # no backend session: the core's DISCONNECT
+        assert twins.mdp_taken == 5
+        twins.step(("advance", 2.9))
+        assert twins.b.broker.stats()["workers"] == 1
+        twins.step(("advance", 0.1))
+        assert twins.b.broker.stats()["workers"] == 0
+        twins.same_sessions()
+
+
+def test_an_s0p_beat_from_a_majordomo_speaker_goes_to_the_core() -> None:
+    """An S0P HEARTBEAT from a session that speaks Majordomo makes the core note it speaks S0P
+    now (its next answers are S0P): the lane passes it, as the mirror tells it who speaks MDP.
+    (The broker's next heartbeat to the worker shows which protocol the core believes.)"""
+    for reading in READINGS:
+        twins = Twins()
+        worker = RIDS[0]
+        twins.step(("mdp_ready", worker, reading))
+        assert twins.lane.table[(BACK, worker)].majordomo
+        twins.step(("beat", BACK, worker, None, 0.0, 3))
+        assert twins.lane.heard == []
+        twins.step(("advance", 1.0))
+        twins.step(("worker", worker, 1000, True))  # S0P again: the mirror says so at once
+        assert not twins.lane.table[(BACK, worker)].majordomo
+        twins.step(("mdp_ready", worker, reading))  # its session stays: remirror tells it
+        assert twins.lane.table[(BACK, worker)].majordomo
+        twins.step(("beat", BACK, worker, None, 0.0, 3))
+        assert twins.lane.heard == []
         twins.same_sessions()

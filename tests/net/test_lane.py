@@ -46,6 +46,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from scale0.wire import hot
 from scale0.wire.client import Heartbeat
+from scale0.wire.errors import ProtocolError
+from scale0.wire.mdp import MDPW01, MDPW02, MdpWorkerHeartbeat
+from scale0.wire.registry import BACKEND_SIGNATURES, decode_to_broker
 from tests.extensions import load_extension
 
 WAIT_S = 10.0
@@ -625,6 +628,193 @@ def test_only_the_exact_heartbeat_shape_is_taken() -> None:
         wide.close()
 
 
+# ---- a Majordomo worker's HEARTBEAT --------------------------------------------------------------
+
+#: Every form of a Majordomo worker HEARTBEAT the registry decodes (from a DEALER): 7/MDP's,
+#: 18/MDP's with the empty frame 0 (majortomo's worker sends this one), and 18/MDP's own text's
+#: without it. The core's only answer to one from a worker with a session is Sessions.seen.
+MDP_BEATS = {
+    "MDPW01": [b"", MDPW01, b"\x04"],
+    "MDPW02": [b"", MDPW02, b"\x05"],
+    "MDPW02-undelimited": [MDPW02, b"\x05"],
+}
+MDP_FORMS = pytest.mark.parametrize("form", list(MDP_BEATS))
+
+
+def mdp_beat_decoded(frames: list[bytes], max_frame_bytes: int) -> bool:
+    """Whether the backend's decoder reads ``frames`` as a Majordomo worker HEARTBEAT."""
+    try:
+        message = decode_to_broker(
+            frames, max_frame_bytes=max_frame_bytes, signatures=BACKEND_SIGNATURES
+        )
+    except ProtocolError:
+        return False
+    return isinstance(message, MdpWorkerHeartbeat)
+
+
+def test_the_mdp_forms_are_the_registry_s_worker_heartbeats_and_near_misses_are_not() -> None:
+    for frames in MDP_BEATS.values():
+        assert mdp_beat_decoded(frames, 6)
+        assert not mdp_beat_decoded(frames, 5)  # MDPW0x is over the frame limit
+    for protocol in (MDPW01, MDPW02):
+        for delimited in (True, False):
+            frames = MdpWorkerHeartbeat(protocol=protocol, delimited=delimited).to_frames()
+            assert (frames in MDP_BEATS.values()) == (protocol == MDPW02 or delimited)
+    for near in MDP_NEAR_MISSES:
+        assert not mdp_beat_decoded(near, MAX_FRAME)
+
+
+#: Not a Majordomo worker HEARTBEAT for the decoder (the test above says so): passed.
+MDP_NEAR_MISSES = [
+    [MDPW01, b"\x04"],  # 7/MDP has no undelimited reading
+    [b"", MDPW01, b"\x05"],  # 7/MDP's DISCONNECT
+    [b"", MDPW02, b"\x04"],  # 18/MDP's FINAL, empty
+    [b"", MDPW02, b"\x05", b""],  # one frame too many
+    [MDPW02, b"\x05", b""],
+    [b"", b"", MDPW02, b"\x05"],
+    [b"x", MDPW02, b"\x05"],
+    [b"", b"MDPC02", b"\x05"],
+    [b"", b"mdpw02", b"\x05"],
+    [b"", MDPW02, b"\x05\x00"],
+    [b"", MDPW02],
+]
+
+
+@MDP_FORMS
+def test_a_majordomo_worker_s_beat_is_taken_without_an_answer(rig: Rig, form: str) -> None:
+    frames = MDP_BEATS[form]
+    peer = Beating(rig, BACK)
+    peer.taken(frames)
+    peer.taken(frames)
+    peer.dealer.send(b"last")
+    rig.until_marker(BACK, b"last")
+    assert not peer.dealer.poll(0)  # (the marker's round trip came after any answer would)
+    rig.lane.stop()  # (joined: its counters are final)
+    stats = rig.lane.stats()
+    assert stats["beats"] == 2 and stats["answers"] == 0
+
+
+@MDP_FORMS
+def test_a_majordomo_worker_s_beat_checks_no_clock_version_promise_or_gap(
+    rig: Rig, form: str
+) -> None:
+    """Majordomo.worker_heartbeat makes none of these checks, so neither does the lane: a
+    promise, an older configured version and a silence far past the gap change nothing."""
+    peer = Beating(rig, BACK)
+    rig.lane.configure(10**9, 0.0)
+    rig.lane.forget(BACK, peer.rid)
+    rig.lane.note(BACK, peer.rid, 5000, 60.0, time.monotonic() - 120.0)  # silent for 2 minutes
+    peer.taken(MDP_BEATS[form])
+
+
+@MDP_FORMS
+def test_a_majordomo_worker_s_beat_without_a_session_is_passed(rig: Rig, form: str) -> None:
+    peer = Beating(rig, BACK)
+    rig.lane.forget(BACK, peer.rid)
+    peer.passed(MDP_BEATS[form])
+    rig.lane.note(BACK, peer.rid, 0, 0.0, 0.0)
+    peer.taken(MDP_BEATS[form])
+
+
+@MDP_FORMS
+def test_a_majordomo_worker_s_beat_on_an_unnegotiated_connection_is_passed(
+    rig: Rig, form: str
+) -> None:
+    peer = Beating(rig, BACK)
+    rig.lane.gone(BACK, peer.fd)
+    peer.passed(MDP_BEATS[form])
+    rig.lane.negotiated(BACK, peer.fd)
+    peer.taken(MDP_BEATS[form])
+
+
+@MDP_FORMS
+def test_a_majordomo_worker_s_beat_before_configure_is_passed(form: str) -> None:
+    rig = Rig()
+    try:
+        dealer, fd = rig.dealer(BACK, b"early")
+        rig.lane.negotiated(BACK, fd)
+        rig.lane.note(BACK, b"early", 0, 0.0, 0.0)
+        dealer.send_multipart(MDP_BEATS[form])
+        assert rig.from_pipe(BACK) == [header(fd), b"early", *MDP_BEATS[form]]
+        assert rig.lane.heard() == []
+    finally:
+        rig.close()
+
+
+@MDP_FORMS
+def test_a_majordomo_worker_s_beat_on_the_frontend_is_passed(rig: Rig, form: str) -> None:
+    """Only the backend takes it (on the frontend the registry does not accept MDPW0x)."""
+    peer = Beating(rig, FRONT)
+    peer.passed(MDP_BEATS[form])
+    peer.taken(beat(FRONT, time.time(), 7))
+
+
+@MDP_FORMS
+def test_a_majordomo_worker_s_beat_over_max_frame_bytes_is_passed(form: str) -> None:
+    for limit, taken in ((5, False), (6, True)):
+        rig = Rig(max_frame_bytes=limit)
+        try:
+            peer = Beating(rig, BACK)
+            if taken:
+                peer.taken(MDP_BEATS[form])
+            else:
+                peer.passed(MDP_BEATS[form])
+        finally:
+            rig.close()
+
+
+@MDP_FORMS
+def test_a_majordomo_worker_s_beat_waits_for_python_to_finish_its_earlier_messages(
+    rig: Rig, form: str
+) -> None:
+    """Order, as for S0P beats: with done marks on, a beat behind a message still in Python's
+    hands (a READY, say) goes to Python too; once marked done, the next is taken."""
+    peer = Beating(rig, BACK)
+    read = 0
+
+    def from_pipe() -> list[bytes]:
+        nonlocal read
+        read += 1
+        return rig.from_pipe(BACK)
+
+    def mark() -> None:
+        rig.pipes[BACK].send(struct.pack("<Q", read))
+
+    frames = MDP_BEATS[form]
+    mark()
+    ready = [b"", MDPW02, b"\x01", b"echo"]
+    peer.dealer.send_multipart(ready)
+    peer.dealer.send_multipart(frames)
+    assert from_pipe() == [header(peer.fd), peer.rid, *ready]
+    assert from_pipe() == [header(peer.fd), peer.rid, *frames]  # the READY was still Python's
+    assert rig.lane.heard() == []
+    mark()
+    peer.dealer.send_multipart(frames)
+    peer.dealer.send(b"marker")
+    assert from_pipe() == [header(peer.fd), peer.rid, b"marker"]  # the beat was taken
+    assert [(c, r) for c, r, _s in rig.lane.heard()] == [(BACK, peer.rid)]
+
+
+@pytest.mark.parametrize("channel", [FRONT, BACK])
+def test_an_s0p_beat_from_a_session_that_speaks_majordomo_is_passed(rig: Rig, channel: int) -> None:
+    """The core would note that it speaks S0P now: not the lane's to take. Its Majordomo
+    beats (a worker's) are still taken."""
+    peer = Beating(rig, channel)
+    rig.lane.note(channel, peer.rid, 0, 0.0, 0.0, True)
+    peer.passed(beat(channel, time.time(), 7))
+    if channel == BACK:
+        peer.taken(MDP_BEATS["MDPW02"])
+    rig.lane.note(channel, peer.rid, 0, 0.0, 0.0, False)
+    peer.taken(beat(channel, time.time(), 7))
+
+
+def test_a_near_miss_of_a_majordomo_worker_s_beat_is_passed_intact(rig: Rig) -> None:
+    peer = Beating(rig, BACK)
+    for near in MDP_NEAR_MISSES:
+        peer.passed(near)
+    peer.taken(MDP_BEATS["MDPW02"])
+
+
 def test_any_message_raises_last_seen_only_beats_reach_heard(rig: Rig) -> None:
     peer = Beating(rig, BACK)
     rig.lane.forget(BACK, peer.rid)
@@ -765,6 +955,12 @@ _TEXT = st.builds(
         ),
     ),
 )
+_MDP = st.one_of(
+    st.sampled_from([*MDP_BEATS.values(), *MDP_NEAR_MISSES]),
+    st.lists(
+        st.sampled_from([b"", MDPW01, MDPW02, b"\x04", b"\x05", b"\x01"]), min_size=1, max_size=5
+    ),
+)
 RANDOM_MAX_FRAME = 66
 
 
@@ -789,7 +985,7 @@ def test_random_messages_are_taken_by_the_rule_or_passed_intact(channel: int) ->
             st.lists(
                 st.tuples(
                     st.sampled_from([True, True, False]),  # (from the known peer?)
-                    st.one_of(_beats(channel), _beats(channel), _RAW, _TEXT),
+                    st.one_of(_beats(channel), _beats(channel), _RAW, _TEXT, _MDP),
                 ),
                 min_size=1,
                 max_size=8,
@@ -804,13 +1000,16 @@ def test_random_messages_are_taken_by_the_rule_or_passed_intact(channel: int) ->
                 )
                 dealer.send_multipart(frames)
                 fields = hot.heartbeat_fields([rid, *frames], SIG[channel], RANDOM_MAX_FRAME)
-                takes = (
-                    from_known
-                    and fields is not None
-                    # (times are now, or 1000 s off: a slow machine cannot blur the 30 s limit)
-                    and abs(fields[0] - time.time()) <= 30.0
-                    and fields[1] >= 7
-                    and fields[2] == 5000
+                takes = from_known and (
+                    (
+                        fields is not None
+                        # (times are now, or 1000 s off: a slow machine cannot blur the 30 s)
+                        and abs(fields[0] - time.time()) <= 30.0
+                        and fields[1] >= 7
+                        and fields[2] == 5000
+                    )
+                    # a Majordomo worker HEARTBEAT as the decoder reads it (backend only)
+                    or (channel == BACK and mdp_beat_decoded(frames, RANDOM_MAX_FRAME))
                 )
                 if takes:
                     taken += 1

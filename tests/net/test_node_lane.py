@@ -28,6 +28,7 @@ from scale0.wire import (
     WorkerReply,
     WorkerRequest,
 )
+from scale0.wire.mdp import MDPW01, MDPW02
 from tests.net import s0p
 from tests.net.test_node import WAIT_S, NodeThread, _network, _signature, ctx, signing
 
@@ -91,8 +92,9 @@ def test_a_clients_plain_heartbeats_are_answered_by_the_lane_and_keep_its_sessio
     laned: NodeThread, ctx: zmq.Context[Any]
 ) -> None:
     """Network defaults: a 1 s interval, liveness 3. The client beats for 4 s, past its
-    timeout; the loop reads only its first (R20: the connection is not yet negotiated) and the
-    core still holds its session, heard through the lane. (Requests: the test below.)"""
+    timeout; the loop reads at most its first (its CHECKCONFIG may still be the loop's:
+    "Order") and the core still holds its session, heard through the lane. (Requests: the
+    test below.)"""
     with s0p.client(ctx, laned.endpoint(Channel.FRONTEND)) as client:
         client.send(_beat())
         client.recv(Heartbeat, heartbeats=True)  # the loop's: R20 marks the connection then
@@ -142,3 +144,85 @@ def test_requests_and_replies_pass_through_the_lane_and_stop_says_disconnect(
         assert stats["lane_passed"] >= 40 and stats["lane_send_dropped"] == 0
         laned.stop()  # the core's DISCONNECTs go out through the lane before it stops
         assert isinstance(client.recv(Disconnect, timeout_s=WAIT_S), Disconnect)
+
+
+#: Majordomo worker readings, each its own service: (frame head, READY, HEARTBEAT, reply).
+MDP_READINGS = {
+    "mdp-w01": ([b"", MDPW01], b"\x01", b"\x04", b"\x03"),
+    "mdp-w02": ([b"", MDPW02], b"\x01", b"\x05", b"\x04"),  # majortomo's worker too
+    "mdp-w02-bare": ([MDPW02], b"\x01", b"\x05", b"\x04"),  # 18/MDP's text: no frame 0
+}
+
+
+def test_majordomo_workers_plain_heartbeats_are_taken_by_the_lane_and_keep_their_sessions(
+    laned: NodeThread, ctx: zmq.Context[Any]
+) -> None:
+    """Three Majordomo workers, one per reading, with raw frames. After READY (the loop's: it
+    opens their sessions and negotiates their connections) every HEARTBEAT of theirs is the
+    lane's: counted in lane_beats, none reaching the loop, and beating past liveness x interval
+    (network defaults: 1 s, 3) keeps them; each still serves a request."""
+    workers: dict[str, zmq.Socket[Any]] = {}
+    try:
+        for service, (head, ready, _beat_cmd, _reply) in MDP_READINGS.items():
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.linger = 0
+            dealer.connect(laned.endpoint(Channel.BACKEND))
+            dealer.send_multipart([*head, ready, service.encode()])
+            workers[service] = dealer
+        _until(laned, "the workers' sessions", lambda s: s["workers"] == 3)
+
+        def beat(service: str) -> None:
+            head, _ready, beat_cmd, _reply = MDP_READINGS[service]
+            workers[service].send_multipart([*head, beat_cmd])
+
+        # Each worker's first beats may meet its READY still in the loop's hands ("Order"):
+        # beat until one is the lane's. Every beat is counted one way or the other.
+        for service in MDP_READINGS:
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                assert time.monotonic() < deadline, f"{service}: no beat taken by the lane"
+                before = _stats(laned)
+                beat(service)
+                after = _until(
+                    laned,
+                    "the beat counted",
+                    lambda s, b=before: (
+                        s["lane_beats"] + s["net_received"] > b["lane_beats"] + b["net_received"]
+                    ),
+                )
+                if after["lane_beats"] > before["lane_beats"]:
+                    break
+        before = _stats(laned)
+        rounds = 0
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            for service in MDP_READINGS:
+                beat(service)
+            rounds += 1
+            time.sleep(0.2)
+        want = before["lane_beats"] + 3 * rounds
+        after = _until(laned, "the lane's count", lambda s: s["lane_beats"] >= want)
+        assert after["lane_beats"] == want
+        assert after["net_received"] == before["net_received"]  # none reached the loop
+        assert after["workers"] == 3  # not expired: the core heard them through the lane
+        with s0p.client(ctx, laned.endpoint(Channel.FRONTEND)) as client:
+            for n, (service, (head, _ready, _beat_cmd, reply)) in enumerate(MDP_READINGS.items()):
+                client.send(ClientRequest(service, b"q%d" % n, (b"ping",)))
+                dealer = workers[service]
+                while True:  # past the broker's HEARTBEATs to it
+                    assert dealer.poll(WAIT_S * 1000), f"{service}: no REQUEST"
+                    frames = dealer.recv_multipart()
+                    assert frames[: len(head)] == head
+                    if frames[len(head)] == b"\x02":
+                        break
+                ticket, empty, *body = frames[len(head) + 1 :]
+                assert empty == b"" and body == [b"ping"]
+                dealer.send_multipart([*head, reply, ticket, b"", b"pong", service.encode()])
+                answer = client.recv(ClientReply)
+                assert (answer.request_id, answer.body) == (
+                    b"q%d" % n,
+                    (b"pong", service.encode()),
+                )
+    finally:
+        for dealer in workers.values():
+            dealer.close(0)
