@@ -8,7 +8,7 @@ read and write this one :class:`Core`; none of them keeps a copy of what is here
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from scale0.config.canonical import (
     canonical_json,
@@ -78,6 +78,9 @@ class Core:
         self.draining = False
         #: The node's event log counters while it writes one (docs/trend.md): RequestDone on.
         self.event_log: Mapping[str, int] | None = None
+        #: The C lane's counters while it runs (scale0/net/lane.py; the node sets it): read by
+        #: ``status`` only, a call into the lane each time.
+        self.lane: Callable[[], Mapping[str, int]] | None = None
         self.boot_id = boot_id
         self.timers: TimerHeap[TimerKey] = TimerHeap()
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)

@@ -193,6 +193,7 @@ def status(broker: Viewed, now: float, wall: float) -> dict[str, JsonValue]:
         + broker.io_counters.get("send_dropped", 0),
         "counters": counters,
         "event_log": None if core.event_log is None else {**core.event_log},
+        "lane": None if core.lane is None else dict(core.lane()),
         "config_source": broker.config_source,
         "peers": len(peers),
         "peers_up": sum(1 for p in peers.values() if p.status == "up"),

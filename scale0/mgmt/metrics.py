@@ -193,4 +193,29 @@ def render_metrics(status: Mapping[str, Any]) -> str:
             "Event log records waiting for the writer thread.",
             [({}, event_log.get("queued", 0))],
         )
+    lane: Mapping[str, Any] | None = status.get("lane")
+    if lane is not None:  # only while the C lane runs (lane: true, docs/architecture.md)
+        w.family(
+            "scale0_lane_messages_total",
+            "counter",
+            "Messages through the C lane: HEARTBEATs it took, its answers, messages it passed "
+            "to the loop, the loop's it sent, and those refused or lost.",
+            [
+                ({"outcome": outcome}, lane.get(key, 0))
+                for outcome, key in (
+                    ("taken", "beats"),
+                    ("answered", "answers"),
+                    ("passed", "passed"),
+                    ("sent", "sent"),
+                    ("send_dropped", "send_dropped"),
+                    ("lost", "lost"),
+                )
+            ],
+        )
+        w.family(
+            "scale0_lane_stalled_total",
+            "counter",
+            "Times the lane found its pipe to the loop full (it stopped reading that socket).",
+            [({}, lane.get("stalled", 0))],
+        )
     return w.text()

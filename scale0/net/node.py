@@ -908,6 +908,7 @@ class BrokerNode:
         self._lane = lane
         self._lane_config()
         self.broker.mirror_sessions(LaneMirror(lane))
+        self.broker.core.lane = lane.stats  # its counters in status and /metrics
         lane.start()
 
     def _stop_lane(self) -> None:
@@ -918,6 +919,7 @@ class BrokerNode:
         self._lane = None
         lane.stop()
         self.broker.mirror_sessions(None)
+        self.broker.core.lane = None
 
     def _lane_state(self) -> str:
         """What broker_ready says of the lane: "c" (running), "off" or "not built"."""

@@ -17,6 +17,7 @@ import pytest
 import zmq
 
 from scale0.core.effects import Channel
+from scale0.mgmt.metrics import render_metrics
 from scale0.net.lane import LANE_BUILT
 from scale0.wire import (
     SIG_CLIENT,
@@ -111,6 +112,33 @@ def test_a_clients_plain_heartbeats_are_answered_by_the_lane_and_keep_its_sessio
         after = _until(laned, "the lane's count", lambda s: s["lane_beats"] >= beats)
         assert after["net_received"] == before["net_received"]  # none reached the loop
         assert after["clients"] == 1  # not expired: the core heard them through the lane
+        # status and /metrics say what the lane did (docs/protocol.md, docs/management.md)
+        node = laned.node
+        assert node is not None
+        status = laned.call(lambda: node.broker.status(time.monotonic(), time.time()))
+        assert status["lane"]["beats"] >= beats and status["lane"]["answers"] >= beats
+        text = render_metrics(status)
+        taken = [
+            line
+            for line in text.splitlines()
+            if "scale0_lane_messages_total{" in line and 'outcome="taken"' in line
+        ]
+        assert len(taken) == 1 and int(float(taken[0].rsplit(" ", 1)[1])) >= beats
+
+
+def test_without_the_lane_status_says_null_and_metrics_say_nothing(
+    signing: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SCALE0_LANE", "0")
+    network = _network()
+    thread = NodeThread(network, _signature(signing[0], network), lane=True)
+    node = thread.start()
+    try:
+        status = thread.call(lambda: node.broker.status(time.monotonic(), time.time()))
+    finally:
+        thread.stop()
+    assert status["lane"] is None
+    assert "scale0_lane" not in render_metrics(status)
 
 
 def test_a_skewed_or_stale_heartbeat_goes_to_the_loop_and_gets_its_rule(
