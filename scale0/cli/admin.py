@@ -272,6 +272,12 @@ def _status_lines(status: Mapping[str, Any]) -> list[str]:
         + (f" ({_text(by_status)})" if by_status else ""),
         f"banned:    {status.get('banned_senders')}   dropped: {status.get('dropped')}",
     ]
+    lane = status.get("lane")
+    if isinstance(lane, dict):  # the C lane runs (lane: true): what it took, what it passed
+        lines.append(
+            f"lane:      HEARTBEATs taken {lane.get('beats')}   answered {lane.get('answers')}"
+            f"   passed to the loop {lane.get('passed')}   stalled {lane.get('stalled')}"
+        )
     services = status.get("services") or []
     if services:
         lines.append("")

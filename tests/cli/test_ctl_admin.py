@@ -161,6 +161,17 @@ def test_unknown_results_are_printed_generically() -> None:
     assert human_lines("whatever", 5) == ["5"]
 
 
+def test_status_says_what_the_lane_did_only_while_it_runs() -> None:
+    status: dict[str, Any] = {"broker": "b1", "state": "active", "lane": None}
+    assert not [line for line in human_lines("status", status) if line.startswith("lane:")]
+    status["lane"] = {"beats": 1200, "answers": 600, "passed": 7, "stalled": 0}
+    (line,) = [line for line in human_lines("status", status) if line.startswith("lane:")]
+    assert line.split() == [
+        "lane:", "HEARTBEATs", "taken", "1200", "answered", "600", "passed", "to", "the",
+        "loop", "7", "stalled", "0",
+    ]  # fmt: skip
+
+
 # ---- completion --------------------------------------------------------------------------------
 
 
