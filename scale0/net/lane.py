@@ -11,7 +11,8 @@ sessions, which Sessions keeps true through :class:`LaneMirror`; what the lane h
 as :meth:`scale0.core.broker.Broker.heard_elsewhere` at the start of every round of the node.
 
 This module holds what the node needs of it: whether it is built (:data:`LANE_BUILT`), the
-pipes (:func:`open_pipes`), the mirror and the header. It is on when the broker's file says
+lane and its pipes (:func:`open_lane`), the mirror that speaks to it in the core's channels,
+and the header. It is on when the broker's file says
 ``lane: true`` or ``SCALE0_LANE=1`` is set, and only with the C batch calls (the pure-Python
 fallback has no lane and runs as before).
 """
@@ -30,7 +31,6 @@ __all__ = [
     "LANE_BUILT",
     "LANE_CHANNELS",
     "LaneMirror",
-    "channel_number",
     "lane_heads",
     "lane_wanted",
     "open_lane",
@@ -59,7 +59,9 @@ def lane_wanted(configured: bool) -> bool:
 
 
 class LaneMirror:
-    """:class:`scale0.core.ports.MirrorPort` on a lane: the sessions' copy in C."""
+    """A lane, spoken to in the core's channels: :class:`scale0.core.ports.MirrorPort` (the
+    sessions' copy in C), R20's connections, and what it heard. A channel the lane does not
+    own (the peer port) is ignored."""
 
     __slots__ = ("_lane",)
 
@@ -84,10 +86,21 @@ class LaneMirror:
         if number is not None:
             self._lane.forget(number, routing_id)
 
+    def negotiated(self, channel: Channel, fd: int) -> None:
+        """R20: the connection ``fd`` has negotiated (the lane may take its HEARTBEATs)."""
+        number = _NUMBER.get(channel)
+        if number is not None:
+            self._lane.negotiated(number, fd)
 
-def channel_number(channel: Channel) -> int | None:
-    """The lane's number of ``channel`` (None: not a lane channel)."""
-    return _NUMBER.get(channel)
+    def gone(self, channel: Channel, fd: int) -> None:
+        """The connection ``fd`` has closed."""
+        number = _NUMBER.get(channel)
+        if number is not None:
+            self._lane.gone(number, fd)
+
+    def heard(self) -> list[tuple[Channel, bytes, float]]:
+        """The HEARTBEATs the lane took since the last call: (channel, routing id, when)."""
+        return [(LANE_CHANNELS[number], rid, when) for number, rid, when in self._lane.heard()]
 
 
 def open_lane(

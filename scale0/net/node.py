@@ -91,7 +91,6 @@ from scale0.net.lane import (
     LANE_BUILT,
     LANE_CHANNELS,
     LaneMirror,
-    channel_number,
     lane_heads,
     lane_wanted,
     open_lane,
@@ -333,10 +332,12 @@ class BrokerNode:
         self._used_keys: dict[str, str | None] = {}  # "link:<id>" / "sub:<endpoint>" -> key
         self._redo: set[str] = set()  # connections to open again after a failed handshake
         self._fail_logged: dict[str, float] = {}
-        # The lane (scale0/net/lane.py): wanted, running (the C object), the sockets it owns
-        # while it runs (closed after it stops), and the config it was last told.
+        # The lane (scale0/net/lane.py): wanted, running (the C object, and the same spoken
+        # to in the core's channels), the sockets it owns while it runs (closed after it
+        # stops), and the config it was last told.
         self._lane_wanted = lane_wanted(broker_config.lane)
         self._lane: Any = None
+        self._mirror: LaneMirror | None = None
         self._lane_sockets: list[zmq.Socket[bytes]] = []
         self._lane_told: tuple[int, float] | None = None
 
@@ -906,8 +907,9 @@ class BrokerNode:
             self._lane_sockets.append(old.socket)
         self._lane_sockets.extend(theirs)
         self._lane = lane
+        self._mirror = LaneMirror(lane)
         self._lane_config()
-        self.broker.mirror_sessions(LaneMirror(lane))
+        self.broker.mirror_sessions(self._mirror)
         self.broker.core.lane = lane.stats  # its counters in status and /metrics
         lane.start()
 
@@ -916,7 +918,7 @@ class BrokerNode:
         lane = self._lane
         if lane is None:
             return
-        self._lane = None
+        self._lane = self._mirror = None
         lane.stop()
         self.broker.mirror_sessions(None)
         self.broker.core.lane = None
@@ -937,11 +939,10 @@ class BrokerNode:
 
     def _lane_heard(self) -> None:
         """The HEARTBEATs the lane took since the last call, to the core before anything else."""
-        heard = self._lane.heard()
+        assert self._mirror is not None
+        heard = self._mirror.heard()
         if heard:
-            self.broker.heard_elsewhere(
-                [(LANE_CHANNELS[number], rid, when) for number, rid, when in heard]
-            )
+            self.broker.heard_elsewhere(heard)
 
     def _lane_marks(self, outbox: list[tuple[IoKey, bytes, list[bytes]]]) -> int:
         """Last in a round's sends: tell the lane, on each pipe read from, how many messages
@@ -958,12 +959,6 @@ class BrokerNode:
                 port.sending = True
                 marks += 1
         return marks
-
-    def _lane_gone(self, channel: Channel, conn: int) -> None:
-        if self._lane is not None:
-            number = channel_number(channel)
-            if number is not None:
-                self._lane.gone(number, conn)
 
     # ---- the loop: reading ----------------------------------------------------------------
 
@@ -1300,7 +1295,8 @@ class BrokerNode:
             if self._conn_channels.get(fd) is channel:
                 del self._conn_channels[fd]
                 self._fresh.discard(fd)
-                self._lane_gone(channel, fd)
+                if self._mirror is not None:
+                    self._mirror.gone(channel, fd)
             self._perform(self.broker.handle(Disconnected(channel, fd), now, time.time()))
 
     def _negotiated(self, channel: Channel, routing_id: bytes, conn: int) -> None:
@@ -1308,10 +1304,8 @@ class BrokerNode:
         has a session now, the core marks the connection negotiated (R20), and so do we."""
         if self.broker.mark_negotiated(channel, routing_id, conn):
             self._fresh.discard(conn)
-            if self._lane is not None:
-                number = channel_number(channel)
-                if number is not None:
-                    self._lane.negotiated(number, conn)
+            if self._mirror is not None:
+                self._mirror.negotiated(channel, conn)
 
     def _hangup(self, effect: Hangup) -> None:
         """Close a connection libzmq holds: shut its TCP socket down (the fd stays libzmq's;
@@ -1320,7 +1314,8 @@ class BrokerNode:
             return  # already gone: its number is not ours to touch
         del self._conn_channels[effect.conn]
         self._fresh.discard(effect.conn)
-        self._lane_gone(effect.channel, effect.conn)
+        if self._mirror is not None:
+            self._mirror.gone(effect.channel, effect.conn)
         self._counters["hung_up"] += 1
         with contextlib.suppress(OSError):
             sock = socket.socket(fileno=effect.conn)
