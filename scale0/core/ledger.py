@@ -111,13 +111,29 @@ Waiting (first in, first out per service, R6):
 - ``forwarded_waiting(service)``: take out, in order, peers' requests waiting for ``service``.
 - ``waiting_count(service)``, ``waiting_total()``, ``waiting_services()`` (some request
   waits), ``queued_services()`` (a queue exists, a snapshot).
+
+The lane (phase 3b; a C-pool ledger only): ``attach_lane(lane, seq, due)`` shares this
+ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a Majordomo
+client's REQUEST to a ready Majordomo worker and returns its final REPLY in C, keeping those
+requests in its own records (:class:`~scale0.core.ports.LanePort`). From then on the ledger
+tells the lane, as they change, which services a request waits for here (R6: the lane takes
+none of theirs, and a REPLY that frees a worker of one comes here) and which clients hold a
+request here (R20, and their order); and every operation that must see one of the lane's
+requests first adopts it (``adopt*``): a Pending made from its record, opened and in flight
+as ``dispatched`` would leave it (the pool's slot is held already), its deadline timer key
+from ``seq`` given to ``due``. By ticket: ``running``, ``answer``, ``settle``; by worker:
+``tickets_of``, ``dismiss``; all: ``open_by_connection``, ``held_by_client``,
+``adopt_lane()``; by deadline: ``adopt_due(now)``. Counts add the lane's without adopting:
+``held``, ``client_busy``, ``in_flight_count``. ``attach_lane(None, ...)`` adopts every
+request the lane still holds and stops telling it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+from scale0.core.ports import LanePort, LaneRecord
 from scale0.core.requests import Pending, ReplyCache, RequestKey, Tally, WaitQueue
 from scale0.core.timers import RequestDue
 from scale0.core.workers import Worker, WorkerPool
@@ -158,6 +174,14 @@ def default_pool() -> str:
     return "c"
 
 
+def _no_seq() -> RequestDue:
+    raise RuntimeError("no lane attached: nothing to adopt")
+
+
+def _no_due(deadline: float, key: RequestDue) -> None:
+    raise RuntimeError("no lane attached: nothing to adopt")
+
+
 def _checked(pool: str, what: str) -> str:
     if pool not in POOLS:
         raise ValueError(f"{what} must be one of {', '.join(POOLS)}, not {pool!r}")
@@ -176,12 +200,16 @@ class Ledger:
 
     __slots__ = (
         "_cache",
+        "_due",
         "_inflight",
+        "_lane",
         "_live",
         "_per_client",
         "_pool",
         "_release",
         "_requests",
+        "_seq",
+        "_told_waits",
         "_waiting",
         "_waiting_counts",
         "_workers",
@@ -228,10 +256,15 @@ class Ledger:
         self.joinable = self._live.get
         self.open_at = self._requests.get
         self.is_open = self._requests.__contains__
-        self.running = self._inflight.get
+        self.running: Callable[[bytes], Pending | None] = self._inflight.get
         self.worker = self._workers.get
-        self.held = self._per_client.__getitem__  # (a Tally: 0 for a client holding none)
+        # (a Tally: 0 for a client holding none)
+        self.held: Callable[[bytes], int] = self._per_client.__getitem__
         self.waiting_count = self._waiting_counts.__getitem__  # (a Tally too)
+        self._lane: LanePort | None = None
+        self._told_waits: set[str] = set()  # the services the lane was told wait here
+        self._seq: Callable[[], RequestDue] = _no_seq
+        self._due: Callable[[float, RequestDue], None] = _no_due
 
     def _attach_pool(self) -> None:
         """The worker pool (WorkerPool) and the registered records, by routing id."""
@@ -250,12 +283,15 @@ class Ledger:
         if pending.origin is None:
             client = pending.key[0]
             per_client = self._per_client
-            per_client[client] = per_client.get(client, 0) + 1
+            held = per_client[client] = per_client.get(client, 0) + 1
             self._live[pending.key] = pending
+            if held == 1 and self._lane is not None:
+                self._lane.python_holds(client, True)
         elif pending.ids:
             self._live[pending.key] = pending
 
     def held_by_client(self) -> dict[bytes, int]:
+        self.adopt_lane()
         return dict(self._per_client)
 
     def retire(self, pending: Pending) -> None:
@@ -267,14 +303,19 @@ class Ledger:
                 self._per_client[client] = held
             else:
                 self._per_client.pop(client, None)
+                if self._lane is not None:
+                    self._lane.python_holds(client, False)
         live = self._live
         if live.get(pending.key) is pending:
             del live[pending.key]
 
     def client_busy(self, routing_id: bytes) -> bool:
+        if self._lane is not None and self._lane.busy(routing_id):
+            return True
         return any(p.client == routing_id and p.origin is None for p in self._requests.values())
 
     def open_by_connection(self) -> dict[bytes, int]:
+        self.adopt_lane()
         counts: dict[bytes, int] = {}
         for pending in self._requests.values():
             if not pending.done:
@@ -321,6 +362,8 @@ class Ledger:
     def answer(self, ticket: bytes, routing_id: bytes) -> Pending | None:
         inflight = self._inflight
         pending = inflight.get(ticket)
+        if pending is None and self._lane is not None:
+            pending = self._adopt_ticket(ticket)
         if pending is None or pending.worker != routing_id:
             return None
         del inflight[ticket]
@@ -329,6 +372,8 @@ class Ledger:
         return pending
 
     def settle(self, ticket: bytes) -> Pending | None:
+        if self._lane is not None and ticket not in self._inflight:
+            self._adopt_ticket(ticket)
         return self._inflight.pop(ticket, None)
 
     def release(self, worker: Worker, ticket: bytes) -> bool:
@@ -339,7 +384,8 @@ class Ledger:
         return False
 
     def in_flight_count(self) -> int:
-        return len(self._inflight)
+        lane = self._lane
+        return len(self._inflight) + (lane.in_flight() if lane is not None else 0)
 
     # ---- workers ---------------------------------------------------------------------------
 
@@ -389,21 +435,43 @@ class Ledger:
 
     def wait(self, pending: Pending, front: bool = False) -> None:
         self._waiting.push(pending, front=front)
+        if self._lane is not None:
+            self._tell_waits(pending.service)
 
     def next_waiting(self, service: str) -> Pending | None:
-        return self._waiting.pop(service)
+        pending = self._waiting.pop(service)
+        if self._lane is not None:
+            self._tell_waits(service)
+        return pending
 
     def put_back(self, service: str, kept: list[Pending]) -> None:
         self._waiting.put_back(service, kept)
+        if self._lane is not None:
+            self._tell_waits(service)
 
     def stop_waiting(self, pending: Pending) -> None:
         self._waiting.expired(pending)
+        if self._lane is not None:
+            self._tell_waits(pending.service)
 
     def take_out(self, pending: Pending) -> bool:
-        return self._waiting.take_out(pending)
+        taken = self._waiting.take_out(pending)
+        if self._lane is not None:
+            self._tell_waits(pending.service)
+        return taken
 
     def forwarded_waiting(self, service: str) -> Iterator[Pending]:
-        return self._waiting.forwarded_to_us(service)
+        if self._lane is None:
+            return self._waiting.forwarded_to_us(service)
+        return self._forwarded_waiting_told(service)
+
+    def _forwarded_waiting_told(self, service: str) -> Iterator[Pending]:
+        # (The lane may be told a service waits when it no longer does, if the caller stops
+        # early: only slower. Never the other way: the counts rise only in wait and put_back.)
+        for pending in self._waiting.forwarded_to_us(service):
+            self._tell_waits(service)
+            yield pending
+        self._tell_waits(service)
 
     def waiting_total(self) -> int:
         return self._waiting.total()
@@ -413,6 +481,79 @@ class Ledger:
 
     def queued_services(self) -> list[str]:
         return self._waiting.queued()
+
+    # ---- the lane (phase 3b) ---------------------------------------------------------------
+
+    def attach_lane(
+        self,
+        lane: LanePort | None,
+        seq: Callable[[], RequestDue],
+        due: Callable[[float, RequestDue], None],
+    ) -> None:
+        """The lane shares this ledger's C pool from now on (None: it stopped; every request
+        it still holds is adopted first). ``seq`` gives an adopted request its deadline's
+        timer key, ``due(deadline, key)`` puts it in the deadline heap."""
+        raise ValueError("the lane shares a C pool: this ledger keeps a Python one")
+
+    def adopt_lane(self) -> None:
+        """Every request the lane holds becomes this ledger's (views, a change of state)."""
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_all())
+
+    def adopt_due(self, now: float) -> None:
+        """The lane's requests whose deadline has passed become this ledger's: their deadline
+        timers fire at the next Tick (R9)."""
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_due(now))
+
+    def lane_due(self) -> float | None:
+        """The earliest deadline of a request the lane holds (the loop's timer must wake then)."""
+        return None if self._lane is None else self._lane.next_due()
+
+    def _adopt_ticket(self, ticket: bytes) -> Pending | None:
+        assert self._lane is not None
+        record = self._lane.adopt(ticket)
+        if record is None:
+            return None
+        self._adopted((record,))
+        return self._inflight[ticket]
+
+    def _adopted(self, records: Iterable[LaneRecord]) -> None:
+        """Requests the lane dispatched, now ours: opened, in flight at their worker."""
+        for record in records:
+            ticket, worker, client, client_id, caller, service, body, started, deadline, rid = (
+                record
+            )
+            pending = Pending(
+                self._seq(),
+                client,
+                (client_id, rid),
+                service,
+                rid,
+                body,
+                deadline,
+                attempt=1,
+                ticket=ticket,
+                worker=worker,
+                started=started,
+                caller=caller,
+                ids=False,  # a Majordomo request: its ids are the lane's (D1)
+            )
+            self.open(pending)
+            self._inflight[ticket] = pending
+            self._due(deadline, pending.seq)
+
+    def _tell_waits(self, service: str) -> None:
+        """Tell the lane when ``service`` starts or stops having a request waiting here."""
+        waits = self._waiting_counts.get(service, 0) > 0
+        told = self._told_waits
+        if waits != (service in told):
+            if waits:
+                told.add(service)
+            else:
+                told.discard(service)
+            assert self._lane is not None
+            self._lane.python_waits(service, waits)
 
 
 class CPoolLedger(Ledger):
@@ -448,6 +589,45 @@ class CPoolLedger(Ledger):
     def release(self, worker: Worker, ticket: bytes) -> bool:
         return self._release(worker.routing_id, ticket)
 
+    # ---- the lane (phase 3b) ---------------------------------------------------------------
+
+    @property
+    def cpool(self) -> CPool:
+        """The C pool, for the lane to share (scale0.net._zmqio.Lane.attach_pool)."""
+        return self._cpool
+
+    def attach_lane(
+        self,
+        lane: LanePort | None,
+        seq: Callable[[], RequestDue],
+        due: Callable[[float, RequestDue], None],
+    ) -> None:
+        if lane is None:
+            self.adopt_lane()
+            self._lane = None
+            self._told_waits.clear()
+            self.held = self._per_client.__getitem__
+            self.running = self._inflight.get
+            self._seq, self._due = _no_seq, _no_due
+            return
+        self._lane = lane
+        self._seq, self._due = seq, due
+        self.held = self._held_with_lane
+        self.running = self._running_with_lane
+        self._told_waits.clear()
+        for service in self._waiting.services():
+            self._tell_waits(service)
+        for client in self._per_client:
+            lane.python_holds(client, True)
+
+    def _held_with_lane(self, client: bytes) -> int:
+        assert self._lane is not None
+        return self._per_client[client] + self._lane.held(client)
+
+    def _running_with_lane(self, ticket: bytes) -> Pending | None:
+        pending = self._inflight.get(ticket)
+        return pending if pending is not None else self._adopt_ticket(ticket)
+
     # ---- workers ---------------------------------------------------------------------------
 
     def _take_worker(self, service: str) -> Worker | None:
@@ -467,6 +647,8 @@ class CPoolLedger(Ledger):
         return old
 
     def dismiss(self, routing_id: bytes) -> Worker | None:
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_worker(routing_id))
         self._cpool.remove(routing_id)
         return self._workers.pop(routing_id, None)
 
@@ -481,6 +663,8 @@ class CPoolLedger(Ledger):
 
     def tickets_of(self, worker: Worker) -> list[bytes]:
         routing_id = worker.routing_id
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_worker(routing_id))
         return self._cpool.tickets(routing_id) if routing_id in self._workers else []
 
     def used(self, worker: Worker) -> int:

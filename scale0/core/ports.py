@@ -31,6 +31,7 @@ __all__ = [
     "FamilyPort",
     "ForwardingPort",
     "GuardPort",
+    "LanePort",
     "LedgerPort",
     "LifecyclePort",
     "MajordomoPort",
@@ -199,10 +200,48 @@ class MirrorPort(Protocol):
         promise_ms: int,
         gap_s: float,
         last_seen: float,
-        majordomo: bool,
+        majordomo: int,
+        client_id: bytes,
+        open: bool,
     ) -> None: ...
 
     def forget(self, channel: Channel, routing_id: bytes) -> None: ...
+
+
+#: A request the lane dispatched, handed to the ledger (LanePort's ``adopt*``): ticket, worker's
+#: routing id, client's routing id, client_id, caller (its CURVE key), service, body, started,
+#: deadline, request_id.
+LaneRecord = tuple[bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes]
+
+
+class LanePort(Protocol):
+    """The lane's requests, as the ledger reaches them (scale0/net/lane.py; docs/architecture.md
+    "Phase 3b"): the C lane dispatches a Majordomo client's REQUEST to a ready Majordomo worker
+    of the C pool and returns its final REPLY without the core, while the ledger tells it where
+    it may not (a service a request waits for here, R6; a client with a request held here,
+    R20); whatever the core must decide about one of its requests (a PARTIAL, a lost worker, a
+    deadline, a table) first hands that request to the ledger (``adopt*``), which then owns it
+    as one of its own. Called only while the loop holds the lane's lock."""
+
+    def adopt(self, ticket: bytes) -> LaneRecord | None: ...
+
+    def adopt_worker(self, routing_id: bytes) -> list[LaneRecord]: ...
+
+    def adopt_all(self) -> list[LaneRecord]: ...
+
+    def adopt_due(self, now: float) -> list[LaneRecord]: ...
+
+    def next_due(self) -> float | None: ...
+
+    def held(self, client_id: bytes) -> int: ...
+
+    def busy(self, routing_id: bytes) -> bool: ...
+
+    def in_flight(self) -> int: ...
+
+    def python_waits(self, service: str, waits: bool) -> None: ...
+
+    def python_holds(self, client_id: bytes, holds: bool) -> None: ...
 
 
 class DispatchPort(Protocol):
