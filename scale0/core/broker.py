@@ -652,13 +652,20 @@ class Broker(HotEntries):
         (None: it stopped, and every request it still holds becomes the ledger's). Raises
         ValueError when the ledger keeps a Python pool (``SCALE0_POOL=python``)."""
         core = self.core
-        self.ledger.attach_lane(lane, core.next_seq, core.timers.push)
+        if lane is None:
+            self.ledger.attach_lane(None, core.timers.push)
+            core.share_seq(None)
+        else:
+            core.share_seq(lane)
+            self.ledger.attach_lane(lane, core.timers.push)
 
-    def lane_serves(self) -> tuple[bool, float, int, bytes]:
+    def lane_serves(self) -> tuple[bool, float, int, bytes, int, bool]:
         """What the lane is told it may do with requests (its ``serve``): whether it may take
         one at all (the broker active and not draining, no event log to write each request's
         record, no ``routes`` to hold unknown services to), the request timeout, R20's cap,
-        and the prefix of every ticket (the core's boot id)."""
+        the prefix of every ticket (the core's boot id), R6's cap on what waits per service,
+        and whether it may queue a request no worker is ready for (no peer: F6 would forward
+        it)."""
         core = self.core
         network = core.network
         on = (
@@ -667,7 +674,14 @@ class Broker(HotEntries):
             and core.event_log is None
             and core.routes is None
         )
-        return on, core.timeout_s, network.max_requests_per_client, core.boot_id
+        return (
+            on,
+            core.timeout_s,
+            network.max_requests_per_client,
+            core.boot_id,
+            network.max_queued_requests,
+            not self.family.peers,
+        )
 
     def adopt_due(self, now: float) -> None:
         """The lane's requests past their deadline become the ledger's, so this Tick's

@@ -104,7 +104,8 @@ C-pool ledger, and ``dispatched`` to one is a KeyError there):
 Waiting (first in, first out per service, R6):
 
 - ``wait(pending, front)``: ``pending`` waits for a worker (at the front: a retry).
-- ``next_waiting(service)``: the first request still waiting for ``service``, taken out.
+- ``next_waiting(service, lend=False)``: the first request still waiting for ``service``,
+  taken out (``lend``: for a worker this ledger frees, see "The lane").
 - ``put_back(service, kept)``: requests taken out of ``service``'s queue go back to its front.
 - ``stop_waiting(pending)``: ``pending`` is answered while queued (its entry skipped later).
 - ``take_out(pending)``: remove ``pending`` from its queue (True if it was there).
@@ -112,7 +113,7 @@ Waiting (first in, first out per service, R6):
 - ``waiting_count(service)``, ``waiting_total()``, ``waiting_services()`` (some request
   waits), ``queued_services()`` (a queue exists, a snapshot).
 
-The lane (phase 3b; a C-pool ledger only): ``attach_lane(lane, seq, due)`` shares this
+The lane (phase 3b; a C-pool ledger only): ``attach_lane(lane, due)`` shares this
 ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a Majordomo
 client's REQUEST to a ready Majordomo worker and returns its final REPLY in C, keeping those
 requests in its own records (:class:`~scale0.core.ports.LanePort`). From then on the ledger
@@ -120,11 +121,21 @@ tells the lane, as they change, which services a request waits for here (R6: the
 none of theirs, and a REPLY that frees a worker of one comes here) and which clients hold a
 request here (R20, and their order); and every operation that must see one of the lane's
 requests first adopts it (``adopt*``): a Pending made from its record, opened and in flight
-as ``dispatched`` would leave it (the pool's slot is held already), its deadline timer key
-from ``seq`` given to ``due``. By ticket: ``running``, ``answer``, ``settle``; by worker:
-``tickets_of``, ``dismiss``; all: ``open_by_connection``, ``held_by_client``,
-``adopt_lane()``; by deadline: ``adopt_due(now)``. Counts add the lane's without adopting:
-``held``, ``client_busy``, ``in_flight_count``. ``attach_lane(None, ...)`` adopts every
+as ``dispatched`` would leave it (the pool's slot is held already), or waiting at the back
+of our queue (the lane's queue is behind ours), its deadline given to ``due`` under the
+number the lane gave it (the lane and the core number requests from one counter,
+``Core.share_seq``). By ticket: ``running``, ``answer``, ``settle``; by worker:
+``tickets_of``, ``dismiss``; by service, what waits: ``wait`` (the lane's before a new one
+of ours), ``next_waiting`` (the lane's head once ours is empty); all: ``queued_services``
+(moving work away), ``adopt_lane()``; by deadline: ``adopt_due(now)``. A worker freed here
+while only the lane's queue holds requests of its service is *lent* the lane's head
+(``next_waiting(service, lend=True)``, from ``Dispatch.worker_free`` only): the core builds
+its REQUEST as for any other, and ``dispatched`` puts it in flight in the lane
+(``dispatch_head``), whose REPLY the lane answers: so a broker whose requests all passed
+through the core once comes back to the lane alone as its own queue drains. Counts add the lane's
+without adopting: ``held``, ``held_by_client``, ``client_busy``, ``open_by_connection``,
+``in_flight_count``, ``waiting_count``, ``waiting_total`` (``waiting_services`` is ours: the
+lane queues only for a service some worker offers). ``attach_lane(None, ...)`` adopts every
 request the lane still holds and stops telling it.
 """
 
@@ -174,12 +185,28 @@ def default_pool() -> str:
     return "c"
 
 
-def _no_seq() -> RequestDue:
-    raise RuntimeError("no lane attached: nothing to adopt")
-
-
 def _no_due(deadline: float, key: RequestDue) -> None:
     raise RuntimeError("no lane attached: nothing to adopt")
+
+
+def _lent(record: LaneRecord) -> Pending:
+    """The head of the lane's queue, as the Pending a worker the core freed is given (its
+    REQUEST built as for any other); never opened here: ``dispatched`` puts it in flight in the
+    lane, which answers it (``lane`` set)."""
+    _, _, client, client_id, caller, service, body, started, deadline, rid, seq = record
+    return Pending(
+        RequestDue(seq),
+        client,
+        (client_id, rid),
+        service,
+        rid,
+        body,
+        deadline,
+        started=started,
+        caller=caller,
+        ids=False,
+        lane=True,
+    )
 
 
 def _checked(pool: str, what: str) -> str:
@@ -208,7 +235,6 @@ class Ledger:
         "_pool",
         "_release",
         "_requests",
-        "_seq",
         "_told_waits",
         "_waiting",
         "_waiting_counts",
@@ -262,8 +288,7 @@ class Ledger:
         self.held: Callable[[bytes], int] = self._per_client.__getitem__
         self.waiting_count = self._waiting_counts.__getitem__  # (a Tally too)
         self._lane: LanePort | None = None
-        self._told_waits: set[str] = set()  # the services the lane was told wait here
-        self._seq: Callable[[], RequestDue] = _no_seq
+        self._told_waits: dict[str, int] = {}  # what the lane was told waits here, by service
         self._due: Callable[[float, RequestDue], None] = _no_due
 
     def _attach_pool(self) -> None:
@@ -285,14 +310,17 @@ class Ledger:
             per_client = self._per_client
             held = per_client[client] = per_client.get(client, 0) + 1
             self._live[pending.key] = pending
-            if held == 1 and self._lane is not None:
-                self._lane.python_holds(client, True)
+            if self._lane is not None:
+                self._lane.python_holds(client, held)
         elif pending.ids:
             self._live[pending.key] = pending
 
     def held_by_client(self) -> dict[bytes, int]:
-        self.adopt_lane()
-        return dict(self._per_client)
+        held = dict(self._per_client)
+        if self._lane is not None:
+            for client, count in self._lane.held_by_client().items():
+                held[client] = held.get(client, 0) + count
+        return held
 
     def retire(self, pending: Pending) -> None:
         pending.done = True
@@ -303,8 +331,8 @@ class Ledger:
                 self._per_client[client] = held
             else:
                 self._per_client.pop(client, None)
-                if self._lane is not None:
-                    self._lane.python_holds(client, False)
+            if self._lane is not None:
+                self._lane.python_holds(client, max(held, 0))
         live = self._live
         if live.get(pending.key) is pending:
             del live[pending.key]
@@ -315,8 +343,9 @@ class Ledger:
         return any(p.client == routing_id and p.origin is None for p in self._requests.values())
 
     def open_by_connection(self) -> dict[bytes, int]:
-        self.adopt_lane()
         counts: dict[bytes, int] = {}
+        if self._lane is not None:
+            counts.update(self._lane.open_by_connection())
         for pending in self._requests.values():
             if not pending.done:
                 counts[pending.client] = counts.get(pending.client, 0) + 1
@@ -434,13 +463,27 @@ class Ledger:
     # ---- waiting ---------------------------------------------------------------------------
 
     def wait(self, pending: Pending, front: bool = False) -> None:
+        lane = self._lane
+        if lane is not None:
+            service = pending.service
+            if not front and lane.waiting(service):  # they came first: before it, in order
+                self._adopted(lane.adopt_waiting(service))
+            self._waiting.push(pending, front=front)
+            self._tell_waits(service)
+            return
         self._waiting.push(pending, front=front)
-        if self._lane is not None:
-            self._tell_waits(pending.service)
 
-    def next_waiting(self, service: str) -> Pending | None:
+    def next_waiting(self, service: str, lend: bool = False) -> Pending | None:
         pending = self._waiting.pop(service)
-        if self._lane is not None:
+        lane = self._lane
+        if lane is not None:
+            if pending is None:  # the lane's queue is behind ours: its head is next
+                if lend:  # for a worker freed here: it stays the lane's (see dispatched)
+                    record = lane.waiting_head(service)
+                    return None if record is None else _lent(record)
+                record = lane.adopt_next_waiting(service)
+                if record is not None:
+                    return self._adopt_one(record)
             self._tell_waits(service)
         return pending
 
@@ -474,25 +517,23 @@ class Ledger:
         self._tell_waits(service)
 
     def waiting_total(self) -> int:
-        return self._waiting.total()
+        lane = self._lane
+        return self._waiting.total() + (lane.waiting_total() if lane is not None else 0)
 
     def waiting_services(self) -> set[str]:
+        # (The lane queues only for a service a worker offers: a view adds ``offered()``.)
         return self._waiting.services()
 
     def queued_services(self) -> list[str]:
+        self.adopt_lane()
         return self._waiting.queued()
 
     # ---- the lane (phase 3b) ---------------------------------------------------------------
 
-    def attach_lane(
-        self,
-        lane: LanePort | None,
-        seq: Callable[[], RequestDue],
-        due: Callable[[float, RequestDue], None],
-    ) -> None:
+    def attach_lane(self, lane: LanePort | None, due: Callable[[float, RequestDue], None]) -> None:
         """The lane shares this ledger's C pool from now on (None: it stopped; every request
-        it still holds is adopted first). ``seq`` gives an adopted request its deadline's
-        timer key, ``due(deadline, key)`` puts it in the deadline heap."""
+        it still holds is adopted first). ``due(deadline, key)`` puts an adopted request's
+        deadline in the heap (its key is the number the lane gave it)."""
         raise ValueError("the lane shares a C pool: this ledger keeps a Python one")
 
     def adopt_lane(self) -> None:
@@ -513,45 +554,54 @@ class Ledger:
     def _adopt_ticket(self, ticket: bytes) -> Pending | None:
         assert self._lane is not None
         record = self._lane.adopt(ticket)
-        if record is None:
-            return None
-        self._adopted((record,))
-        return self._inflight[ticket]
+        return None if record is None else self._adopt_one(record)
 
     def _adopted(self, records: Iterable[LaneRecord]) -> None:
-        """Requests the lane dispatched, now ours: opened, in flight at their worker."""
+        """Requests of the lane's, now ours: one it dispatched is in flight at its worker, one
+        waiting in its queue waits at the back of ours (the lane's queue is behind ours)."""
+        services = set()
         for record in records:
-            ticket, worker, client, client_id, caller, service, body, started, deadline, rid = (
-                record
-            )
-            pending = Pending(
-                self._seq(),
-                client,
-                (client_id, rid),
-                service,
-                rid,
-                body,
-                deadline,
-                attempt=1,
-                ticket=ticket,
-                worker=worker,
-                started=started,
-                caller=caller,
-                ids=False,  # a Majordomo request: its ids are the lane's (D1)
-            )
-            self.open(pending)
+            pending = self._adopt_one(record)
+            if pending.ticket is None:
+                self._waiting.push(pending)
+                services.add(pending.service)
+        for service in services:
+            self._tell_waits(service)
+
+    def _adopt_one(self, record: LaneRecord) -> Pending:
+        """A Pending for one of the lane's requests, opened, its deadline in the heap; in flight
+        if the lane dispatched it (the pool's slot is held already), else in no queue yet."""
+        ticket, worker, client, client_id, caller, service, body, started, deadline, rid, seq = (
+            record
+        )
+        pending = Pending(
+            RequestDue(seq),
+            client,
+            (client_id, rid),
+            service,
+            rid,
+            body,
+            deadline,
+            started=started,
+            caller=caller,
+            ids=False,  # a Majordomo request: its ids are the lane's (D1)
+        )
+        self.open(pending)
+        if ticket:
+            pending.ticket, pending.worker, pending.attempt = ticket, worker, 1
             self._inflight[ticket] = pending
-            self._due(deadline, pending.seq)
+        self._due(deadline, pending.seq)
+        return pending
 
     def _tell_waits(self, service: str) -> None:
-        """Tell the lane when ``service`` starts or stops having a request waiting here."""
-        waits = self._waiting_counts.get(service, 0) > 0
+        """Tell the lane how many requests of ``service`` wait here, when that changed."""
+        waits = self._waiting_counts.get(service, 0)
         told = self._told_waits
-        if waits != (service in told):
+        if told.get(service, 0) != waits:
             if waits:
-                told.add(service)
+                told[service] = waits
             else:
-                told.discard(service)
+                del told[service]
             assert self._lane is not None
             self._lane.python_waits(service, waits)
 
@@ -584,6 +634,10 @@ class CPoolLedger(Ledger):
         pending.ticket = ticket
         pending.attempt += 1
         self._hold(routing_id, ticket)
+        if pending.lane:  # the lane's head, lent: in flight in the lane, its REPLY the lane's
+            assert self._lane is not None
+            self._lane.dispatch_head(pending.service, ticket, routing_id)
+            return
         self._inflight[ticket] = pending
 
     def release(self, worker: Worker, ticket: bytes) -> bool:
@@ -596,33 +650,34 @@ class CPoolLedger(Ledger):
         """The C pool, for the lane to share (scale0.net._zmqio.Lane.attach_pool)."""
         return self._cpool
 
-    def attach_lane(
-        self,
-        lane: LanePort | None,
-        seq: Callable[[], RequestDue],
-        due: Callable[[float, RequestDue], None],
-    ) -> None:
+    def attach_lane(self, lane: LanePort | None, due: Callable[[float, RequestDue], None]) -> None:
         if lane is None:
             self.adopt_lane()
             self._lane = None
             self._told_waits.clear()
             self.held = self._per_client.__getitem__
             self.running = self._inflight.get
-            self._seq, self._due = _no_seq, _no_due
+            self.waiting_count = self._waiting_counts.__getitem__
+            self._due = _no_due
             return
         self._lane = lane
-        self._seq, self._due = seq, due
+        self._due = due
         self.held = self._held_with_lane
         self.running = self._running_with_lane
+        self.waiting_count = self._waiting_with_lane
         self._told_waits.clear()
         for service in self._waiting.services():
             self._tell_waits(service)
-        for client in self._per_client:
-            lane.python_holds(client, True)
+        for client, held in self._per_client.items():
+            lane.python_holds(client, held)
 
     def _held_with_lane(self, client: bytes) -> int:
         assert self._lane is not None
         return self._per_client[client] + self._lane.held(client)
+
+    def _waiting_with_lane(self, service: str) -> int:
+        assert self._lane is not None
+        return self._waiting_counts[service] + self._lane.waiting(service)
 
     def _running_with_lane(self, ticket: bytes) -> Pending | None:
         pending = self._inflight.get(ticket)

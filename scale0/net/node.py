@@ -343,7 +343,7 @@ class BrokerNode:
         self._lane_told: tuple[int, float] | None = None
         # What the lane was last told it may do with requests (Broker.lane_serves), None: never
         # (a lane on a Python pool takes only HEARTBEATs)
-        self._lane_serving: tuple[bool, float, int, bytes] | None = None
+        self._lane_serving: tuple[bool, float, int, bytes, int, bool] | None = None
         self._lane_requests = False
 
     # ---- public ---------------------------------------------------------------------------
