@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import zmq
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -129,6 +129,8 @@ from scale0.wire.registry import (
 )
 
 __all__ = ["BindError", "BrokerNode", "inbound_size_limit"]
+
+T = TypeVar("T")
 
 #: Messages read per wake-up (all sockets together) before the loop lets other work run.
 DEFAULT_BATCH_SIZE: Final = 512
@@ -384,6 +386,19 @@ class BrokerNode:
         if self._lane is not None:
             merged.update({f"lane_{key}": value for key, value in self._lane.stats().items()})
         return merged
+
+    def with_core(self, read: Callable[[Broker], T]) -> T:
+        """``read(broker)`` on the loop thread, with the lane's lock held while a lane shares
+        the core's pool (what the core reads is then what the lane has done, and the pool may
+        be read: docs/architecture.md "Phase 3b")."""
+        lane = self._lane
+        if lane is None:
+            return read(self.broker)
+        lane.lock()
+        try:
+            return read(self.broker)
+        finally:
+            lane.unlock()
 
     def add_sink(self, channel: Channel, sink: Callable[[bytes, Message], None]) -> None:
         """Deliver the core's sends on ``channel`` (not a socket) to ``sink(routing_id, msg)``."""

@@ -126,7 +126,9 @@ def test_a_clients_plain_heartbeats_are_answered_by_the_lane_and_keep_its_sessio
         # status and /metrics say what the lane did (docs/protocol.md, docs/management.md)
         node = laned.node
         assert node is not None
-        status = laned.call(lambda: node.broker.status(time.monotonic(), time.time()))
+        status = laned.call(
+            lambda: node.with_core(lambda broker: broker.status(time.monotonic(), time.time()))
+        )
         assert status["lane"]["beats"] >= beats and status["lane"]["answers"] >= beats
         text = render_metrics(status)
         taken = [
@@ -339,8 +341,20 @@ def test_majordomo_requests_are_dispatched_queued_and_answered_by_the_lane(
         assert stats["lane_queued"] > 0
         node = laned.node
         assert node is not None
+        status = laned.call(
+            lambda: node.with_core(lambda broker: broker.status(time.monotonic(), time.time()))
+        )
         echo = laned.call(lambda: node.broker.core.metrics.services["echo"])
         assert echo.replies == {200: total} and echo.latency.count == total
+        lane = status["lane"]
+        assert isinstance(lane, dict) and lane["requests"] >= total - 40
+        metrics = {
+            line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+            for line in render_metrics(status).splitlines()
+            if line.startswith("scale0_lane_")
+        }
+        assert metrics['scale0_lane_requests_total{outcome="answered"}'] == lane["replies"]
+        assert metrics["scale0_lane_waiting"] == 0
     finally:
         for sock in (*workers, *clients):
             sock.close(0)
