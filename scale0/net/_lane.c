@@ -97,6 +97,7 @@
 #include <unistd.h>
 
 #include "../_table.h"
+#include "../core/_pool_api.h"
 #include "_zmqio.h"
 
 #define S0_LANE_BUDGET 256 /* messages read per socket per wake-up */
@@ -114,9 +115,18 @@ typedef struct {
     double last_seen;
     Py_ssize_t heard_at; /* index in the lane's heard list, -1 if not in it */
     int channel;
-    int majordomo;        /* it speaks Majordomo: an S0P HEARTBEAT from it is Python's */
+    int majordomo;        /* 0: S0P; else its Majordomo reading (READ_* bits, see note()) */
+    int open;             /* its key may call every service (T1-T4 grant "all") */
     uint64_t last_passed; /* the number of its last message passed to Python (see "Order") */
+    unsigned char *client_id; /* a frontend session's client_id (malloc'd, NULL: none) */
+    size_t client_id_len;
 } s0_entry;
+
+static void entry_free(s0_entry *e) {
+    if (e != NULL)
+        free(e->client_id);
+    free(e);
+}
 
 typedef struct {
     s0_table entries[2];
@@ -168,7 +178,7 @@ static void sessions_clear(s0_sessions *t) {
         s0_table *tab = &t->entries[c];
         if (tab->slots != NULL)
             for (size_t i = 0; i <= tab->mask; i++)
-                free(tab->slots[i]);
+                entry_free((s0_entry *)tab->slots[i]);
         free(tab->slots);
         tab->slots = NULL;
         tab->mask = 0;
@@ -200,7 +210,8 @@ typedef struct {
     size_t n, cap;
     s0_zmq_msg_t inline_frames[S0_LANE_INLINE_FRAMES];
     int fd;
-    int take;            /* taken by the lane: answered (frontend) and dropped */
+    int take;            /* taken by the lane: TAKE_BEAT (answered on the frontend, dropped),
+                            TAKE_REQUEST or TAKE_REPLY (already sent on, under the lock) */
     long long promise;   /* the answer's interval_ms (0: none) */
     char *header;        /* inline or heap */
     size_t header_len;
@@ -275,12 +286,23 @@ enum {
     ST_LOST,
     ST_ERRORS,
     ST_MARKS,
+    ST_REQUESTS,
+    ST_REPLIES,
+    ST_HANDED,
     ST_COUNT,
 };
 
+enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
+
+/* A Majordomo reading packed (scale0.core.majordomo.Reading; note()'s majordomo). */
+#define READ_V1 1        /* MDPC01 / MDPW01 */
+#define READ_V2 2        /* MDPC02 / MDPW02 */
+#define READ_DELIMITED 4 /* frame 0 is the empty delimiter */
+#define READ_MAJORTOMO 8 /* majortomo's client command numbers */
+
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
-    "lost", "errors", "marks",
+    "lost", "errors", "marks", "requests", "replies", "handed",
 };
 
 typedef struct {
@@ -300,11 +322,35 @@ typedef struct {
     int started, stopped, joined;
     pthread_t thread;
     pthread_mutex_t join_mutex; /* one stop() joins; a concurrent one waits for it */
-    pthread_mutex_t mutex;
+    pthread_mutex_t mutex; /* recursive: the one lock ("One lock" above) */
     s0_sessions sessions;
     uint64_t stats[ST_COUNT];
     int stop_flag;
+    int python_holds; /* lock() calls not yet unlocked (touched only with the GIL held) */
+    /* Below: guarded by `mutex`. The gates Python sets. */
+    int serving;
+    double timeout_s;
+    long long max_per_client;
+    unsigned char prefix[255];
+    size_t prefix_len;
+    s0_table waits; /* services that wait in Python (s0_count records, n unused) */
+    s0_table holds; /* client_ids Python holds a request of */
+    /* The shared pool (attach_pool), NULL if none; pool_obj is our reference to it. */
+    PyObject *pool_obj;
+    struct s0_pool *pool;
+    /* The requests the lane holds. */
+    s0_table records;        /* by ticket */
+    struct s0_record **heap; /* by (deadline, number) */
+    size_t n_heap, heap_cap;
+    s0_table client_counts; /* client_id -> records of it */
+    s0_table rid_counts;    /* client routing id -> records of it */
+    uint64_t number;        /* the last request number given (tickets, request ids) */
+    /* What drain() hands over. */
+    s0_table svcs; /* service -> s0_svc */
+    uint64_t drain_requests, drain_replies;
 } LaneObject;
+
+static const s0_pool_api *pool_api; /* set by the first attach_pool (PyCapsule_Import) */
 
 static void count(LaneObject *self, int which, uint64_t n) {
     __atomic_fetch_add(&self->stats[which], n, __ATOMIC_RELAXED);
@@ -439,15 +485,508 @@ static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, doub
     return 1;
 }
 
+/* ---- the requests the lane holds (phase 3b: Majordomo client to Majordomo worker) ---------- */
+
+/* A key and a number: the per-client counts, and the gate sets (n unused). */
+typedef struct {
+    s0_key key;
+    long long n;
+} s0_count;
+
+static s0_count *count_find(const s0_table *t, const void *data, size_t len) {
+    return (s0_count *)table_find(t, data, len, hash_bytes(data, len));
+}
+
+static long long count_of(const s0_table *t, const void *data, size_t len) {
+    s0_count *c = count_find(t, data, len);
+    return c != NULL ? c->n : 0;
+}
+
+/* The record of `key`, made (n = 0) if it has none; NULL out of memory. */
+static s0_count *count_make(s0_table *t, const void *data, size_t len) {
+    uint64_t h = hash_bytes(data, len);
+    s0_count *c = (s0_count *)table_find(t, data, len, h);
+    if (c != NULL)
+        return c;
+    if (table_reserve(t, 1) < 0 || (c = record_new(sizeof(s0_count), data, len, h)) == NULL)
+        return NULL;
+    table_insert(t, &c->key);
+    return c;
+}
+
+/* Free the record if its count is 0 or less. */
+static void count_settle(s0_table *t, s0_count *c) {
+    if (c != NULL && c->n <= 0) {
+        table_remove(t, &c->key);
+        free(c);
+    }
+}
+
+static void count_add(s0_table *t, const void *data, size_t len, long long delta) {
+    s0_count *c = count_find(t, data, len);
+    if (c != NULL) {
+        c->n += delta;
+        count_settle(t, c);
+    }
+}
+
+/* Free every record of a table of plain records (no owned memory of their own). */
+static void table_free_all(s0_table *t) {
+    if (t->slots != NULL)
+        for (size_t i = 0; i <= t->mask; i++)
+            free(t->slots[i]);
+    free(t->slots);
+    t->slots = NULL;
+    t->mask = 0;
+    t->used = 0;
+}
+
+/* A request the lane dispatched: everything Python needs to own it (adopt). One allocation:
+ * the record, its body msgs, then its byte strings, then its key (the ticket). */
+typedef struct s0_record {
+    s0_key key; /* the ticket */
+    const unsigned char *wrid, *crid, *client_id, *caller, *service;
+    size_t wrid_len, crid_len, client_id_len, caller_len, service_len;
+    s0_zmq_msg_t *body; /* zmq_msg_copy's of the client's body frames */
+    size_t n_body;
+    double started, deadline;
+    int reading; /* the client's */
+    uint64_t number;
+    size_t heap_at;
+} s0_record;
+
+static void record_free(s0_record *r) {
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->n_body; i++)
+        p_msg_close(&r->body[i]);
+    free(r);
+}
+
+static int record_before(const s0_record *a, const s0_record *b) {
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->number < b->number);
+}
+
+static void heap_set(LaneObject *self, size_t i, s0_record *r) {
+    self->heap[i] = r;
+    r->heap_at = i;
+}
+
+static void heap_sift(LaneObject *self, size_t i) {
+    s0_record *r = self->heap[i];
+    while (i > 0) { /* up */
+        size_t parent = (i - 1) / 2;
+        if (!record_before(r, self->heap[parent]))
+            break;
+        heap_set(self, i, self->heap[parent]);
+        i = parent;
+    }
+    for (;;) { /* down */
+        size_t child = 2 * i + 1;
+        if (child >= self->n_heap)
+            break;
+        if (child + 1 < self->n_heap && record_before(self->heap[child + 1], self->heap[child]))
+            child++;
+        if (!record_before(self->heap[child], r))
+            break;
+        heap_set(self, i, self->heap[child]);
+        i = child;
+    }
+    heap_set(self, i, r);
+}
+
+static int heap_reserve(LaneObject *self) {
+    if (self->n_heap < self->heap_cap)
+        return 0;
+    size_t cap = self->heap_cap ? 2 * self->heap_cap : 64;
+    s0_record **grown = realloc(self->heap, cap * sizeof(*grown));
+    if (grown == NULL)
+        return -1;
+    self->heap = grown;
+    self->heap_cap = cap;
+    return 0;
+}
+
+static void heap_push(LaneObject *self, s0_record *r) { /* after heap_reserve */
+    heap_set(self, self->n_heap++, r);
+    heap_sift(self, r->heap_at);
+}
+
+static void heap_remove(LaneObject *self, s0_record *r) {
+    size_t i = r->heap_at;
+    s0_record *last = self->heap[--self->n_heap];
+    if (last != r) {
+        heap_set(self, i, last);
+        heap_sift(self, i);
+    }
+}
+
+/* A record leaves the lane (answered or handed to Python): out of every table, its client's
+ * counts down. Its pool slot is the caller's business. */
+static void record_out(LaneObject *self, s0_record *r) {
+    table_remove(&self->records, &r->key);
+    heap_remove(self, r);
+    count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
+    count_add(&self->rid_counts, r->crid, r->crid_len, -1);
+}
+
+/* scale0.core.metrics.LATENCY_BUCKETS_S (tests/net/test_lane_requests.py holds them equal). */
+#define S0_BUCKETS 14
+static const double BUCKETS_S[S0_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                             0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
+
+/* What the lane did to one service since the last drain(). */
+typedef struct {
+    s0_key key; /* the name, UTF-8 */
+    uint64_t counts[S0_BUCKETS + 1];
+    double sum_s;
+    int observed; /* a reply's latency is in counts */
+    int changed;  /* a request taken or answered */
+} s0_svc;
+
+static s0_svc *svc_make(LaneObject *self, const void *name, size_t len) {
+    uint64_t h = hash_bytes(name, len);
+    s0_svc *v = (s0_svc *)table_find(&self->svcs, name, len, h);
+    if (v != NULL)
+        return v;
+    if (table_reserve(&self->svcs, 1) < 0 || (v = record_new(sizeof(s0_svc), name, len, h)) == NULL)
+        return NULL;
+    table_insert(&self->svcs, &v->key);
+    return v;
+}
+
+/* bisect_left(LATENCY_BUCKETS_S, seconds): the first bound >= seconds, else the last (+Inf). */
+static size_t bucket_of(double seconds) {
+    size_t i = 0;
+    while (i < S0_BUCKETS && BUCKETS_S[i] < seconds)
+        i++;
+    return i;
+}
+
+/* Whether frames 1.. of m are exactly a Majordomo client REQUEST as scale0.wire.registry decodes
+ * it to MdpClientRequest (from a frontend: FRONTEND_SIGNATURES): [b"", MDPC01, service, body..],
+ * [b"", MDPC02, 0x01 | 0x02 (majortomo), service, body..], or 18/MDP's undelimited
+ * [MDPC02, 0x01 | 0x02, service, body..]; every frame at most max_frame_bytes. *reading: its
+ * READ_* bits; *at: the service frame's index. (The service name is checked by the caller.) */
+static int mdp_client_request(s0_message *m, Py_ssize_t max_frame_bytes, int *reading, size_t *at) {
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 4)
+        return 0;
+    if (frame_is(&f[1], "", 0)) {
+        if (frame_is(&f[2], "MDPC01", 6)) {
+            *at = 3;
+            *reading = READ_V1 | READ_DELIMITED;
+        } else if (frame_is(&f[2], "MDPC02", 6) &&
+                   (frame_is(&f[3], "\x01", 1) || frame_is(&f[3], "\x02", 1))) {
+            *at = 4;
+            *reading = READ_V2 | READ_DELIMITED |
+                       (((const char *)p_msg_data(&f[3]))[0] == 2 ? READ_MAJORTOMO : 0);
+        } else {
+            return 0;
+        }
+    } else if (frame_is(&f[1], "MDPC02", 6) &&
+               (frame_is(&f[2], "\x01", 1) || frame_is(&f[2], "\x02", 1))) {
+        *at = 3;
+        *reading = READ_V2 | (((const char *)p_msg_data(&f[2]))[0] == 2 ? READ_MAJORTOMO : 0);
+    } else {
+        return 0;
+    }
+    if (n <= *at)
+        return 0; /* no service frame: malformed */
+    for (size_t i = 1; i < n; i++)
+        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
+            return 0;
+    return 1;
+}
+
+/* Whether frames 1.. of m are exactly a Majordomo worker final reply as the registry decodes it
+ * to MdpWorkerReply (from a backend): [b"", MDPW01, 0x03, ticket, b"", body..],
+ * [b"", MDPW02, 0x04, ticket, b"", body..] or [MDPW02, 0x04, ticket, b"", body..]; the ticket
+ * 1..255 bytes, every frame at most max_frame_bytes. *at: the ticket frame's index. */
+static int mdp_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, size_t *at) {
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n >= 6 && frame_is(&f[1], "", 0) &&
+        ((frame_is(&f[2], "MDPW01", 6) && frame_is(&f[3], "\x03", 1)) ||
+         (frame_is(&f[2], "MDPW02", 6) && frame_is(&f[3], "\x04", 1))))
+        *at = 4;
+    else if (n >= 5 && frame_is(&f[1], "MDPW02", 6) && frame_is(&f[2], "\x04", 1))
+        *at = 3;
+    else
+        return 0;
+    size_t ticket = p_msg_size(&f[*at]);
+    if (ticket == 0 || ticket > 255 || p_msg_size(&f[*at + 1]) != 0)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
+            return 0;
+    return 1;
+}
+
+/* A service name the lane may route: 1..255 bytes of strict UTF-8 with no ASCII control
+ * character (scale0.wire.frames.name_problem for ASCII; a non-ASCII name is routed only when
+ * the pool offers it, and every name in the pool came through name_frame), and not reserved
+ * (is_reserved_service: "mmi." or "scale0."). */
+static int service_ok(const unsigned char *s, size_t n) {
+    if (n == 0 || n > 255 || !utf8_valid(s, n))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    if ((n >= 4 && memcmp(s, "mmi.", 4) == 0) || (n >= 7 && memcmp(s, "scale0.", 7) == 0))
+        return 0;
+    return 1;
+}
+
+/* A worker's reading the lane can write a REQUEST in: MDPW01 (delimited), MDPW02 delimited or
+ * not. (majordomo=True, 1, says only "it speaks Majordomo": not one of these.) */
+static int worker_reading(int r) {
+    return r == (READ_V1 | READ_DELIMITED) || r == (READ_V2 | READ_DELIMITED) || r == READ_V2;
+}
+
+/* Send one message on `router` without blocking: its routing id, `n_head` frames made here,
+ * then `n_body` msgs moved (zmq_msg_send). 0, or the errno of the first frame refused. */
+static int send_message(void *router, const void *rid, size_t rid_len, const char *const *head,
+                        const size_t *head_len, size_t n_head, s0_zmq_msg_t *body,
+                        size_t n_body) {
+    size_t total = 1 + n_head + n_body;
+    size_t k = 0;
+    int err = send_frame(router, rid, rid_len, S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0));
+    for (size_t i = 0; err == 0 && i < n_head; i++)
+        err = send_frame(router, head[i], head_len[i],
+                         S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0));
+    for (size_t i = 0; err == 0 && i < n_body; i++) {
+        int flags = S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0);
+        for (;;) {
+            if (p_msg_send(&body[i], router, flags) >= 0)
+                break;
+            err = p_errno();
+            if (err != EINTR)
+                break;
+            err = 0;
+        }
+    }
+    return err;
+}
+
+/* The take rule for a frontend REQUEST, and its dispatch (the mutex held): 1 when taken (the
+ * worker's REQUEST is sent), 0 when it goes to Python (nothing changed). */
+static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now) {
+    s0_sessions *t = &self->sessions;
+    if (!self->serving || self->pool == NULL)
+        return 0;
+    int reading;
+    size_t at;
+    if (!mdp_client_request(m, self->max_frame_bytes, &reading, &at))
+        return 0;
+    s0_zmq_msg_t *f = m->frames;
+    const unsigned char *svc = p_msg_data(&f[at]);
+    size_t svc_len = p_msg_size(&f[at]);
+    if (!service_ok(svc, svc_len))
+        return 0;
+    if (e->majordomo != reading || !e->open || e->promise_ms != 0 || !is_negotiated(t, 0, m->fd))
+        return 0;
+    if (t->ordered[0] && e->last_passed > t->done_seq[0])
+        return 0; /* Order */
+    const unsigned char *cid = e->client_id != NULL ? e->client_id : (const unsigned char *)"";
+    size_t cid_len = e->client_id_len;
+    if (count_find(&self->holds, cid, cid_len) != NULL ||
+        count_of(&self->client_counts, cid, cid_len) >= self->max_per_client ||
+        count_find(&self->waits, svc, svc_len) != NULL)
+        return 0;
+    size_t wrid_len;
+    const unsigned char *wrid = pool_api->peek(self->pool, svc, svc_len, &wrid_len);
+    if (wrid == NULL)
+        return 0;
+    s0_entry *we = entry_find(t, 1, wrid, wrid_len);
+    if (we == NULL || !worker_reading(we->majordomo) || we->promise_ms != 0)
+        return 0;
+
+    /* Everything that can fail, before the first change. */
+    uint64_t number = self->number + 1;
+    unsigned char ticket[255 + 8];
+    size_t ticket_len = self->prefix_len + 8;
+    memcpy(ticket, self->prefix, self->prefix_len);
+    uint64_t v = number | ((uint64_t)1 << 63);
+    for (int k = 0; k < 8; k++)
+        ticket[self->prefix_len + (size_t)k] = (unsigned char)(v >> (56 - 8 * k));
+    const unsigned char *crid = p_msg_data(&f[0]);
+    size_t crid_len = p_msg_size(&f[0]);
+    const unsigned char *caller = (const unsigned char *)m->header + 4;
+    size_t caller_len = m->header_len - 4;
+    size_t n_body = m->n - at - 1;
+    size_t extra = n_body * sizeof(s0_zmq_msg_t) + wrid_len + crid_len + cid_len + caller_len +
+                   svc_len;
+    s0_record *r = record_new(sizeof(s0_record) + extra, ticket, ticket_len,
+                              hash_bytes(ticket, ticket_len));
+    if (r == NULL)
+        return 0;
+    unsigned char *p = (unsigned char *)r + sizeof(s0_record);
+    r->body = (s0_zmq_msg_t *)p;
+    p += n_body * sizeof(s0_zmq_msg_t);
+#define S0_PUT(field, data, len)                                                                  \
+    do {                                                                                          \
+        if (len)                                                                                  \
+            memcpy(p, data, len);                                                                 \
+        r->field = p;                                                                             \
+        r->field##_len = len;                                                                     \
+        p += len;                                                                                 \
+    } while (0)
+    S0_PUT(wrid, wrid, wrid_len);
+    S0_PUT(crid, crid, crid_len);
+    S0_PUT(client_id, cid, cid_len);
+    S0_PUT(caller, caller, caller_len);
+    S0_PUT(service, svc, svc_len);
+#undef S0_PUT
+    for (size_t i = 0; i < n_body; i++) {
+        p_msg_init(&r->body[i]);
+        if (p_msg_copy(&r->body[i], &f[at + 1 + i]) != 0) {
+            r->n_body = i + 1;
+            record_free(r);
+            return 0;
+        }
+    }
+    r->n_body = n_body;
+    r->started = now;
+    r->deadline = now + self->timeout_s;
+    r->reading = reading;
+    r->number = number;
+    s0_count *cc = NULL, *rc = NULL;
+    s0_svc *sv = NULL;
+    if (table_reserve(&self->records, 1) < 0 || heap_reserve(self) < 0 ||
+        (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
+        (rc = count_make(&self->rid_counts, crid, crid_len)) == NULL ||
+        (sv = svc_make(self, svc, svc_len)) == NULL)
+        goto undo;
+    size_t took_len;
+    const unsigned char *took = pool_api->take(self->pool, svc, svc_len, &took_len);
+    /* (peek named it; nothing changed the pool since: the same worker) */
+    if (took == NULL || took_len != wrid_len || memcmp(took, r->wrid, wrid_len) != 0)
+        goto undo;
+    if (pool_api->hold(self->pool, r->wrid, wrid_len, ticket, ticket_len) != 0) {
+        pool_api->list_ready(self->pool, r->wrid, wrid_len); /* back where take found it */
+        goto undo;
+    }
+    /* Nothing below fails. */
+    self->number = number;
+    table_insert(&self->records, &r->key);
+    heap_push(self, r);
+    cc->n++;
+    rc->n++;
+    sv->changed = 1;
+    self->drain_requests++;
+    count(self, ST_REQUESTS, 1);
+    heard_add(t, e);
+
+    /* MdpWorkerRequest(ticket, body, protocol, delimited) of the worker's reading. */
+    const char *head[5];
+    size_t head_len[5], n_head = 0;
+    if (we->majordomo & READ_DELIMITED) {
+        head[n_head] = "";
+        head_len[n_head++] = 0;
+    }
+    head[n_head] = (we->majordomo & READ_V1) ? "MDPW01" : "MDPW02";
+    head_len[n_head++] = 6;
+    head[n_head] = "\x02";
+    head_len[n_head++] = 1;
+    head[n_head] = (const char *)r->key.data;
+    head_len[n_head++] = ticket_len;
+    head[n_head] = "";
+    head_len[n_head++] = 0;
+    int err = send_message(self->ch[1].router, r->wrid, wrid_len, head, head_len, n_head,
+                           &f[at + 1], n_body);
+    if (err != 0)
+        count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it to Python */
+    return 1;
+
+undo:
+    count_settle(&self->client_counts, cc);
+    count_settle(&self->rid_counts, rc);
+    record_free(r);
+    return 0;
+}
+
+/* The take rule for a backend final REPLY, and its answer (the mutex held): 1 when taken (the
+ * client's reply is sent), 0 when it goes to Python (nothing changed). */
+static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) {
+    s0_sessions *t = &self->sessions;
+    if (!self->serving || self->pool == NULL || self->records.used == 0)
+        return 0;
+    size_t at;
+    if (!mdp_worker_reply(m, self->max_frame_bytes, &at))
+        return 0;
+    s0_zmq_msg_t *f = m->frames;
+    const unsigned char *ticket = p_msg_data(&f[at]);
+    size_t ticket_len = p_msg_size(&f[at]);
+    s0_record *r = (s0_record *)table_find(&self->records, ticket, ticket_len,
+                                           hash_bytes(ticket, ticket_len));
+    if (r == NULL || r->wrid_len != p_msg_size(&f[0]) ||
+        (r->wrid_len && memcmp(r->wrid, p_msg_data(&f[0]), r->wrid_len) != 0))
+        return 0;
+    if (count_find(&self->waits, r->service, r->service_len) != NULL)
+        return 0;
+    if (!is_negotiated(t, 1, m->fd) || (t->ordered[1] && e->last_passed > t->done_seq[1]))
+        return 0;
+    s0_svc *sv = svc_make(self, r->service, r->service_len);
+    if (sv == NULL)
+        return 0; /* out of memory: Python answers it (it adopts the record) */
+    /* Nothing below fails. */
+    record_out(self, r);
+    pool_api->release(self->pool, r->wrid, r->wrid_len, r->key.data, r->key.len);
+    pool_api->list_ready(self->pool, r->wrid, r->wrid_len);
+    double latency = now - r->started;
+    if (!(latency > 0))
+        latency = 0.0;
+    sv->counts[bucket_of(latency)]++;
+    sv->sum_s += latency;
+    sv->observed = 1;
+    sv->changed = 1;
+    self->drain_replies++;
+    count(self, ST_REPLIES, 1);
+    heard_add(t, e);
+
+    /* MdpClientReply(service, body, protocol, delimited, majortomo) of the client's reading. */
+    const char *head[4];
+    size_t head_len[4], n_head = 0;
+    if (r->reading & READ_DELIMITED) {
+        head[n_head] = "";
+        head_len[n_head++] = 0;
+    }
+    if (r->reading & READ_V1) {
+        head[n_head] = "MDPC01";
+        head_len[n_head++] = 6;
+    } else {
+        head[n_head] = "MDPC02";
+        head_len[n_head++] = 6;
+        head[n_head] = (r->reading & READ_MAJORTOMO) ? "\x04" : "\x03";
+        head_len[n_head++] = 1;
+    }
+    if (!(r->reading & READ_MAJORTOMO)) { /* majortomo's reply has no service frame */
+        head[n_head] = (const char *)r->service;
+        head_len[n_head++] = r->service_len;
+    }
+    int err = send_message(self->ch[0].router, r->crid, r->crid_len, head, head_len, n_head,
+                           &f[at + 2], m->n - at - 2);
+    if (err != 0)
+        count(self, ST_SEND_DROPPED, 1);
+    record_free(r);
+    return 1;
+}
+
 /* Take the message or number it for Python (the mutex held). */
 static void classify(LaneObject *self, int channel, s0_message *m, double now, double wall) {
     s0_sessions *t = &self->sessions;
     s0_zmq_msg_t *rid = &m->frames[0];
     s0_entry *e = entry_find(t, channel, p_msg_data(rid), p_msg_size(rid));
     if (e != NULL && takes(self, channel, m, e, now, wall)) {
-        m->take = 1;
+        m->take = TAKE_BEAT;
         m->promise = e->promise_ms;
         heard_add(t, e);
+        return;
+    }
+    if (e != NULL && (channel == 0 ? take_request(self, m, e, now) : take_reply(self, m, e, now))) {
+        m->take = channel == 0 ? TAKE_REQUEST : TAKE_REPLY;
         return;
     }
     uint64_t seq = ++t->passed_seq[channel];
@@ -560,6 +1099,10 @@ static void read_router(LaneObject *self, int channel) {
     for (size_t i = 0; i < n; i++) {
         s0_message *m = &c->batch[i];
         if (m->take) {
+            if (m->take != TAKE_BEAT) { /* a REQUEST or REPLY: sent on under the lock */
+                message_close(m);
+                continue;
+            }
             beats++;
             if (channel == 0) {
                 if (number[0] == '\0')
@@ -695,6 +1238,17 @@ static void *lane_main(void *arg) {
 
 /* ---- Python methods ------------------------------------------------------------------------ */
 
+/* Take the lane's lock from Python (the GIL held): at once if free (or ours: it is recursive),
+ * else the GIL released while waiting, so the thread holding it (Python's or the lane's) is
+ * never stuck behind the GIL. */
+static void py_lock(LaneObject *self) {
+    if (pthread_mutex_trylock(&self->mutex) == 0)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mutex);
+    Py_END_ALLOW_THREADS
+}
+
 static int parse_channel(int channel) {
     if (channel != 0 && channel != 1) {
         PyErr_Format(PyExc_ValueError, "channel must be 0 (frontend) or 1 (backend), not %d",
@@ -758,7 +1312,11 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         }
     }
     self->max_frame_bytes = max_frame_bytes;
-    pthread_mutex_init(&self->mutex, NULL);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&self->mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
     pthread_mutex_init(&self->join_mutex, NULL);
     self->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (self->wake_fd < 0) {
@@ -788,8 +1346,28 @@ static void lane_join(LaneObject *self) {
     Py_END_ALLOW_THREADS
 }
 
+static void records_free(LaneObject *self) {
+    for (size_t i = 0; i < self->n_heap; i++)
+        record_free(self->heap[i]);
+    free(self->heap);
+    self->heap = NULL;
+    self->n_heap = self->heap_cap = 0;
+    free(self->records.slots); /* (its records were the heap's) */
+    memset(&self->records, 0, sizeof(self->records));
+}
+
 static void lane_dealloc(LaneObject *self) {
     lane_join(self);
+    if (self->pool != NULL)
+        pool_api->set_guard(self->pool, NULL);
+    self->pool = NULL;
+    Py_CLEAR(self->pool_obj);
+    records_free(self);
+    table_free_all(&self->waits);
+    table_free_all(&self->holds);
+    table_free_all(&self->client_counts);
+    table_free_all(&self->rid_counts);
+    table_free_all(&self->svcs);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
     for (int k = 0; k < 2; k++)
@@ -825,6 +1403,12 @@ static PyObject *lane_start(LaneObject *self, PyObject *unused) {
 
 static PyObject *lane_stop(LaneObject *self, PyObject *unused) {
     (void)unused;
+    if (self->python_holds > 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Lane.stop: Python holds the lane's lock (lock() without unlock()); the "
+                        "thread may be waiting for it, so joining it would deadlock");
+        return NULL;
+    }
     self->stopped = 1;
     lane_join(self);
     Py_RETURN_NONE;
@@ -840,7 +1424,7 @@ static PyObject *lane_configure(LaneObject *self, PyObject *args) {
                      PyTuple_GET_ITEM(args, 1));
         return NULL;
     }
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     self->sessions.configured = 1;
     self->sessions.config_version = version;
     self->sessions.max_skew_s = skew;
@@ -848,17 +1432,29 @@ static PyObject *lane_configure(LaneObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *lane_note(LaneObject *self, PyObject *args) {
+static PyObject *lane_note(LaneObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"channel",   "routing_id", "promise_ms", "gap_s", "last_seen",
+                             "majordomo", "client_id",  "open",       NULL};
     int channel;
     const char *rid;
     Py_ssize_t rid_len;
     long long promise;
     double gap, last_seen;
-    int majordomo = 0;
-    if (!PyArg_ParseTuple(args, "iy#Ldd|p:note", &channel, &rid, &rid_len, &promise, &gap,
-                          &last_seen, &majordomo) ||
+    int majordomo = 0, open = 1;
+    const char *cid = "";
+    Py_ssize_t cid_len = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy#Ldd|iy#p:note", kwlist, &channel, &rid,
+                                     &rid_len, &promise, &gap, &last_seen, &majordomo, &cid,
+                                     &cid_len, &open) ||
         parse_channel(channel) < 0)
         return NULL;
+    if (majordomo < 0 || majordomo > 15) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.note: majordomo must be 0 (S0P) or a Majordomo reading packed in 4 "
+                     "bits (1..15), not %d",
+                     majordomo);
+        return NULL;
+    }
     if (isnan(gap) || gap < 0) {
         PyErr_Format(PyExc_ValueError, "Lane.note: gap_s must be >= 0 (0 or inf: no check), not %R",
                      PyTuple_GET_ITEM(args, 3));
@@ -871,8 +1467,15 @@ static PyObject *lane_note(LaneObject *self, PyObject *args) {
     const unsigned char *data = (const unsigned char *)rid;
     size_t len = (size_t)rid_len;
     uint64_t hash = hash_bytes(data, len);
+    unsigned char *client_id = NULL;
+    if (cid_len > 0) {
+        client_id = malloc((size_t)cid_len);
+        if (client_id == NULL)
+            return PyErr_NoMemory();
+        memcpy(client_id, cid, (size_t)cid_len);
+    }
     int failed = 0;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_table *t = &self->sessions.entries[channel];
     s0_entry *e = (s0_entry *)table_find(t, data, len, hash);
     if (e == NULL) {
@@ -890,6 +1493,11 @@ static PyObject *lane_note(LaneObject *self, PyObject *args) {
         e->promise_ms = promise;
         e->gap_s = gap;
         e->majordomo = majordomo;
+        e->open = open;
+        free(e->client_id);
+        e->client_id = client_id;
+        e->client_id_len = (size_t)cid_len;
+        client_id = NULL;
         if (last_seen > e->last_seen)
             e->last_seen = last_seen;
         /* Python may be handling one of its messages now (its note says so): Order */
@@ -897,6 +1505,7 @@ static PyObject *lane_note(LaneObject *self, PyObject *args) {
             e->last_passed = self->sessions.passed_seq[channel];
     }
     pthread_mutex_unlock(&self->mutex);
+    free(client_id); /* (not kept: out of memory) */
     if (failed)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
@@ -909,12 +1518,12 @@ static PyObject *lane_forget(LaneObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iy#:forget", &channel, &rid, &rid_len) ||
         parse_channel(channel) < 0)
         return NULL;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_entry *e = entry_find(&self->sessions, channel, (const unsigned char *)rid, (size_t)rid_len);
     if (e != NULL) {
         heard_drop(&self->sessions, e);
         table_remove(&self->sessions.entries[channel], &e->key);
-        free(e);
+        entry_free(e);
     }
     pthread_mutex_unlock(&self->mutex);
     Py_RETURN_NONE;
@@ -922,7 +1531,7 @@ static PyObject *lane_forget(LaneObject *self, PyObject *args) {
 
 static PyObject *lane_clear(LaneObject *self, PyObject *unused) {
     (void)unused;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     sessions_clear(&self->sessions);
     pthread_mutex_unlock(&self->mutex);
     Py_RETURN_NONE;
@@ -944,7 +1553,7 @@ static PyObject *lane_negotiated(LaneObject *self, PyObject *args) {
     if (parse_fd(args, "ii:negotiated", &channel, &fd) < 0)
         return NULL;
     int failed = 0;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_sessions *t = &self->sessions;
     if ((size_t)fd >= t->negotiated_cap[channel]) {
         size_t cap = t->negotiated_cap[channel] ? t->negotiated_cap[channel] : 256;
@@ -971,7 +1580,7 @@ static PyObject *lane_gone(LaneObject *self, PyObject *args) {
     int channel, fd;
     if (parse_fd(args, "ii:gone", &channel, &fd) < 0)
         return NULL;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_sessions *t = &self->sessions;
     if ((size_t)fd < t->negotiated_cap[channel])
         t->negotiated[channel][fd] = 0;
@@ -1005,7 +1614,7 @@ static PyObject *lane_heard(LaneObject *self, PyObject *unused) {
     unsigned char *block = NULL;
     size_t n = 0;
     int failed = 0;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_sessions *t = &self->sessions;
     n = t->n_heard;
     if (n > 0) {
@@ -1067,7 +1676,7 @@ static PyObject *lane_last_seen(LaneObject *self, PyObject *args) {
         return NULL;
     int found = 0;
     double seen = 0.0;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_entry *e = entry_find(&self->sessions, channel, (const unsigned char *)rid, (size_t)rid_len);
     if (e != NULL) {
         found = 1;
@@ -1099,15 +1708,415 @@ static PyObject *lane_stats(LaneObject *self, PyObject *unused) {
     return out;
 }
 
+/* ---- phase 3b: the lock, the pool, the gates, the records ----------------------------------- */
+
+static PyObject *lane_lock(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    self->python_holds++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_unlock(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->python_holds <= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "Lane.unlock: the lock is not held (unlock() without "
+                                            "a matching lock())");
+        return NULL;
+    }
+    if (pthread_mutex_unlock(&self->mutex) != 0) { /* EPERM: another thread holds it */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Lane.unlock: this thread does not hold the lock (another one's lock())");
+        return NULL;
+    }
+    self->python_holds--;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_attach_pool(LaneObject *self, PyObject *arg) {
+    struct s0_pool *pool = NULL;
+    if (arg != Py_None) {
+        if (pool_api == NULL) {
+            const s0_pool_api *api = PyCapsule_Import(S0_POOL_CAPSULE, 0);
+            if (api == NULL)
+                return NULL;
+            if (api->version != S0_POOL_API_VERSION) {
+                PyErr_Format(PyExc_ImportError,
+                             "Lane.attach_pool: scale0.core._pool's C API is version %d, this "
+                             "lane speaks %d (rebuild both)",
+                             api->version, S0_POOL_API_VERSION);
+                return NULL;
+            }
+            pool_api = api;
+        }
+        pool = pool_api->pool_of(arg);
+        if (pool == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "Lane.attach_pool: pool must be a scale0.core._pool.Pool or None, not "
+                         "%.100s",
+                         Py_TYPE(arg)->tp_name);
+            return NULL;
+        }
+    }
+    py_lock(self);
+    PyObject *old = self->pool_obj;
+    if (self->pool != NULL)
+        pool_api->set_guard(self->pool, NULL);
+    self->pool = pool;
+    self->pool_obj = NULL;
+    if (pool != NULL) {
+        Py_INCREF(arg);
+        self->pool_obj = arg;
+        pool_api->set_guard(pool, &self->python_holds);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_serve(LaneObject *self, PyObject *args) {
+    int on;
+    double timeout;
+    long long cap;
+    const char *prefix;
+    Py_ssize_t prefix_len;
+    if (!PyArg_ParseTuple(args, "pdLy#:serve", &on, &timeout, &cap, &prefix, &prefix_len))
+        return NULL;
+    if (isnan(timeout) || timeout < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.serve: timeout_s must be >= 0, not %R",
+                     PyTuple_GET_ITEM(args, 1));
+        return NULL;
+    }
+    if (cap < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.serve: max_per_client must be >= 0, not %lld", cap);
+        return NULL;
+    }
+    if (prefix_len > 255 - 8) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.serve: ticket_prefix is %zd bytes; a ticket (it and 8 more) must fit "
+                     "in 255",
+                     prefix_len);
+        return NULL;
+    }
+    py_lock(self);
+    self->serving = on;
+    self->timeout_s = timeout;
+    self->max_per_client = cap;
+    memcpy(self->prefix, prefix, (size_t)prefix_len);
+    self->prefix_len = (size_t)prefix_len;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+/* Put or take `data` in or out of the gate set `t` (the lock taken here). */
+static PyObject *gate_set(LaneObject *self, s0_table *t, const void *data, size_t len, int on) {
+    int failed = 0;
+    py_lock(self);
+    s0_count *c = count_find(t, data, len);
+    if (on && c == NULL)
+        failed = count_make(t, data, len) == NULL;
+    else if (!on && c != NULL)
+        count_settle(t, c); /* (n is 0: freed) */
+    pthread_mutex_unlock(&self->mutex);
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_python_waits(LaneObject *self, PyObject *args) {
+    PyObject *service;
+    int waits;
+    if (!PyArg_ParseTuple(args, "Up:python_waits", &service, &waits))
+        return NULL;
+    PyObject *utf8 = PyUnicode_AsEncodedString(service, "utf-8", "surrogatepass");
+    if (utf8 == NULL)
+        return NULL;
+    PyObject *out = gate_set(self, &self->waits, PyBytes_AS_STRING(utf8),
+                             (size_t)PyBytes_GET_SIZE(utf8), waits);
+    Py_DECREF(utf8);
+    return out;
+}
+
+static PyObject *lane_python_holds(LaneObject *self, PyObject *args) {
+    const char *cid;
+    Py_ssize_t len;
+    int holds;
+    if (!PyArg_ParseTuple(args, "y#p:python_holds", &cid, &len, &holds))
+        return NULL;
+    return gate_set(self, &self->holds, cid, (size_t)len, holds);
+}
+
+/* (ticket, worker_rid, client_rid, client_id, caller, service, body, started, deadline,
+ * request_id) of a record handed over. */
+static PyObject *record_tuple(s0_record *r) {
+    PyObject *body = PyTuple_New((Py_ssize_t)r->n_body);
+    if (body == NULL)
+        return NULL;
+    for (size_t i = 0; i < r->n_body; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)p_msg_data(&r->body[i]),
+                                                (Py_ssize_t)p_msg_size(&r->body[i]));
+        if (b == NULL) {
+            Py_DECREF(body);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(body, (Py_ssize_t)i, b);
+    }
+    char request_id[32];
+    int id_len = snprintf(request_id, sizeof(request_id), "mdp.L%llu",
+                          (unsigned long long)r->number);
+    return Py_BuildValue("(y#y#y#y#s#s#Nddy#)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
+                         (const char *)r->wrid, (Py_ssize_t)r->wrid_len, (const char *)r->crid,
+                         (Py_ssize_t)r->crid_len, (const char *)r->client_id,
+                         (Py_ssize_t)r->client_id_len, (const char *)r->caller,
+                         (Py_ssize_t)r->caller_len, (const char *)r->service,
+                         (Py_ssize_t)r->service_len, body, r->started, r->deadline, request_id,
+                         (Py_ssize_t)id_len);
+}
+
+static int ticket_order(const void *a, const void *b) {
+    const s0_record *x = *(s0_record *const *)a, *y = *(s0_record *const *)b;
+    size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
+    int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
+    if (c != 0)
+        return c;
+    return x->key.len < y->key.len ? -1 : x->key.len > y->key.len;
+}
+
+/* The records in `got` (out of the lane already, the lock released) as a list, freed. */
+static PyObject *handed_list(s0_record **got, size_t n) {
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; i < n; i++) {
+        if (out != NULL) {
+            PyObject *item = record_tuple(got[i]);
+            if (item == NULL)
+                Py_CLEAR(out); /* (the records are lost with the MemoryError) */
+            else
+                PyList_SET_ITEM(out, (Py_ssize_t)i, item);
+        }
+        record_free(got[i]);
+    }
+    free(got);
+    return out;
+}
+
+enum { ADOPT_WORKER, ADOPT_ALL, ADOPT_DUE };
+
+/* Hand Python the records `which` selects (the lock taken here; built after it is released). */
+static PyObject *adopt_many(LaneObject *self, int which, const void *rid, size_t rid_len,
+                            double now) {
+    s0_record **got = NULL;
+    size_t n = 0;
+    int failed = 0;
+    py_lock(self);
+    size_t most = self->n_heap;
+    if (most > 0 && (got = malloc(most * sizeof(*got))) == NULL)
+        failed = 1;
+    if (!failed && which == ADOPT_DUE) {
+        while (self->n_heap > 0 && self->heap[0]->deadline <= now) {
+            s0_record *r = self->heap[0];
+            record_out(self, r);
+            got[n++] = r;
+        }
+    } else if (!failed) {
+        for (size_t i = 0; i < self->n_heap; i++) {
+            s0_record *r = self->heap[i];
+            if (which == ADOPT_ALL ||
+                (r->wrid_len == rid_len && (rid_len == 0 || memcmp(r->wrid, rid, rid_len) == 0)))
+                got[n++] = r;
+        }
+        for (size_t i = 0; i < n; i++)
+            record_out(self, got[i]);
+    }
+    if (n > 0)
+        count(self, ST_HANDED, n);
+    pthread_mutex_unlock(&self->mutex);
+    if (failed)
+        return PyErr_NoMemory();
+    if (which != ADOPT_DUE && n > 1)
+        qsort(got, n, sizeof(*got), ticket_order);
+    return handed_list(got, n);
+}
+
+static PyObject *lane_adopt(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.adopt: ticket must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const void *data = PyBytes_AS_STRING(arg);
+    size_t len = (size_t)PyBytes_GET_SIZE(arg);
+    py_lock(self);
+    s0_record *r = (s0_record *)table_find(&self->records, data, len, hash_bytes(data, len));
+    if (r != NULL) {
+        record_out(self, r);
+        count(self, ST_HANDED, 1);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    if (r == NULL)
+        Py_RETURN_NONE;
+    PyObject *out = record_tuple(r);
+    record_free(r);
+    return out;
+}
+
+static PyObject *lane_adopt_worker(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.adopt_worker: routing_id must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    return adopt_many(self, ADOPT_WORKER, PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg),
+                      0.0);
+}
+
+static PyObject *lane_adopt_all(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    return adopt_many(self, ADOPT_ALL, NULL, 0, 0.0);
+}
+
+static PyObject *lane_adopt_due(LaneObject *self, PyObject *arg) {
+    double now = PyFloat_AsDouble(arg);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (isnan(now)) {
+        PyErr_SetString(PyExc_ValueError, "Lane.adopt_due: now is NaN");
+        return NULL;
+    }
+    return adopt_many(self, ADOPT_DUE, NULL, 0, now);
+}
+
+static PyObject *lane_next_due(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    int any;
+    double due = 0.0;
+    py_lock(self);
+    any = self->n_heap > 0;
+    if (any)
+        due = self->heap[0]->deadline;
+    pthread_mutex_unlock(&self->mutex);
+    if (!any)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(due);
+}
+
+static PyObject *lane_held(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.held: client_id must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    py_lock(self);
+    long long n = count_of(&self->client_counts, PyBytes_AS_STRING(arg),
+                           (size_t)PyBytes_GET_SIZE(arg));
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *lane_busy(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.busy: client_rid must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    py_lock(self);
+    long long n = count_of(&self->rid_counts, PyBytes_AS_STRING(arg),
+                           (size_t)PyBytes_GET_SIZE(arg));
+    pthread_mutex_unlock(&self->mutex);
+    return PyBool_FromLong(n > 0);
+}
+
+static PyObject *lane_in_flight(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->records.used;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+static int svc_order(const void *a, const void *b) {
+    const s0_svc *x = *(s0_svc *const *)a, *y = *(s0_svc *const *)b;
+    size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
+    int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
+    if (c != 0)
+        return c;
+    return x->key.len < y->key.len ? -1 : x->key.len > y->key.len;
+}
+
+static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    s0_table svcs = self->svcs; /* taken whole: the lane starts a new one */
+    memset(&self->svcs, 0, sizeof(self->svcs));
+    uint64_t requests = self->drain_requests, replies = self->drain_replies;
+    self->drain_requests = self->drain_replies = 0;
+    pthread_mutex_unlock(&self->mutex);
+    PyObject *out = NULL, *hist = NULL, *changed = NULL;
+    size_t n = 0;
+    s0_svc **all = svcs.used ? malloc(svcs.used * sizeof(*all)) : NULL;
+    if (svcs.used && all == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (svcs.slots != NULL)
+        for (size_t i = 0; i <= svcs.mask; i++)
+            if (svcs.slots[i] != NULL)
+                all[n++] = (s0_svc *)svcs.slots[i];
+    if (n > 1)
+        qsort(all, n, sizeof(*all), svc_order);
+    hist = PyList_New(0);
+    changed = PyList_New(0);
+    if (hist == NULL || changed == NULL)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        s0_svc *v = all[i];
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)v->key.data, (Py_ssize_t)v->key.len,
+                                              "surrogatepass");
+        if (name == NULL)
+            goto done;
+        int bad = 0;
+        if (v->changed)
+            bad = PyList_Append(changed, name) < 0;
+        if (!bad && v->observed) {
+            PyObject *counts = PyList_New(S0_BUCKETS + 1);
+            PyObject *item = NULL;
+            if (counts != NULL) {
+                for (int k = 0; k <= S0_BUCKETS; k++) {
+                    PyObject *c = PyLong_FromUnsignedLongLong(v->counts[k]);
+                    if (c == NULL) {
+                        Py_CLEAR(counts);
+                        break;
+                    }
+                    PyList_SET_ITEM(counts, k, c);
+                }
+            }
+            if (counts != NULL)
+                item = Py_BuildValue("(ONd)", name, counts, v->sum_s);
+            bad = item == NULL || PyList_Append(hist, item) < 0;
+            Py_XDECREF(item);
+        }
+        Py_DECREF(name);
+        if (bad)
+            goto done;
+    }
+    out = Py_BuildValue("(KKOO)", (unsigned long long)requests, (unsigned long long)replies, hist,
+                        changed);
+done:
+    Py_XDECREF(hist);
+    Py_XDECREF(changed);
+    free(all);
+    table_free_all(&svcs);
+    return out;
+}
+
 static PyMethodDef lane_methods[] = {
     {"start", (PyCFunction)lane_start, METH_NOARGS, "start(): spawn the lane thread (once)"},
     {"stop", (PyCFunction)lane_stop, METH_NOARGS,
      "stop(): idempotent; forward Python's pending sends, stop and join the thread"},
     {"configure", (PyCFunction)lane_configure, METH_VARARGS,
      "configure(config_version, max_skew_s): the running config's version and R12 limit"},
-    {"note", (PyCFunction)lane_note, METH_VARARGS,
-     "note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=False): insert or "
-     "update a session"},
+    {"note", (PyCFunction)(void (*)(void))lane_note, METH_VARARGS | METH_KEYWORDS,
+     "note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b'', "
+     "open=True): insert or update a session; majordomo: 0 (S0P) or its Majordomo reading"},
     {"forget", (PyCFunction)lane_forget, METH_VARARGS, "forget(channel, routing_id)"},
     {"clear", (PyCFunction)lane_clear, METH_NOARGS, "clear(): forget every session"},
     {"negotiated", (PyCFunction)lane_negotiated, METH_VARARGS,
@@ -1118,6 +2127,35 @@ static PyMethodDef lane_methods[] = {
     {"last_seen", (PyCFunction)lane_last_seen, METH_VARARGS,
      "last_seen(channel, routing_id) -> float | None"},
     {"stats", (PyCFunction)lane_stats, METH_NOARGS, "stats() -> dict of counters"},
+    {"lock", (PyCFunction)lane_lock, METH_NOARGS,
+     "lock(): take the lane's lock (recursive), the GIL released while waiting"},
+    {"unlock", (PyCFunction)lane_unlock, METH_NOARGS,
+     "unlock(): release one lock(); RuntimeError without one"},
+    {"attach_pool", (PyCFunction)lane_attach_pool, METH_O,
+     "attach_pool(pool): share a scale0.core._pool.Pool with the lane (None detaches)"},
+    {"serve", (PyCFunction)lane_serve, METH_VARARGS,
+     "serve(on, timeout_s, max_per_client, ticket_prefix): whether and how the lane takes "
+     "Majordomo requests"},
+    {"python_waits", (PyCFunction)lane_python_waits, METH_VARARGS,
+     "python_waits(service, waits): a request of service waits in Python (R6)"},
+    {"python_holds", (PyCFunction)lane_python_holds, METH_VARARGS,
+     "python_holds(client_id, holds): Python holds a request of this client"},
+    {"adopt", (PyCFunction)lane_adopt, METH_O, "adopt(ticket) -> record | None"},
+    {"adopt_worker", (PyCFunction)lane_adopt_worker, METH_O,
+     "adopt_worker(routing_id) -> [record]: the worker's, in ticket order"},
+    {"adopt_all", (PyCFunction)lane_adopt_all, METH_NOARGS,
+     "adopt_all() -> [record]: every one, in ticket order"},
+    {"adopt_due", (PyCFunction)lane_adopt_due, METH_O,
+     "adopt_due(now) -> [record]: those with deadline <= now, in deadline order"},
+    {"next_due", (PyCFunction)lane_next_due, METH_NOARGS,
+     "next_due() -> float | None: the earliest deadline the lane holds"},
+    {"held", (PyCFunction)lane_held, METH_O, "held(client_id) -> int: the lane's requests of it"},
+    {"busy", (PyCFunction)lane_busy, METH_O,
+     "busy(client_rid) -> bool: the lane holds a request from this routing id"},
+    {"in_flight", (PyCFunction)lane_in_flight, METH_NOARGS,
+     "in_flight() -> int: the requests the lane holds"},
+    {"drain", (PyCFunction)lane_drain, METH_NOARGS,
+     "drain() -> (requests, replies, [(service, counts, sum_s)], changed): since the last one"},
     {NULL, NULL, 0, NULL},
 };
 
