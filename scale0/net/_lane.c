@@ -1737,7 +1737,13 @@ static PyObject *lane_attach_pool(LaneObject *self, PyObject *arg) {
     struct s0_pool *pool = NULL;
     if (arg != Py_None) {
         if (pool_api == NULL) {
-            const s0_pool_api *api = PyCapsule_Import(S0_POOL_CAPSULE, 0);
+            /* (PyCapsule_Import, but through sys.modules: a test may load another build) */
+            PyObject *module = PyImport_ImportModule("scale0.core._pool");
+            PyObject *capsule = module ? PyObject_GetAttrString(module, "_C_API") : NULL;
+            const s0_pool_api *api =
+                capsule ? PyCapsule_GetPointer(capsule, S0_POOL_CAPSULE) : NULL;
+            Py_XDECREF(capsule);
+            Py_XDECREF(module);
             if (api == NULL)
                 return NULL;
             if (api->version != S0_POOL_API_VERSION) {

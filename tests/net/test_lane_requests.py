@@ -12,6 +12,7 @@ no test waits for an absence. Every wait is bounded (test_lane.WAIT_S).
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import struct
 import threading
@@ -42,7 +43,11 @@ from scale0.wire.registry import (
     FRONTEND_SIGNATURES,
     decode_to_broker,
 )
+from tests.extensions import load_extension
 from tests.net.test_lane import BACK, FRONT, MAX_FRAME, ROOT, Lane, Rig, header, recv
+
+if os.environ.get("SCALE0_POOL_SO"):  # a sanitizer build of the pool too (before the lane's import)
+    load_extension("scale0.core._pool", os.environ["SCALE0_POOL_SO"])
 
 try:
     from scale0.core._pool import Pool
