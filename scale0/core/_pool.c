@@ -66,14 +66,23 @@
  * concerned (expected, as a hash lookup is); add: O(services of the old and the new READY);
  * remove: O(services + tickets); services() and queue(): O(answer) plus the sort.
  *
- * Threads (phase 3, not built). The lane thread will call the pool_* functions without the
- * GIL while the Python core calls these methods; one pthread mutex in the Pool will then be
- * taken by the lane once per batch and by each wrapper around its pool_* call only: after its
- * arguments are converted, and released before any Python object is made. An answer is copied
- * into C memory under the lock and turned into Python objects after it, since making them may
- * run finalizers that call the pool again (a second lock by the same thread: a deadlock) and
- * no pointer into the pool may outlive the lock. Today every call holds the GIL, which
- * suffices.
+ * Threads: shared with a lane (phase 3b). The lane (scale0/net/_lane.c) shares a Pool with the
+ * Python core: Lane.attach_pool(pool) keeps a reference and from then on its thread calls the
+ * pool through the C API below, without the GIL, only while holding the lane's one (recursive)
+ * lock; Python calls these methods only while holding it too (lane.lock()). The pool has no
+ * lock of its own. To make a Python path that forgot the lock fail loudly, the lane sets the
+ * pool's guard (set_guard) to its count of Python's holds of the lock: while a guard is set,
+ * every method raises RuntimeError("the pool is shared with a lane: call it under lane.lock()")
+ * when that count is 0, before it reads an argument. Detaching (attach_pool(None)) or the
+ * lane's dealloc clears it; a Pool no lane shares has no guard (tests/core/test_pool_parity.py).
+ *
+ * The C API (scale0/core/_pool_api.h): the capsule scale0.core._pool._C_API holds an
+ * s0_pool_api of function pointers: pool_of(Pool object) -> the pool (the GIL needed for this
+ * one), and over that pool, plain C with no Python API: peek(service) (the LRU ready worker's
+ * routing id, Pool.queue(service)[0], not taken), take, hold, release, list_ready, used (each
+ * as the method of that name), set_guard(pool, const int *guard). Byte strings are passed as
+ * (data, length) and hashed by the pool with its own key; a routing id it returns points into
+ * the pool and is valid until the pool next changes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -2,7 +2,10 @@
  * scale0.net._zmqio.Lane: a C thread that owns the broker's frontend and backend ROUTER sockets
  * and takes plain HEARTBEATs, S0P and Majordomo workers', without waking Python (phase 3a of
  * the C lane, docs/architecture.md
- * "Decided, being built: the data plane moves to a C lane"; issue 14).
+ * "Decided, being built: the data plane moves to a C lane"; issue 14), and dispatches
+ * Majordomo client REQUESTs to Majordomo workers and returns their final REPLYs, sharing the
+ * worker pool (scale0/core/_pool.c) with the Python core under one lock (phase 3b, first step:
+ * "Requests" below).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
@@ -13,9 +16,15 @@
  *       it with the GIL released. Before it exits the thread forwards everything waiting on both
  *       pipes to the ROUTERs (Python's last sends).
  *   configure(config_version, max_skew_s)
- *   note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=False)   insert or
- *       update a session; last_seen only ever raises the entry's; gap_s 0 or inf: no gap
- *       check; majordomo: it speaks Majordomo (the core's Majordomo.speaks)
+ *   note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b"",
+ *        open=True)   insert or update a session; last_seen only ever raises the entry's; gap_s
+ *       0 or inf: no gap check; majordomo: 0 = it speaks S0P, else it speaks Majordomo
+ *       (the core's Majordomo.speaks) in the reading scale0.core.majordomo.Reading packed:
+ *       bit 0 version 1 (MDPC01/MDPW01), bit 1 version 2 (MDP*02), bit 2 delimited (frame 0
+ *       empty), bit 3 majortomo's client command numbers (0..15, else ValueError). True (1)
+ *       still means "speaks Majordomo" for HEARTBEATs, and is no reading a REQUEST is taken
+ *       in or written for. client_id: a frontend session's (UTF-8 bytes); open: its key may
+ *       call every service (T1-T4's grant "all"). client_id and open replace the entry's.
  *   forget(channel, routing_id); clear()
  *   negotiated(channel, fd); gone(channel, fd)                 R20: the negotiated connections
  *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT taken by the lane
@@ -24,8 +33,18 @@
  *   stats() -> dict[str, int]   wakeups, received (from the ROUTERs), beats (taken), passed (to
  *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
  *       libzmq refused), answers, stalled (a pipe was full), lost (held at stop, or out of
- *       memory), errors (socket errors), marks (Python's "done" marks, see "Order"). After
- *       stop(): received == beats + passed + lost.
+ *       memory), errors (socket errors), marks (Python's "done" marks, see "Order"), requests
+ *       and replies (Majordomo REQUESTs and final REPLYs the lane took), handed (records
+ *       adopted by Python). After stop(): received == beats + requests + replies + passed +
+ *       lost.
+ *   lock(); unlock()            the one lock ("One lock" below), for Python
+ *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
+ *   serve(on, timeout_s, max_per_client, ticket_prefix); python_waits(service, waits);
+ *   python_holds(client_id, holds)                              the gates ("Requests")
+ *   adopt(ticket) -> record | None; adopt_worker(routing_id) -> [record];
+ *   adopt_all() -> [record]; adopt_due(now) -> [record]; next_due() -> float | None;
+ *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
+ *   drain() -> (requests, replies, [(service, counts, sum_s)], changed)   ("Records")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
  *
@@ -76,9 +95,77 @@
  * what is still held goes to the pipe if it takes it now, else it is counted in "lost" (the
  * only loss: a lane stopped while Python is not reading its pipe).
  *
- * Threads. The session table has one mutex: the Python-called methods hold the GIL and take it
- * briefly (never while making a Python object); the thread takes it once per batch and never
- * takes the GIL. Counters are atomics. The thread uses only these C structures and libzmq.
+ * One lock. One recursive mutex guards everything shared: the session table, the request
+ * records, the gates, the drain counters and the attached pool. The thread takes it once per
+ * batch it reads from a ROUTER and never blocks on anything else while holding it (its sends
+ * are DONTWAIT; a full pipe is handled as above) and never takes the GIL. Python takes it with
+ * lock() (trylock; if busy, the GIL is released while it waits, so a thread holding the lock is
+ * never stuck behind the GIL) and releases it with unlock(); every other method takes it too,
+ * the same way, for its own work (recursive: fine inside lock()). lock() counts Python's holds
+ * in python_holds (touched only with the GIL held); unlock() without a matching lock(), or from
+ * a thread that does not hold it, raises RuntimeError; stop() raises RuntimeError while Python
+ * holds it (the thread may be waiting for it: the join would deadlock). The node holds it for
+ * the whole of every callback that enters the core, so each compound decision of the core is
+ * atomic against the lane. Counters are atomics. The thread uses only these C structures, the
+ * pool's C API (scale0/core/_pool_api.h) and libzmq.
+ *
+ * The pool. attach_pool keeps a reference to the Pool and from then on the thread uses it only
+ * under the lock, through the capsule scale0.core._pool._C_API. It sets the pool's guard to
+ * python_holds: while it is set every Pool method raises RuntimeError("the pool is shared with
+ * a lane: call it under lane.lock()") when Python does not hold the lock. Detaching, or the
+ * lane's dealloc, clears it.
+ *
+ * Requests (only Majordomo clients to Majordomo workers; S0P REQUEST/REPLY go to Python).
+ * Gates, set by Python: serve(on, timeout_s, max_per_client, ticket_prefix) (off at start: the
+ * node turns it on only when the broker is ACTIVE, not draining, with no event log, no `routes`
+ * and a C pool attached; ticket_prefix at most 247 bytes), python_waits(service, waits) (a
+ * request of it waits in Python, R6), python_holds(client_id, holds) (Python holds a request of
+ * that client: its requests go to Python, so R20's cap and per-client order hold).
+ * A frontend message is taken iff: serve is on and a pool attached; it is exactly a form
+ * scale0.wire.registry decodes to MdpClientRequest ([b"", MDPC01, service, body..],
+ * [b"", MDPC02, 0x01 or majortomo's 0x02, service, body..], or those of MDPC02 without frame 0),
+ * every frame <= max_frame_bytes, the service 1..255 bytes of strict UTF-8 with no ASCII control
+ * character (name_frame's rule for ASCII; a non-ASCII name is routed only when the pool offers
+ * it, and every name in the pool came through name_frame) and not reserved ("mmi." or
+ * "scale0.": is_reserved_service); the session (0, rid) has majordomo == this message's reading,
+ * open, promise_ms 0, a negotiated fd (or < 0), and Order allows it; its client_id is not held
+ * by Python and the lane holds fewer than max_per_client of it; the service does not wait in
+ * Python; the pool's LRU ready worker for it (peek) has a session (1, wrid) whose reading is one
+ * a REQUEST can be written in (MDPW01 delimited, MDPW02 delimited or not) and promise_ms 0.
+ * Then, under the lock: take (the peeked worker), ticket = ticket_prefix + 8 bytes big-endian
+ * of 2**63 | n (n the lane's counter from 1; the core's tickets never set that bit), hold(wrid,
+ * ticket), a record (below), the client's counts + 1, the service marked changed, requests + 1,
+ * the client's entry heard (as a taken beat's); and the worker is sent
+ * MdpWorkerRequest(ticket, body, protocol, delimited) of its reading, the body frames moved
+ * (the record keeps zmq_msg_copy's of them).
+ * A backend message is taken iff: serve is on and a pool attached; it is exactly a form the
+ * registry decodes to MdpWorkerReply ([b"", MDPW01, 0x03, ticket, b"", body..],
+ * [b"", MDPW02, 0x04, ticket, b"", body..] or without frame 0 for MDPW02; not a PARTIAL), every
+ * frame <= max_frame_bytes; the ticket is a record of the lane whose worker is this rid; its
+ * service does not wait in Python; the session (1, rid) exists, its fd is negotiated (or < 0),
+ * and Order allows it. Then: the record out, release(wrid, ticket), list_ready(wrid), the
+ * client's counts - 1, replies + 1, the latency (now - started, negative as 0) into the
+ * service's histogram (scale0.core.metrics.LATENCY_BUCKETS_S, bisect_left), the service marked
+ * changed, the worker's entry heard; and the client is sent MdpClientReply(service, body,
+ * protocol, delimited, majortomo) of the record's reading, the body frames moved. Anything else
+ * (a PARTIAL, an unknown ticket, another worker's reply) goes to Python unchanged; Python adopts
+ * the record when it finds the ticket is not its own. Sends refused by libzmq count in
+ * send_dropped (the record of a REQUEST stays: its deadline hands it to Python).
+ *
+ * Records. One per request the lane holds: (ticket, worker_rid, client_rid, client_id, caller
+ * (the header's CURVE key, "" without), service, body, started (the batch's monotonic clock),
+ * deadline (started + timeout_s), the client's reading, request_id b"mdp.L%d" % n). The record
+ * owns its body msgs (closed when answered, adopted, or at dealloc). A record adopted leaves
+ * the lane: its slot stays held in the pool under its ticket, its client's count leaves the
+ * lane's (Python counts it now), handed + 1. Python adopts with the lock held: adopt(ticket),
+ * adopt_worker(routing_id) and adopt_all() (in ticket order), adopt_due(now) (deadline <= now,
+ * in deadline order); each record is the tuple (ticket, worker_rid, client_rid, client_id
+ * (bytes), caller (str), service (str), body (tuple of bytes), started, deadline, request_id).
+ * next_due(): the earliest deadline held (a heap); held(client_id): the lane's requests of it;
+ * busy(client_rid): any of that routing id; in_flight(): all. drain(): (requests, replies,
+ * [(service, counts (len(buckets) + 1), sum_s)], changed) since the last drain, services sorted.
+ * At stop() the records stay, adoptable. Bounded: records by the pool's slots, the gate sets
+ * by what Python tells, drain's table by the services taken between two drains.
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
@@ -2167,7 +2254,8 @@ static PyMethodDef lane_methods[] = {
 
 static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scale0.net._zmqio.Lane",
-    .tp_doc = "The C lane: owns the broker's ROUTERs, answers plain HEARTBEATs "
+    .tp_doc = "The C lane: owns the broker's ROUTERs, answers plain HEARTBEATs, dispatches "
+              "Majordomo requests "
               "(see scale0/net/_lane.c)",
     .tp_basicsize = sizeof(LaneObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
