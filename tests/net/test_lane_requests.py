@@ -23,6 +23,9 @@ from typing import Any
 
 import pytest
 import zmq
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from scale0.core.majordomo import Reading
 from scale0.core.metrics import LATENCY_BUCKETS_S
@@ -898,3 +901,144 @@ def test_bad_arguments_are_named(rig: Rig) -> None:
     with pytest.raises(ValueError, match="NaN"):
         lane.adopt_due(float("nan"))
     lane.note(FRONT, b"x", 0, 0.0, 0.0, majordomo=6, client_id=b"id", open=False)  # keywords
+
+
+# ---- sequences --------------------------------------------------------------------------------
+
+
+class LaneMachine(RuleBasedStateMachine):
+    """Random sequences of requests, replies, gates and adoptions on real sockets, against a
+    model of the take rules: each message goes where the model says, and after every step the
+    lane's counts and the pool's tickets are the model's."""
+
+    SERVICES = ("echo", "other")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rig = Rig()
+        self.net = Net(self.rig, cap=1)
+        self.cap = 1
+        self.serving = True
+        self.waits: set[str] = set()
+        self.holds: set[bytes] = set()
+        self.workers = [
+            self.net.worker(b"w0", WORKER_READINGS[0], "echo", 2),
+            self.net.worker(b"w1", WORKER_READINGS[1], "echo", 1),
+            self.net.worker(b"w2", WORKER_READINGS[2], "other", 1),
+        ]
+        self.service_of = {b"w0": "echo", b"w1": "echo", b"w2": "other"}
+        self.clients = [self.net.client(b"c%d" % n, CLIENT_READINGS[n]) for n in range(5)]
+        self.client_id = {c.rid: b"id-%d" % (n % 3) for n, c in enumerate(self.clients)}
+        self.open = {c.rid: True for c in self.clients}
+        for c in self.clients:
+            self.net.note_client(c.rid, c.reading, client_id=self.client_id[c.rid])
+        self.records: dict[bytes, tuple[Peer, Peer, str]] = {}  # the lane's: worker, client
+        self.python: dict[bytes, bytes] = {}  # adopted (Python's): ticket -> worker rid
+        self.number = 0
+
+    def teardown(self) -> None:
+        self.rig.close()
+
+    def held(self, cid: bytes) -> int:
+        return sum(1 for _w, c, _s in self.records.values() if self.client_id[c.rid] == cid)
+
+    @rule(n=st.integers(0, 4), service=st.sampled_from(SERVICES))
+    def request(self, n: int, service: str) -> None:
+        client = self.clients[n]
+        cid = self.client_id[client.rid]
+        with locked(self.net.lane):
+            queue = self.net.pool.queue(service)
+        takes = (
+            self.serving
+            and self.open[client.rid]
+            and cid not in self.holds
+            and self.held(cid) < self.cap
+            and service not in self.waits
+            and bool(queue)
+        )
+        if not takes:
+            self.net.ask(client, service=service)
+            return
+        worker = next(w for w in self.workers if w.rid == queue[0])
+        ticket = self.net.dispatch(client, worker, service=service)
+        self.number += 1
+        assert ticket == ticket_of(self.number)
+        self.records[ticket] = (worker, client, service)
+
+    @rule(data=st.data(), w=st.integers(0, 2))
+    def reply(self, data: st.DataObject, w: int) -> None:
+        worker = self.workers[w]
+        known = sorted([*self.records, *self.python])
+        ticket = data.draw(st.sampled_from([*known, ticket_of(999)]))
+        record = self.records.get(ticket)
+        if (
+            record is not None
+            and record[0] is worker
+            and self.serving
+            and record[2] not in self.waits
+        ):
+            self.net.answered(worker, record[1], ticket, service=record[2])
+            del self.records[ticket]
+            return
+        self.net.passed_reply(worker, self.net.reply_frames(worker, ticket))
+        if self.python.get(ticket) == worker.rid:  # Python answers its own: the slot is free
+            del self.python[ticket]
+            with locked(self.net.lane):
+                assert self.net.pool.release(worker.rid, ticket)
+                self.net.pool.list_ready(worker.rid)
+
+    @rule(data=st.data())
+    def adopt(self, data: st.DataObject) -> None:
+        if not self.records:
+            return
+        ticket = data.draw(st.sampled_from(sorted(self.records)))
+        worker, client, _service = self.records.pop(ticket)
+        with locked(self.net.lane):
+            record = self.net.lane.adopt(ticket)
+        assert record is not None and record[:3] == (ticket, worker.rid, client.rid)
+        self.python[ticket] = worker.rid
+
+    @rule(on=st.booleans())
+    def serve(self, on: bool) -> None:
+        self.serving = on
+        self.net.lane.serve(on, TIMEOUT_S, self.cap, PREFIX)
+
+    @rule(service=st.sampled_from(SERVICES), on=st.booleans())
+    def python_waits(self, service: str, on: bool) -> None:
+        self.net.lane.python_waits(service, on)
+        (self.waits.add if on else self.waits.discard)(service)
+
+    @rule(n=st.integers(0, 2), on=st.booleans())
+    def python_holds(self, n: int, on: bool) -> None:
+        cid = b"id-%d" % n
+        self.net.lane.python_holds(cid, on)
+        (self.holds.add if on else self.holds.discard)(cid)
+
+    @rule(n=st.integers(0, 4), on=st.booleans())
+    def open_(self, n: int, on: bool) -> None:
+        client = self.clients[n]
+        self.open[client.rid] = on
+        self.net.note_client(
+            client.rid, client.reading, client_id=self.client_id[client.rid], open=on
+        )
+
+    @invariant()
+    def counts_are_the_model_s(self) -> None:
+        lane = self.net.lane
+        assert lane.in_flight() == len(self.records)
+        for n in range(3):
+            assert lane.held(b"id-%d" % n) == self.held(b"id-%d" % n)
+        for c in self.clients:
+            assert lane.busy(c.rid) == any(r[1] is c for r in self.records.values())
+        with locked(lane):
+            for w in self.workers:
+                mine = [t for t, r in self.records.items() if r[0] is w]
+                python = [t for t, rid in self.python.items() if rid == w.rid]
+                assert self.net.pool.tickets(w.rid) == sorted(mine + python)
+
+
+def test_random_sequences_keep_the_lane_and_its_model_equal() -> None:
+    run_state_machine_as_test(
+        LaneMachine,
+        settings=settings(max_examples=40, stateful_step_count=30, deadline=None),
+    )
