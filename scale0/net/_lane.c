@@ -1444,6 +1444,9 @@ static void records_free(LaneObject *self) {
 }
 
 static void lane_dealloc(LaneObject *self) {
+    /* A lane dropped inside lock(): release this thread's holds, or the join would wait on it */
+    while (self->python_holds > 0 && pthread_mutex_unlock(&self->mutex) == 0)
+        self->python_holds--;
     lane_join(self);
     if (self->pool != NULL)
         pool_api->set_guard(self->pool, NULL);

@@ -15,6 +15,8 @@ import itertools
 import os
 import re
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1042,3 +1044,39 @@ def test_random_sequences_keep_the_lane_and_its_model_equal() -> None:
         LaneMachine,
         settings=settings(max_examples=40, stateful_step_count=30, deadline=None),
     )
+
+
+DROPPED_INSIDE_LOCK = """
+import sys, time, zmq
+from tests.net.test_lane import BACK, Rig
+from scale0.core._pool import Pool
+rig = Rig()
+pool = Pool()
+rig.lane.attach_pool(pool)
+dealer, _fd = rig.dealer(BACK, b"w")
+rig.lane.lock()
+rig.lane.lock()
+dealer.send(b"read while Python holds the lock")
+deadline = time.monotonic() + 10.0
+while rig.lane.stats()["received"] == 0 and time.monotonic() < deadline:
+    time.sleep(0.01)  # (stats need no lock: the thread now waits for it)
+assert rig.lane.stats()["received"] == 1
+lane, rig.lane = rig.lane, None
+del lane  # dealloc: joins the thread, which waits for this thread's lock
+assert pool.worker_count() == 0  # (the guard went with the lane)
+print("freed")
+"""
+
+
+def test_a_lane_dropped_inside_lock_is_freed_without_a_deadlock() -> None:
+    """In a process of its own, bounded: a deadlock shows as a timeout, not a hung suite."""
+    done = subprocess.run(
+        [sys.executable, "-c", DROPPED_INSIDE_LOCK],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "freed"
