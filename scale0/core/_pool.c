@@ -80,7 +80,10 @@
  * s0_pool_api of function pointers: pool_of(Pool object) -> the pool (the GIL needed for this
  * one), and over that pool, plain C with no Python API: peek(service) (the LRU ready worker's
  * routing id, Pool.queue(service)[0], not taken), take, hold, release, list_ready, used (each
- * as the method of that name), set_guard(pool, const int *guard). Byte strings are passed as
+ * as the method of that name), set_guard(pool, const int *guard), and (API version 2, phase
+ * 3b's second step) offered(service) (Pool.offered_count) and services_of(routing_id) (the
+ * worker's services now, in its READY's order, duplicates dropped: what the lane's REPLY rule
+ * reads, a READY since a dispatch may have changed them). Byte strings are passed as
  * (data, length) and hashed by the pool with its own key; a routing id it returns points into
  * the pool and is valid until the pool next changes.
  */
@@ -928,9 +931,29 @@ static void capi_set_guard(struct s0_pool *p, const int *guard) {
     p->guard = guard;
 }
 
+static long long capi_offered(struct s0_pool *p, const void *service, size_t len) {
+    s0_bytes name = c_bytes(service, len);
+    s0_service *s = pool_service(p, &name);
+    return s != NULL ? (long long)s->offered : 0;
+}
+
+static size_t capi_services_of(struct s0_pool *p, const void *rid, size_t rid_len,
+                               const unsigned char **names, size_t *lens, size_t cap) {
+    s0_bytes r = c_bytes(rid, rid_len);
+    s0_worker *w = pool_worker(p, &r);
+    if (w == NULL)
+        return 0;
+    for (size_t i = 0; i < w->n_links && i < cap; i++) {
+        names[i] = w->links[i].service->key.data;
+        lens[i] = w->links[i].service->key.len;
+    }
+    return w->n_links;
+}
+
 static s0_pool_api c_api = {
-    S0_POOL_API_VERSION, capi_pool_of, capi_peek,     capi_take,      capi_hold,
-    capi_release,        capi_list_ready, capi_used, capi_set_guard,
+    S0_POOL_API_VERSION, capi_pool_of,   capi_peek,    capi_take,
+    capi_hold,           capi_release,   capi_list_ready, capi_used,
+    capi_set_guard,      capi_offered,   capi_services_of,
 };
 
 static struct PyModuleDef module = {

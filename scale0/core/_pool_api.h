@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #define S0_POOL_CAPSULE "scale0.core._pool._C_API"
-#define S0_POOL_API_VERSION 1
+#define S0_POOL_API_VERSION 2
 
 struct s0_pool;
 
@@ -41,6 +41,14 @@ typedef struct {
     /* While `guard` is set (not NULL), every Pool method raises RuntimeError when *guard is 0
      * (the lane's count of Python's holds of its lock); NULL clears it. */
     void (*set_guard)(struct s0_pool *, const int *guard);
+    /* Pool.offered_count(service): workers offering it, ready or busy (version 2). */
+    long long (*offered)(struct s0_pool *, const void *service, size_t len);
+    /* The services the worker offers now, in its READY's order, duplicates dropped (the C
+     * twin of Ledger.worker(rid).services; version 2): returns how many (0 if the worker is
+     * unknown) and writes the first min(that, cap) names (UTF-8) into names/lens. The
+     * pointers are the pool's: valid until the pool next changes. */
+    size_t (*services_of)(struct s0_pool *, const void *rid, size_t rid_len,
+                          const unsigned char **names, size_t *lens, size_t cap);
 } s0_pool_api;
 
 #endif
