@@ -376,6 +376,8 @@ enum {
     ST_REQUESTS,
     ST_REPLIES,
     ST_HANDED,
+    ST_QUEUED,
+    ST_LENT,
     ST_COUNT,
 };
 
@@ -389,7 +391,7 @@ enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
 
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
-    "lost", "errors", "marks", "requests", "replies", "handed",
+    "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent",
 };
 
 typedef struct {
@@ -420,18 +422,24 @@ typedef struct {
     long long max_per_client;
     unsigned char prefix[255];
     size_t prefix_len;
-    s0_table waits; /* services that wait in Python (s0_count records, n unused) */
-    s0_table holds; /* client_ids Python holds a request of */
+    long long max_queued;
+    int may_queue;
+    s0_table waits; /* service -> how many of its requests wait in Python (s0_count) */
+    s0_table holds; /* client_id -> how many of its requests Python holds (s0_count) */
     /* The shared pool (attach_pool), NULL if none; pool_obj is our reference to it. */
     PyObject *pool_obj;
     struct s0_pool *pool;
     /* The requests the lane holds. */
     s0_table records;        /* by ticket */
-    struct s0_record **heap; /* by (deadline, number) */
+    struct s0_record **heap; /* every record, in flight or waiting, by (deadline, seq) */
     size_t n_heap, heap_cap;
     s0_table client_counts; /* client_id -> records of it */
     s0_table rid_counts;    /* client routing id -> records of it */
-    uint64_t number;        /* the last request number given (tickets, request ids) */
+    uint64_t number;        /* the last request number given (request ids) */
+    uint64_t tickets;       /* the last lane ticket number given */
+    uint64_t seq;           /* the one numbering shared with Python (next_seq, seq_from) */
+    s0_table wqueues;       /* service -> s0_wq: the lane's waiting requests */
+    size_t n_waiting;       /* records in the wqueues */
     /* What drain() hands over. */
     s0_table svcs; /* service -> s0_svc */
     uint64_t drain_requests, drain_replies;
@@ -628,30 +636,131 @@ static void table_free_all(s0_table *t) {
     t->used = 0;
 }
 
-/* A request the lane dispatched: everything Python needs to own it (adopt). One allocation:
- * the record, its body msgs, then its byte strings, then its key (the ticket). */
+typedef struct s0_wq s0_wq;
+
+/* A request the lane took: everything Python needs to own it (adopt). One allocation: the
+ * record, its body msgs, then its byte strings. Its key is the ticket (len 0 while it waits in
+ * a queue), in ticket_buf or, for a longer ticket Python gives (dispatch_head), ticket_heap. */
 typedef struct s0_record {
     s0_key key; /* the ticket */
-    const unsigned char *wrid, *crid, *client_id, *caller, *service;
+    const unsigned char *crid, *client_id, *caller, *service;
     size_t wrid_len, crid_len, client_id_len, caller_len, service_len;
+    unsigned char wrid[256]; /* the worker's routing id (wrid_len 0 while waiting) */
+    unsigned char ticket_buf[255 + 8];
+    unsigned char *ticket_heap;
     s0_zmq_msg_t *body; /* zmq_msg_copy's of the client's body frames */
     size_t n_body;
     double started, deadline;
-    int reading; /* the client's */
-    uint64_t number;
+    int reading;     /* the client's */
+    uint64_t number; /* request_id b"mdp.L%d" */
+    uint64_t seq;    /* the shared numbering */
     size_t heap_at;
+    s0_wq *queue; /* the queue it waits in, NULL when in flight */
+    struct s0_record *qprev, *qnext;
 } s0_record;
+
+/* One service's queue of waiting records, first in first out; freed when empty. */
+struct s0_wq {
+    s0_key key; /* the service, UTF-8 */
+    s0_record *head, *tail;
+    size_t n;
+};
 
 static void record_free(s0_record *r) {
     if (r == NULL)
         return;
     for (size_t i = 0; i < r->n_body; i++)
         p_msg_close(&r->body[i]);
+    free(r->ticket_heap);
     free(r);
 }
 
+/* Give the record its ticket: 0, or -1 out of memory (nothing changed). */
+static int record_set_ticket(s0_record *r, const void *ticket, size_t len) {
+    unsigned char *to = r->ticket_buf;
+    if (len > sizeof(r->ticket_buf)) {
+        if ((to = malloc(len)) == NULL)
+            return -1;
+        free(r->ticket_heap);
+        r->ticket_heap = to;
+    }
+    if (len)
+        memcpy(to, ticket, len);
+    r->key.data = to;
+    r->key.len = len;
+    r->key.hash = hash_bytes(to, len);
+    return 0;
+}
+
+static void record_set_worker(s0_record *r, const void *rid, size_t len) { /* len <= 255 */
+    if (len)
+        memcpy(r->wrid, rid, len);
+    r->wrid_len = len;
+}
+
+static s0_wq *wq_find(const LaneObject *self, const void *service, size_t len) {
+    return (s0_wq *)table_find(&self->wqueues, service, len, hash_bytes(service, len));
+}
+
+static size_t wq_count(const LaneObject *self, const void *service, size_t len) {
+    s0_wq *q = wq_find(self, service, len);
+    return q != NULL ? q->n : 0;
+}
+
+/* The queue of `service`, made (empty) if none; NULL out of memory. */
+static s0_wq *wq_make(LaneObject *self, const void *service, size_t len) {
+    uint64_t h = hash_bytes(service, len);
+    s0_wq *q = (s0_wq *)table_find(&self->wqueues, service, len, h);
+    if (q != NULL)
+        return q;
+    if (table_reserve(&self->wqueues, 1) < 0 ||
+        (q = record_new(sizeof(s0_wq), service, len, h)) == NULL)
+        return NULL;
+    table_insert(&self->wqueues, &q->key);
+    return q;
+}
+
+/* Free the queue if it is empty. */
+static void wq_settle(LaneObject *self, s0_wq *q) {
+    if (q != NULL && q->n == 0) {
+        table_remove(&self->wqueues, &q->key);
+        free(q);
+    }
+}
+
+static void wq_push(LaneObject *self, s0_wq *q, s0_record *r) {
+    r->queue = q;
+    r->qnext = NULL;
+    r->qprev = q->tail;
+    if (q->tail)
+        q->tail->qnext = r;
+    else
+        q->head = r;
+    q->tail = r;
+    q->n++;
+    self->n_waiting++;
+}
+
+/* Out of its queue (the queue freed if now empty). */
+static void wq_unlink(LaneObject *self, s0_record *r) {
+    s0_wq *q = r->queue;
+    if (r->qprev)
+        r->qprev->qnext = r->qnext;
+    else
+        q->head = r->qnext;
+    if (r->qnext)
+        r->qnext->qprev = r->qprev;
+    else
+        q->tail = r->qprev;
+    r->queue = NULL;
+    r->qprev = r->qnext = NULL;
+    q->n--;
+    self->n_waiting--;
+    wq_settle(self, q);
+}
+
 static int record_before(const s0_record *a, const s0_record *b) {
-    return a->deadline < b->deadline || (a->deadline == b->deadline && a->number < b->number);
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
 }
 
 static void heap_set(LaneObject *self, size_t i, s0_record *r) {
@@ -708,10 +817,14 @@ static void heap_remove(LaneObject *self, s0_record *r) {
     }
 }
 
-/* A record leaves the lane (answered or handed to Python): out of every table, its client's
+/* A record leaves the lane (answered or handed to Python): out of every table (its queue if it
+ * waits), its client's
  * counts down. Its pool slot is the caller's business. */
 static void record_out(LaneObject *self, s0_record *r) {
-    table_remove(&self->records, &r->key);
+    if (r->queue != NULL)
+        wq_unlink(self, r);
+    else
+        table_remove(&self->records, &r->key);
     heap_remove(self, r);
     count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
     count_add(&self->rid_counts, r->crid, r->crid_len, -1);
@@ -857,8 +970,40 @@ static int send_message(void *router, const void *rid, size_t rid_len, const cha
     return err;
 }
 
-/* The take rule for a frontend REQUEST, and its dispatch (the mutex held): 1 when taken (the
- * worker's REQUEST is sent), 0 when it goes to Python (nothing changed). */
+/* The lane's next ticket (not given yet): ticket_prefix + 8 bytes big-endian of 2**63 | n. */
+static size_t next_ticket(const LaneObject *self, unsigned char *ticket) {
+    memcpy(ticket, self->prefix, self->prefix_len);
+    uint64_t v = (self->tickets + 1) | ((uint64_t)1 << 63);
+    for (int k = 0; k < 8; k++)
+        ticket[self->prefix_len + (size_t)k] = (unsigned char)(v >> (56 - 8 * k));
+    return self->prefix_len + 8;
+}
+
+/* Send `wrid` (its session `we`) MdpWorkerRequest(ticket, body, protocol, delimited) of its
+ * reading, the body msgs moved. 0 or the errno. */
+static int send_request(LaneObject *self, const s0_record *r, const s0_entry *we,
+                        s0_zmq_msg_t *body, size_t n_body) {
+    const char *head[5];
+    size_t head_len[5], n_head = 0;
+    if (we->majordomo & READ_DELIMITED) {
+        head[n_head] = "";
+        head_len[n_head++] = 0;
+    }
+    head[n_head] = (we->majordomo & READ_V1) ? "MDPW01" : "MDPW02";
+    head_len[n_head++] = 6;
+    head[n_head] = "\x02";
+    head_len[n_head++] = 1;
+    head[n_head] = (const char *)r->key.data;
+    head_len[n_head++] = r->key.len;
+    head[n_head] = "";
+    head_len[n_head++] = 0;
+    return send_message(self->ch[1].router, r->wrid, r->wrid_len, head, head_len, n_head, body,
+                        n_body);
+}
+
+/* The take rule for a frontend REQUEST (the mutex held): 1 when taken (dispatched: the
+ * worker's REQUEST is sent; or queued), 0 when it goes to Python (nothing changed but the
+ * request and seq counters, as tests/core/test_lane_requests.py's RequestLane). */
 static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now) {
     s0_sessions *t = &self->sessions;
     if (!self->serving || self->pool == NULL)
@@ -878,37 +1023,35 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         return 0; /* Order */
     const unsigned char *cid = e->client_id != NULL ? e->client_id : (const unsigned char *)"";
     size_t cid_len = e->client_id_len;
-    if (count_find(&self->holds, cid, cid_len) != NULL ||
-        count_of(&self->client_counts, cid, cid_len) >= self->max_per_client ||
-        count_find(&self->waits, svc, svc_len) != NULL)
+    if (count_of(&self->client_counts, cid, cid_len) + count_of(&self->holds, cid, cid_len) >=
+        self->max_per_client)
         return 0;
-    size_t wrid_len;
+    uint64_t number = ++self->number, seq = ++self->seq; /* (the model's: given, even if passed) */
+    long long waits = count_of(&self->waits, svc, svc_len);
+    size_t wrid_len = 0;
     const unsigned char *wrid = pool_api->peek(self->pool, svc, svc_len, &wrid_len);
-    if (wrid == NULL)
+    s0_entry *we = NULL;
+    if (wrid != NULL) {
+        we = entry_find(t, 1, wrid, wrid_len);
+        if (waits > 0 || we == NULL || !worker_reading(we->majordomo) || we->promise_ms != 0 ||
+            wrid_len > 255)
+            return 0;
+    } else if (!self->may_queue || pool_api->offered(self->pool, svc, svc_len) <= 0 ||
+               waits + (long long)wq_count(self, svc, svc_len) >= self->max_queued) {
         return 0;
-    s0_entry *we = entry_find(t, 1, wrid, wrid_len);
-    if (we == NULL || !worker_reading(we->majordomo) || we->promise_ms != 0)
-        return 0;
+    }
 
     /* Everything that can fail, before the first change. */
-    uint64_t number = self->number + 1;
-    unsigned char ticket[255 + 8];
-    size_t ticket_len = self->prefix_len + 8;
-    memcpy(ticket, self->prefix, self->prefix_len);
-    uint64_t v = number | ((uint64_t)1 << 63);
-    for (int k = 0; k < 8; k++)
-        ticket[self->prefix_len + (size_t)k] = (unsigned char)(v >> (56 - 8 * k));
     const unsigned char *crid = p_msg_data(&f[0]);
     size_t crid_len = p_msg_size(&f[0]);
     const unsigned char *caller = (const unsigned char *)m->header + 4;
     size_t caller_len = m->header_len - 4;
     size_t n_body = m->n - at - 1;
-    size_t extra = n_body * sizeof(s0_zmq_msg_t) + wrid_len + crid_len + cid_len + caller_len +
-                   svc_len;
-    s0_record *r = record_new(sizeof(s0_record) + extra, ticket, ticket_len,
-                              hash_bytes(ticket, ticket_len));
+    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + cid_len + caller_len + svc_len;
+    s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
     if (r == NULL)
         return 0;
+    record_set_ticket(r, NULL, 0);
     unsigned char *p = (unsigned char *)r + sizeof(s0_record);
     r->body = (s0_zmq_msg_t *)p;
     p += n_body * sizeof(s0_zmq_msg_t);
@@ -920,7 +1063,6 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         r->field##_len = len;                                                                     \
         p += len;                                                                                 \
     } while (0)
-    S0_PUT(wrid, wrid, wrid_len);
     S0_PUT(crid, crid, crid_len);
     S0_PUT(client_id, cid, cid_len);
     S0_PUT(caller, caller, caller_len);
@@ -939,51 +1081,48 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     r->deadline = now + self->timeout_s;
     r->reading = reading;
     r->number = number;
+    r->seq = seq;
     s0_count *cc = NULL, *rc = NULL;
     s0_svc *sv = NULL;
-    if (table_reserve(&self->records, 1) < 0 || heap_reserve(self) < 0 ||
-        (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
-        (rc = count_make(&self->rid_counts, crid, crid_len)) == NULL ||
-        (sv = svc_make(self, svc, svc_len)) == NULL)
+    s0_wq *q = NULL;
+    if (heap_reserve(self) < 0 || (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
+        (rc = count_make(&self->rid_counts, crid, crid_len)) == NULL)
         goto undo;
-    size_t took_len;
-    const unsigned char *took = pool_api->take(self->pool, svc, svc_len, &took_len);
-    /* (peek named it; nothing changed the pool since: the same worker) */
-    if (took == NULL || took_len != wrid_len || memcmp(took, r->wrid, wrid_len) != 0)
-        goto undo;
-    if (pool_api->hold(self->pool, r->wrid, wrid_len, ticket, ticket_len) != 0) {
-        pool_api->list_ready(self->pool, r->wrid, wrid_len); /* back where take found it */
+    if (wrid != NULL) {
+        if (table_reserve(&self->records, 1) < 0 || (sv = svc_make(self, svc, svc_len)) == NULL)
+            goto undo;
+        unsigned char ticket[255 + 8];
+        size_t ticket_len = next_ticket(self, ticket);
+        record_set_ticket(r, ticket, ticket_len); /* (fits ticket_buf) */
+        record_set_worker(r, wrid, wrid_len);
+        size_t took_len;
+        const unsigned char *took = pool_api->take(self->pool, svc, svc_len, &took_len);
+        /* (peek named it; nothing changed the pool since: the same worker) */
+        if (took == NULL || took_len != wrid_len || memcmp(took, r->wrid, wrid_len) != 0)
+            goto undo;
+        if (pool_api->hold(self->pool, r->wrid, wrid_len, ticket, ticket_len) != 0) {
+            pool_api->list_ready(self->pool, r->wrid, wrid_len); /* back where take found it */
+            goto undo;
+        }
+    } else if ((q = wq_make(self, svc, svc_len)) == NULL) {
         goto undo;
     }
     /* Nothing below fails. */
-    self->number = number;
-    table_insert(&self->records, &r->key);
     heap_push(self, r);
     cc->n++;
     rc->n++;
-    sv->changed = 1;
     self->drain_requests++;
     count(self, ST_REQUESTS, 1);
     heard_add(t, e);
-
-    /* MdpWorkerRequest(ticket, body, protocol, delimited) of the worker's reading. */
-    const char *head[5];
-    size_t head_len[5], n_head = 0;
-    if (we->majordomo & READ_DELIMITED) {
-        head[n_head] = "";
-        head_len[n_head++] = 0;
+    if (q != NULL) { /* queued: no ticket, no worker, the service not marked changed */
+        wq_push(self, q, r);
+        count(self, ST_QUEUED, 1);
+        return 1;
     }
-    head[n_head] = (we->majordomo & READ_V1) ? "MDPW01" : "MDPW02";
-    head_len[n_head++] = 6;
-    head[n_head] = "\x02";
-    head_len[n_head++] = 1;
-    head[n_head] = (const char *)r->key.data;
-    head_len[n_head++] = ticket_len;
-    head[n_head] = "";
-    head_len[n_head++] = 0;
-    int err = send_message(self->ch[1].router, r->wrid, wrid_len, head, head_len, n_head,
-                           &f[at + 1], n_body);
-    if (err != 0)
+    self->tickets++;
+    table_insert(&self->records, &r->key);
+    sv->changed = 1;
+    if (send_request(self, r, we, &f[at + 1], n_body) != 0)
         count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it to Python */
     return 1;
 
@@ -994,8 +1133,11 @@ undo:
     return 0;
 }
 
+#define S0_SERVICES_INLINE 32
+
 /* The take rule for a backend final REPLY, and its answer (the mutex held): 1 when taken (the
- * client's reply is sent), 0 when it goes to Python (nothing changed). */
+ * client's reply is sent, and the worker the head of a lane queue if it got one), 0 when it
+ * goes to Python (nothing changed). */
 static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) {
     s0_sessions *t = &self->sessions;
     if (!self->serving || self->pool == NULL || self->records.used == 0)
@@ -1011,17 +1153,70 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     if (r == NULL || r->wrid_len != p_msg_size(&f[0]) ||
         (r->wrid_len && memcmp(r->wrid, p_msg_data(&f[0]), r->wrid_len) != 0))
         return 0;
-    if (count_find(&self->waits, r->service, r->service_len) != NULL)
-        return 0;
     if (!is_negotiated(t, 1, m->fd) || (t->ordered[1] && e->last_passed > t->done_seq[1]))
         return 0;
+    /* What the worker serves now (a READY since may have changed it), in its order: one of
+     * them waiting in Python is Python's to give it; else the first of the lane's queues that
+     * holds a request, if the worker still speaks a Majordomo the lane writes. */
+    const unsigned char *inline_names[S0_SERVICES_INLINE];
+    size_t inline_lens[S0_SERVICES_INLINE];
+    const unsigned char **names = inline_names;
+    size_t *lens = inline_lens;
+    size_t n_svc = pool_api->services_of(self->pool, r->wrid, r->wrid_len, names, lens,
+                                         S0_SERVICES_INLINE);
+    if (n_svc > S0_SERVICES_INLINE) {
+        names = malloc(n_svc * sizeof(*names));
+        lens = malloc(n_svc * sizeof(*lens));
+        if (names == NULL || lens == NULL) {
+            if (names != inline_names)
+                free((void *)names);
+            if (lens != inline_lens)
+                free(lens);
+            return 0; /* out of memory: Python answers it */
+        }
+        pool_api->services_of(self->pool, r->wrid, r->wrid_len, names, lens, n_svc);
+    }
+    s0_wq *q = NULL;
+    int pass = 0;
+    for (size_t i = 0; i < n_svc && !pass; i++) {
+        if (count_of(&self->waits, names[i], lens[i]) > 0)
+            pass = 1;
+        else if (q == NULL)
+            q = wq_find(self, names[i], lens[i]);
+    }
+    if (names != inline_names) {
+        free((void *)names);
+        free(lens);
+    }
+    if (pass || (q != NULL && (!worker_reading(e->majordomo) || e->promise_ms != 0)))
+        return 0;
     s0_svc *sv = svc_make(self, r->service, r->service_len);
+    s0_svc *qsv = NULL;
+    s0_record *next = q != NULL ? q->head : NULL;
     if (sv == NULL)
         return 0; /* out of memory: Python answers it (it adopts the record) */
+    if (next != NULL) {
+        if (table_reserve(&self->records, 1) < 0 ||
+            (qsv = svc_make(self, q->key.data, q->key.len)) == NULL)
+            return 0;
+        unsigned char next_ticket_bytes[255 + 8];
+        size_t next_len = next_ticket(self, next_ticket_bytes);
+        if (pool_api->hold(self->pool, r->wrid, r->wrid_len, next_ticket_bytes, next_len) != 0)
+            return 0;
+        record_set_ticket(next, next_ticket_bytes, next_len); /* (fits ticket_buf) */
+    }
     /* Nothing below fails. */
     record_out(self, r);
     pool_api->release(self->pool, r->wrid, r->wrid_len, r->key.data, r->key.len);
-    pool_api->list_ready(self->pool, r->wrid, r->wrid_len);
+    if (next != NULL) { /* the queue's head to this worker at once (its deadline unchanged) */
+        wq_unlink(self, next);
+        record_set_worker(next, r->wrid, r->wrid_len);
+        self->tickets++;
+        table_insert(&self->records, &next->key);
+        qsv->changed = 1;
+    } else {
+        pool_api->list_ready(self->pool, r->wrid, r->wrid_len);
+    }
     double latency = now - r->started;
     if (!(latency > 0))
         latency = 0.0;
@@ -1058,6 +1253,27 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     if (err != 0)
         count(self, ST_SEND_DROPPED, 1);
     record_free(r);
+    if (next != NULL) { /* then the worker's REQUEST: copies of the body the record keeps */
+        s0_zmq_msg_t inline_body[S0_LANE_INLINE_FRAMES];
+        s0_zmq_msg_t *body = inline_body;
+        size_t n = next->n_body, made = 0;
+        if (n > S0_LANE_INLINE_FRAMES && (body = malloc(n * sizeof(*body))) == NULL)
+            n = 0;
+        for (; made < n; made++) {
+            p_msg_init(&body[made]);
+            if (p_msg_copy(&body[made], &next->body[made]) != 0) {
+                p_msg_close(&body[made]);
+                break;
+            }
+        }
+        if (body == NULL || made < next->n_body ||
+            send_request(self, next, e, body, made) != 0)
+            count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it over */
+        for (size_t i = 0; i < made; i++)
+            p_msg_close(&body[i]); /* (sent ones are empty now) */
+        if (body != inline_body)
+            free(body);
+    }
     return 1;
 }
 
@@ -1458,6 +1674,7 @@ static void lane_dealloc(LaneObject *self) {
     table_free_all(&self->client_counts);
     table_free_all(&self->rid_counts);
     table_free_all(&self->svcs);
+    table_free_all(&self->wqueues); /* (their records were the heap's) */
     if (self->wake_fd >= 0)
         close(self->wake_fd);
     for (int k = 0; k < 2; k++)
@@ -1593,6 +1810,13 @@ static PyObject *lane_note(LaneObject *self, PyObject *args, PyObject *kwds) {
         /* Python may be handling one of its messages now (its note says so): Order */
         if (self->sessions.passed_seq[channel] > e->last_passed)
             e->last_passed = self->sessions.passed_seq[channel];
+        /* The core answers in the reading spoken last: so do the lane's records of it */
+        if (channel == 0 && majordomo != 0 && count_of(&self->rid_counts, data, len) > 0)
+            for (size_t i = 0; i < self->n_heap; i++) {
+                s0_record *r = self->heap[i];
+                if (r->crid_len == len && (len == 0 || memcmp(r->crid, data, len) == 0))
+                    r->reading = majordomo;
+            }
     }
     pthread_mutex_unlock(&self->mutex);
     free(client_id); /* (not kept: out of memory) */
@@ -1795,6 +2019,16 @@ static PyObject *lane_stats(LaneObject *self, PyObject *unused) {
         }
         Py_DECREF(v);
     }
+    py_lock(self);
+    size_t waiting = self->n_waiting;
+    pthread_mutex_unlock(&self->mutex);
+    PyObject *v = PyLong_FromSize_t(waiting);
+    if (v == NULL || PyDict_SetItemString(out, "waiting", v) < 0) {
+        Py_XDECREF(v);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(v);
     return out;
 }
 
@@ -1876,8 +2110,16 @@ static PyObject *lane_serve(LaneObject *self, PyObject *args) {
     long long cap;
     const char *prefix;
     Py_ssize_t prefix_len;
-    if (!PyArg_ParseTuple(args, "pdLy#:serve", &on, &timeout, &cap, &prefix, &prefix_len))
+    long long max_queued;
+    int may_queue;
+    if (!PyArg_ParseTuple(args, "pdLy#Lp:serve", &on, &timeout, &cap, &prefix, &prefix_len,
+                          &max_queued, &may_queue))
         return NULL;
+    if (max_queued < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.serve: max_queued must be >= 0, not %lld",
+                     max_queued);
+        return NULL;
+    }
     if (isnan(timeout) || timeout < 0) {
         PyErr_Format(PyExc_ValueError, "Lane.serve: timeout_s must be >= 0, not %R",
                      PyTuple_GET_ITEM(args, 1));
@@ -1900,19 +2142,24 @@ static PyObject *lane_serve(LaneObject *self, PyObject *args) {
     self->max_per_client = cap;
     memcpy(self->prefix, prefix, (size_t)prefix_len);
     self->prefix_len = (size_t)prefix_len;
+    self->max_queued = max_queued;
+    self->may_queue = may_queue;
     pthread_mutex_unlock(&self->mutex);
     Py_RETURN_NONE;
 }
 
-/* Put or take `data` in or out of the gate set `t` (the lock taken here). */
-static PyObject *gate_set(LaneObject *self, s0_table *t, const void *data, size_t len, int on) {
+/* Set `data`'s count in the gate table `t` (0 removes it; the lock taken here). */
+static PyObject *gate_set(LaneObject *self, s0_table *t, const void *data, size_t len,
+                          long long n) {
     int failed = 0;
     py_lock(self);
-    s0_count *c = count_find(t, data, len);
-    if (on && c == NULL)
-        failed = count_make(t, data, len) == NULL;
-    else if (!on && c != NULL)
-        count_settle(t, c); /* (n is 0: freed) */
+    s0_count *c = n > 0 ? count_make(t, data, len) : count_find(t, data, len);
+    if (c == NULL) {
+        failed = n > 0;
+    } else {
+        c->n = n;
+        count_settle(t, c);
+    }
     pthread_mutex_unlock(&self->mutex);
     if (failed)
         return PyErr_NoMemory();
@@ -1921,9 +2168,13 @@ static PyObject *gate_set(LaneObject *self, s0_table *t, const void *data, size_
 
 static PyObject *lane_python_waits(LaneObject *self, PyObject *args) {
     PyObject *service;
-    int waits;
-    if (!PyArg_ParseTuple(args, "Up:python_waits", &service, &waits))
+    long long waits;
+    if (!PyArg_ParseTuple(args, "UL:python_waits", &service, &waits))
         return NULL;
+    if (waits < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.python_waits: count must be >= 0, not %lld", waits);
+        return NULL;
+    }
     PyObject *utf8 = PyUnicode_AsEncodedString(service, "utf-8", "surrogatepass");
     if (utf8 == NULL)
         return NULL;
@@ -1936,14 +2187,18 @@ static PyObject *lane_python_waits(LaneObject *self, PyObject *args) {
 static PyObject *lane_python_holds(LaneObject *self, PyObject *args) {
     const char *cid;
     Py_ssize_t len;
-    int holds;
-    if (!PyArg_ParseTuple(args, "y#p:python_holds", &cid, &len, &holds))
+    long long holds;
+    if (!PyArg_ParseTuple(args, "y#L:python_holds", &cid, &len, &holds))
         return NULL;
+    if (holds < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.python_holds: count must be >= 0, not %lld", holds);
+        return NULL;
+    }
     return gate_set(self, &self->holds, cid, (size_t)len, holds);
 }
 
 /* (ticket, worker_rid, client_rid, client_id, caller, service, body, started, deadline,
- * request_id) of a record handed over. */
+ * request_id, seq) of a record handed over (ticket and worker_rid b"" while it waits). */
 static PyObject *record_tuple(s0_record *r) {
     PyObject *body = PyTuple_New((Py_ssize_t)r->n_body);
     if (body == NULL)
@@ -1960,17 +2215,27 @@ static PyObject *record_tuple(s0_record *r) {
     char request_id[32];
     int id_len = snprintf(request_id, sizeof(request_id), "mdp.L%llu",
                           (unsigned long long)r->number);
-    return Py_BuildValue("(y#y#y#y#s#s#Nddy#)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
+    return Py_BuildValue("(y#y#y#y#s#s#Nddy#K)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
                          (const char *)r->wrid, (Py_ssize_t)r->wrid_len, (const char *)r->crid,
                          (Py_ssize_t)r->crid_len, (const char *)r->client_id,
                          (Py_ssize_t)r->client_id_len, (const char *)r->caller,
                          (Py_ssize_t)r->caller_len, (const char *)r->service,
                          (Py_ssize_t)r->service_len, body, r->started, r->deadline, request_id,
-                         (Py_ssize_t)id_len);
+                         (Py_ssize_t)id_len, (unsigned long long)r->seq);
 }
 
+static int seq_order(const void *a, const void *b) {
+    const s0_record *x = *(s0_record *const *)a, *y = *(s0_record *const *)b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* In flight (a ticket) by ticket, then waiting (none) by seq. */
 static int ticket_order(const void *a, const void *b) {
     const s0_record *x = *(s0_record *const *)a, *y = *(s0_record *const *)b;
+    if ((x->queue == NULL) != (y->queue == NULL))
+        return x->queue == NULL ? -1 : 1;
+    if (x->queue != NULL)
+        return seq_order(a, b);
     size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
     int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
     if (c != 0)
@@ -2017,9 +2282,12 @@ static PyObject *adopt_many(LaneObject *self, int which, const void *rid, size_t
         for (size_t i = 0; i < self->n_heap; i++) {
             s0_record *r = self->heap[i];
             if (which == ADOPT_ALL ||
-                (r->wrid_len == rid_len && (rid_len == 0 || memcmp(r->wrid, rid, rid_len) == 0)))
+                (r->queue == NULL && r->wrid_len == rid_len &&
+                 (rid_len == 0 || memcmp(r->wrid, rid, rid_len) == 0)))
                 got[n++] = r;
         }
+        if (n > 1) /* (ordered before they leave: the order reads whether they wait) */
+            qsort(got, n, sizeof(*got), ticket_order);
         for (size_t i = 0; i < n; i++)
             record_out(self, got[i]);
     }
@@ -2028,8 +2296,6 @@ static PyObject *adopt_many(LaneObject *self, int which, const void *rid, size_t
     pthread_mutex_unlock(&self->mutex);
     if (failed)
         return PyErr_NoMemory();
-    if (which != ADOPT_DUE && n > 1)
-        qsort(got, n, sizeof(*got), ticket_order);
     return handed_list(got, n);
 }
 
@@ -2204,6 +2470,213 @@ done:
     return out;
 }
 
+/* ---- phase 3b, second step: the lane's queues, the one numbering ---------------------------- */
+
+/* `service` (str) as UTF-8 bytes (a new reference), NULL with an error set. */
+static PyObject *service_bytes(PyObject *service, const char *method) {
+    if (!PyUnicode_Check(service)) {
+        PyErr_Format(PyExc_TypeError, "Lane.%s: service must be str, not %.100s", method,
+                     Py_TYPE(service)->tp_name);
+        return NULL;
+    }
+    return PyUnicode_AsEncodedString(service, "utf-8", "surrogatepass");
+}
+
+static PyObject *lane_waiting_head(LaneObject *self, PyObject *arg) {
+    PyObject *name = service_bytes(arg, "waiting_head");
+    if (name == NULL)
+        return NULL;
+    py_lock(self);
+    s0_wq *q = wq_find(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    PyObject *out = q != NULL ? record_tuple(q->head) : Py_NewRef(Py_None);
+    pthread_mutex_unlock(&self->mutex);
+    Py_DECREF(name);
+    return out;
+}
+
+static PyObject *lane_adopt_next_waiting(LaneObject *self, PyObject *arg) {
+    PyObject *name = service_bytes(arg, "adopt_next_waiting");
+    if (name == NULL)
+        return NULL;
+    py_lock(self);
+    s0_wq *q = wq_find(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    s0_record *r = q != NULL ? q->head : NULL;
+    if (r != NULL) {
+        record_out(self, r);
+        count(self, ST_HANDED, 1);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    Py_DECREF(name);
+    if (r == NULL)
+        Py_RETURN_NONE;
+    PyObject *out = record_tuple(r);
+    record_free(r);
+    return out;
+}
+
+static PyObject *lane_adopt_waiting(LaneObject *self, PyObject *arg) {
+    PyObject *name = service_bytes(arg, "adopt_waiting");
+    if (name == NULL)
+        return NULL;
+    s0_record **got = NULL;
+    size_t n = 0;
+    int failed = 0;
+    py_lock(self);
+    s0_wq *q = wq_find(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    if (q != NULL) {
+        if ((got = malloc(q->n * sizeof(*got))) == NULL) {
+            failed = 1;
+        } else {
+            for (s0_record *r = q->head; r != NULL; r = r->qnext)
+                got[n++] = r;
+            for (size_t i = 0; i < n; i++)
+                record_out(self, got[i]); /* (the last one frees q) */
+            count(self, ST_HANDED, n);
+        }
+    }
+    pthread_mutex_unlock(&self->mutex);
+    Py_DECREF(name);
+    if (failed)
+        return PyErr_NoMemory();
+    return handed_list(got, n);
+}
+
+static PyObject *lane_dispatch_head(LaneObject *self, PyObject *args) {
+    PyObject *service;
+    const char *ticket, *wrid;
+    Py_ssize_t ticket_len, wrid_len;
+    if (!PyArg_ParseTuple(args, "Uy#y#:dispatch_head", &service, &ticket, &ticket_len, &wrid,
+                          &wrid_len))
+        return NULL;
+    if (wrid_len < 1 || wrid_len > 255) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.dispatch_head: worker_rid must be 1..255 bytes, not %zd", wrid_len);
+        return NULL;
+    }
+    PyObject *name = service_bytes(service, "dispatch_head");
+    if (name == NULL)
+        return NULL;
+    const char *problem = NULL;
+    py_lock(self);
+    s0_wq *q = wq_find(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    s0_record *r = q != NULL ? q->head : NULL;
+    if (r == NULL)
+        problem = "empty";
+    else if (table_find(&self->records, (const unsigned char *)ticket, (size_t)ticket_len,
+                        hash_bytes((const unsigned char *)ticket, (size_t)ticket_len)) != NULL)
+        problem = "ticket";
+    else if (table_reserve(&self->records, 1) < 0 ||
+             record_set_ticket(r, ticket, (size_t)ticket_len) < 0)
+        problem = "memory";
+    if (problem == NULL) {
+        wq_unlink(self, r);
+        record_set_worker(r, wrid, (size_t)wrid_len);
+        table_insert(&self->records, &r->key);
+        count(self, ST_LENT, 1);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    if (problem == NULL) {
+        Py_DECREF(name);
+        Py_RETURN_NONE;
+    }
+    if (problem[0] == 'e')
+        PyErr_Format(PyExc_KeyError, "Lane.dispatch_head: no request of %R waits in the lane",
+                     service);
+    else if (problem[0] == 't')
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.dispatch_head: ticket %R is already one of the lane's in flight",
+                     PyTuple_GET_ITEM(args, 1));
+    else
+        PyErr_NoMemory();
+    Py_DECREF(name);
+    return NULL;
+}
+
+static PyObject *lane_waiting(LaneObject *self, PyObject *arg) {
+    PyObject *name = service_bytes(arg, "waiting");
+    if (name == NULL)
+        return NULL;
+    py_lock(self);
+    size_t n = wq_count(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    pthread_mutex_unlock(&self->mutex);
+    Py_DECREF(name);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *lane_waiting_total(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->n_waiting;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+/* A count table as {bytes: int} (the lock held; the GIL too). */
+static PyObject *counts_dict(const s0_table *t) {
+    PyObject *out = PyDict_New();
+    if (out == NULL || t->slots == NULL)
+        return out;
+    for (size_t i = 0; i <= t->mask; i++) {
+        const s0_count *c = (const s0_count *)t->slots[i];
+        if (c == NULL)
+            continue;
+        PyObject *k = PyBytes_FromStringAndSize((const char *)c->key.data, (Py_ssize_t)c->key.len);
+        PyObject *v = k != NULL ? PyLong_FromLongLong(c->n) : NULL;
+        if (v == NULL || PyDict_SetItem(out, k, v) < 0) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+    }
+    return out;
+}
+
+static PyObject *lane_open_by_connection(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    PyObject *out = counts_dict(&self->rid_counts);
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
+static PyObject *lane_held_by_client(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    PyObject *out = counts_dict(&self->client_counts);
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
+static PyObject *lane_next_seq(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    uint64_t n = ++self->seq;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+static PyObject *lane_seq_from(LaneObject *self, PyObject *arg) {
+    if (!PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.seq_from: n must be int, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "Lane.seq_from: n must be 0..2**64-1, not %R", arg);
+        return NULL;
+    }
+    py_lock(self);
+    if (n > self->seq)
+        self->seq = n;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef lane_methods[] = {
     {"start", (PyCFunction)lane_start, METH_NOARGS, "start(): spawn the lane thread (once)"},
     {"stop", (PyCFunction)lane_stop, METH_NOARGS,
@@ -2230,26 +2703,46 @@ static PyMethodDef lane_methods[] = {
     {"attach_pool", (PyCFunction)lane_attach_pool, METH_O,
      "attach_pool(pool): share a scale0.core._pool.Pool with the lane (None detaches)"},
     {"serve", (PyCFunction)lane_serve, METH_VARARGS,
-     "serve(on, timeout_s, max_per_client, ticket_prefix): whether and how the lane takes "
+     "serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue): whether and "
+     "how the lane takes "
      "Majordomo requests"},
     {"python_waits", (PyCFunction)lane_python_waits, METH_VARARGS,
-     "python_waits(service, waits): a request of service waits in Python (R6)"},
+     "python_waits(service, count): how many requests of service wait in Python (R6)"},
     {"python_holds", (PyCFunction)lane_python_holds, METH_VARARGS,
-     "python_holds(client_id, holds): Python holds a request of this client"},
+     "python_holds(client_id, count): how many requests of this client Python holds"},
     {"adopt", (PyCFunction)lane_adopt, METH_O, "adopt(ticket) -> record | None"},
     {"adopt_worker", (PyCFunction)lane_adopt_worker, METH_O,
      "adopt_worker(routing_id) -> [record]: the worker's, in ticket order"},
     {"adopt_all", (PyCFunction)lane_adopt_all, METH_NOARGS,
-     "adopt_all() -> [record]: every one, in ticket order"},
+     "adopt_all() -> [record]: in flight in ticket order, then waiting in seq order"},
     {"adopt_due", (PyCFunction)lane_adopt_due, METH_O,
-     "adopt_due(now) -> [record]: those with deadline <= now, in deadline order"},
+     "adopt_due(now) -> [record]: those with deadline <= now, in (deadline, seq) order"},
     {"next_due", (PyCFunction)lane_next_due, METH_NOARGS,
      "next_due() -> float | None: the earliest deadline the lane holds"},
     {"held", (PyCFunction)lane_held, METH_O, "held(client_id) -> int: the lane's requests of it"},
     {"busy", (PyCFunction)lane_busy, METH_O,
      "busy(client_rid) -> bool: the lane holds a request from this routing id"},
     {"in_flight", (PyCFunction)lane_in_flight, METH_NOARGS,
-     "in_flight() -> int: the requests the lane holds"},
+     "in_flight() -> int: the lane's requests in flight (not waiting)"},
+    {"waiting_head", (PyCFunction)lane_waiting_head, METH_O,
+     "waiting_head(service) -> record | None: the head of the lane's queue, not removed"},
+    {"dispatch_head", (PyCFunction)lane_dispatch_head, METH_VARARGS,
+     "dispatch_head(service, ticket, worker_rid): the queue's head is in flight there under "
+     "Python's ticket (KeyError if the queue is empty)"},
+    {"adopt_next_waiting", (PyCFunction)lane_adopt_next_waiting, METH_O,
+     "adopt_next_waiting(service) -> record | None: the queue's head, handed over"},
+    {"adopt_waiting", (PyCFunction)lane_adopt_waiting, METH_O,
+     "adopt_waiting(service) -> [record]: the whole queue, in order"},
+    {"waiting", (PyCFunction)lane_waiting, METH_O, "waiting(service) -> int"},
+    {"waiting_total", (PyCFunction)lane_waiting_total, METH_NOARGS, "waiting_total() -> int"},
+    {"open_by_connection", (PyCFunction)lane_open_by_connection, METH_NOARGS,
+     "open_by_connection() -> {client_rid: requests}: in flight and waiting"},
+    {"held_by_client", (PyCFunction)lane_held_by_client, METH_NOARGS,
+     "held_by_client() -> {client_id: requests}: in flight and waiting"},
+    {"next_seq", (PyCFunction)lane_next_seq, METH_NOARGS,
+     "next_seq() -> int: the shared request numbering's next value"},
+    {"seq_from", (PyCFunction)lane_seq_from, METH_O,
+     "seq_from(n): raise the numbering to at least n"},
     {"drain", (PyCFunction)lane_drain, METH_NOARGS,
      "drain() -> (requests, replies, [(service, counts, sum_s)], changed): since the last one"},
     {NULL, NULL, 0, NULL},

@@ -66,6 +66,7 @@ pytestmark = pytest.mark.skipif(
 PREFIX = b"boot-id-"
 ALL_DONE = 2**64 - 1  # a done mark past every message passed
 TIMEOUT_S = 30.0
+MAX_QUEUED = 100
 
 #: Every reading of a Majordomo client the registry decodes: (protocol, delimited, majortomo).
 CLIENT_READINGS = [
@@ -131,7 +132,7 @@ class Net:
         self.lane = rig.lane
         self.pool = Pool()
         self.lane.attach_pool(self.pool)
-        self.lane.serve(True, timeout, cap, PREFIX)
+        self.lane.serve(True, timeout, cap, PREFIX, MAX_QUEUED, False)
         self.markers = itertools.count()
 
     def worker(
@@ -327,8 +328,8 @@ Spoil = Callable[[Net, Peer, Peer], Callable[[], None]]
 
 
 def _serve_off(net: Net, c: Peer, w: Peer) -> Callable[[], None]:
-    net.lane.serve(False, TIMEOUT_S, 10, PREFIX)
-    return lambda: net.lane.serve(True, TIMEOUT_S, 10, PREFIX)
+    net.lane.serve(False, TIMEOUT_S, 10, PREFIX, MAX_QUEUED, False)
+    return lambda: net.lane.serve(True, TIMEOUT_S, 10, PREFIX, MAX_QUEUED, False)
 
 
 def _no_pool(net: Net, c: Peer, w: Peer) -> Callable[[], None]:
@@ -373,19 +374,19 @@ def _not_negotiated(net: Net, c: Peer, w: Peer) -> Callable[[], None]:
 
 
 def _python_holds(net: Net, c: Peer, w: Peer) -> Callable[[], None]:
-    net.lane.python_holds(b"b." + c.rid, True)
-    net.lane.python_holds(b"b.other", False)  # (another, never held: nothing)
-    return lambda: net.lane.python_holds(b"b." + c.rid, False)
+    net.lane.python_holds(b"b." + c.rid, 10)  # (Python's + the lane's reach the cap, 10)
+    net.lane.python_holds(b"b.other", 0)  # (another, never held: nothing)
+    return lambda: net.lane.python_holds(b"b." + c.rid, 9)  # (one under it: taken)
 
 
 def _python_waits(net: Net, c: Peer, w: Peer) -> Callable[[], None]:
-    net.lane.python_waits("echo", True)
-    return lambda: net.lane.python_waits("echo", False)
+    net.lane.python_waits("echo", 1)
+    return lambda: net.lane.python_waits("echo", 0)
 
 
 def _cap_zero(net: Net, c: Peer, w: Peer) -> Callable[[], None]:
-    net.lane.serve(True, TIMEOUT_S, 0, PREFIX)
-    return lambda: net.lane.serve(True, TIMEOUT_S, 10, PREFIX)
+    net.lane.serve(True, TIMEOUT_S, 0, PREFIX, MAX_QUEUED, False)
+    return lambda: net.lane.serve(True, TIMEOUT_S, 10, PREFIX, MAX_QUEUED, False)
 
 
 def _worker_speaks_s0p(net: Net, c: Peer, w: Peer) -> Callable[[], None]:
@@ -479,7 +480,7 @@ def test_each_request_condition_both_ways(net: Net, spoil: Spoil, client_reading
 
 
 def test_the_cap_counts_the_lane_s_requests_of_the_client(net: Net) -> None:
-    net.lane.serve(True, TIMEOUT_S, 2, PREFIX)
+    net.lane.serve(True, TIMEOUT_S, 2, PREFIX, MAX_QUEUED, False)
     worker = net.worker(b"w1", capacity=5)
     client = net.client(b"c1")
     other = net.client(b"c2")
@@ -604,13 +605,13 @@ def test_what_is_not_exactly_a_final_reply_is_passed_intact(net: Net, frames: li
 
 
 def _reply_serve_off(net: Net, w: Peer) -> Callable[[], None]:
-    net.lane.serve(False, TIMEOUT_S, 10, PREFIX)
-    return lambda: net.lane.serve(True, TIMEOUT_S, 10, PREFIX)
+    net.lane.serve(False, TIMEOUT_S, 10, PREFIX, MAX_QUEUED, False)
+    return lambda: net.lane.serve(True, TIMEOUT_S, 10, PREFIX, MAX_QUEUED, False)
 
 
 def _reply_waits(net: Net, w: Peer) -> Callable[[], None]:
-    net.lane.python_waits("echo", True)
-    return lambda: net.lane.python_waits("echo", False)
+    net.lane.python_waits("echo", 1)
+    return lambda: net.lane.python_waits("echo", 0)
 
 
 def _reply_not_negotiated(net: Net, w: Peer) -> Callable[[], None]:
@@ -682,7 +683,7 @@ def test_adopt_hands_the_whole_record_and_the_reply_then_goes_to_python() -> Non
             assert net.lane.adopt(ticket) is None
             assert net.pool.tickets(b"w1") == [ticket]  # its slot stays held, under its ticket
         assert record is not None
-        t, wrid, crid, client_id, caller, service, body, started, deadline, request_id = record
+        t, wrid, crid, client_id, caller, service, body, started, deadline, request_id, seq = record
         assert (t, wrid, crid, client_id, caller, service, body) == (
             ticket,
             b"w1",
@@ -693,7 +694,7 @@ def test_adopt_hands_the_whole_record_and_the_reply_then_goes_to_python() -> Non
             (b"a", b"", b"c"),
         )
         assert before <= started <= time.monotonic() and deadline == started + TIMEOUT_S
-        assert request_id == b"mdp.L1"
+        assert request_id == b"mdp.L1" and seq == 1
         assert net.lane.in_flight() == 0 and net.lane.held(b"b.c1") == 0
         assert not net.lane.busy(b"c1") and net.lane.stats()["handed"] == 1
         net.passed_reply(worker, net.reply_frames(worker, ticket))
@@ -722,11 +723,11 @@ def test_adopt_worker_and_adopt_all_in_ticket_order(net: Net) -> None:
 def test_adopt_due_in_deadline_order_and_next_due(net: Net) -> None:
     worker = net.worker(b"w1", capacity=4)
     client = net.client(b"c1")
-    net.lane.serve(True, 100.0, 10, PREFIX)
+    net.lane.serve(True, 100.0, 10, PREFIX, MAX_QUEUED, False)
     late = net.dispatch(client, worker)
-    net.lane.serve(True, 10.0, 10, PREFIX)
+    net.lane.serve(True, 10.0, 10, PREFIX, MAX_QUEUED, False)
     early = net.dispatch(client, worker)
-    net.lane.serve(True, 50.0, 10, PREFIX)
+    net.lane.serve(True, 50.0, 10, PREFIX, MAX_QUEUED, False)
     middle = net.dispatch(client, worker)
     with locked(net.lane):
         due = net.lane.next_due()
@@ -889,15 +890,31 @@ def test_bad_arguments_are_named(rig: Rig) -> None:
     with pytest.raises(ValueError, match="majordomo must be 0"):
         lane.note(FRONT, b"x", 0, 0.0, 0.0, -1)
     with pytest.raises(ValueError, match="timeout_s"):
-        lane.serve(True, float("nan"), 1, b"")
+        lane.serve(True, float("nan"), 1, b"", 1, True)
     with pytest.raises(ValueError, match="max_per_client"):
-        lane.serve(True, 1.0, -1, b"")
+        lane.serve(True, 1.0, -1, b"", 1, True)
     with pytest.raises(ValueError, match="ticket_prefix"):
-        lane.serve(True, 1.0, 1, b"x" * 248)
+        lane.serve(True, 1.0, 1, b"x" * 248, 1, True)
+    with pytest.raises(ValueError, match="max_queued"):
+        lane.serve(True, 1.0, 1, b"", -1, True)
     with pytest.raises(TypeError):
-        lane.python_waits(b"echo", True)
+        lane.serve(True, 1.0, 1, b"")  # (the two arguments of step 2 are not optional)
     with pytest.raises(TypeError):
-        lane.python_holds("id", True)
+        lane.python_waits(b"echo", 1)
+    with pytest.raises(TypeError):
+        lane.python_holds("id", 1)
+    with pytest.raises(ValueError, match="count must be >= 0"):
+        lane.python_waits("echo", -1)
+    with pytest.raises(ValueError, match="count must be >= 0"):
+        lane.python_holds(b"id", -1)
+    with pytest.raises(TypeError, match="service must be str"):
+        lane.waiting(b"echo")
+    with pytest.raises(KeyError, match="no request of 'echo' waits"):
+        lane.dispatch_head("echo", b"t", b"w")
+    with pytest.raises(ValueError, match=r"worker_rid must be 1\.\.255"):
+        lane.dispatch_head("echo", b"t", b"")
+    with pytest.raises(ValueError, match="seq_from"):
+        lane.seq_from(-1)
     with pytest.raises(TypeError, match="ticket must be bytes"):
         lane.adopt("t")
     with pytest.raises(ValueError, match="NaN"):
@@ -1003,7 +1020,7 @@ class LaneMachine(RuleBasedStateMachine):
     @rule(on=st.booleans())
     def serve(self, on: bool) -> None:
         self.serving = on
-        self.net.lane.serve(on, TIMEOUT_S, self.cap, PREFIX)
+        self.net.lane.serve(on, TIMEOUT_S, self.cap, PREFIX, MAX_QUEUED, False)
 
     @rule(service=st.sampled_from(SERVICES), on=st.booleans())
     def python_waits(self, service: str, on: bool) -> None:
