@@ -922,6 +922,254 @@ def test_bad_arguments_are_named(rig: Rig) -> None:
     lane.note(FRONT, b"x", 0, 0.0, 0.0, majordomo=6, client_id=b"id", open=False)  # keywords
 
 
+# ---- step 2: the lane's own queue, one numbering, exact counts ------------------------------
+
+
+def _queueing(net: Net, *, max_queued: int = MAX_QUEUED, may_queue: bool = True) -> None:
+    net.lane.serve(True, TIMEOUT_S, 10, PREFIX, max_queued, may_queue)
+
+
+def queue_up(
+    net: Net, client: Peer, body: tuple[bytes, ...] = (b"hi",), service: str = "echo"
+) -> None:
+    """A REQUEST the lane must queue: nothing reaches the pipe, the queue grows by one."""
+    before = net.lane.waiting(service)
+    assert net.send(client, request(service, body, client.reading), FRONT) == []
+    assert net.lane.waiting(service) == before + 1
+
+
+def busy_worker(net: Net, rid: bytes, client: Peer, **kw: Any) -> tuple[Peer, bytes]:
+    """A capacity-1 worker kept busy by one of ``client``'s requests: (worker, its ticket)."""
+    worker = net.worker(rid, **kw)
+    return worker, net.dispatch(client, worker, service=kw.get("service", "echo"))
+
+
+def test_a_request_with_no_ready_worker_queues_only_if_may_queue(net: Net) -> None:
+    client = net.client(b"c1")
+    busy_worker(net, b"w1", client)
+    net.ask(client)  # may_queue False (a peer in the family): Python's
+    _queueing(net)
+    queue_up(net, client)
+    assert net.lane.waiting_total() == 1 and net.lane.in_flight() == 1
+    stats = net.lane.stats()
+    assert stats["queued"] == 1 and stats["waiting"] == 1 and stats["requests"] == 2
+    assert net.lane.drain()[0] == 2  # (queueing counts a request taken)
+
+
+def test_a_service_nobody_offers_is_not_queued(net: Net) -> None:
+    _queueing(net)
+    client = net.client(b"c1")
+    net.ask(client, service="nobody")
+    net.worker(b"w1", service="nobody")  # (offered: the next one queues... once busy)
+    with locked(net.lane):
+        assert net.pool.take("nobody") == b"w1"
+    queue_up(net, client, service="nobody")
+
+
+def test_python_s_waiting_and_the_lane_s_count_together_against_max_queued(net: Net) -> None:
+    client = net.client(b"c1")
+    busy_worker(net, b"w1", client)
+    _queueing(net, max_queued=3)
+    net.lane.python_waits("echo", 2)
+    queue_up(net, client)  # 2 + 0 < 3
+    net.ask(client)  # 2 + 1 = 3: Python 503s it
+    net.lane.python_waits("echo", 1)
+    queue_up(net, client)  # 1 + 1 < 3
+    net.ask(client)  # 1 + 2 = 3
+    net.lane.python_waits("echo", 0)
+    queue_up(net, client)  # 0 + 2 < 3
+    net.ask(client)  # 0 + 3 = 3
+
+
+def test_a_ready_worker_is_not_taken_while_python_has_one_waiting(net: Net) -> None:
+    worker = net.worker(b"w1")
+    client = net.client(b"c1")
+    _queueing(net)
+    net.lane.python_waits("echo", 2)
+    net.ask(client)  # Python's waiting go first: the ready worker is Python's to give
+    assert net.lane.waiting("echo") == 0
+    net.lane.python_waits("echo", 0)
+    net.dispatch(client, worker)
+
+
+def test_a_reply_gives_the_worker_the_head_of_the_queue(net: Net) -> None:
+    _queueing(net)
+    c1, c2, c3 = net.client(b"c1"), net.client(b"c2", CLIENT_READINGS[4]), net.client(b"c3")
+    worker, first = busy_worker(net, b"w1", c1, reading=WORKER_READINGS[2])
+    queue_up(net, c2, (b"two",))
+    queue_up(net, c3, (b"three",))
+    net.answered(worker, c1, first)
+    got = recv(worker.dealer)  # at once, to the worker that replied, c2's first
+    assert (
+        got
+        == MdpWorkerRequest(ticket_of(2), (b"two",), protocol=MDPW02, delimited=False).to_frames()
+    )
+    assert net.lane.waiting("echo") == 1 and net.lane.in_flight() == 1
+    with locked(net.lane):
+        assert net.pool.tickets(b"w1") == [ticket_of(2)] and net.pool.queue("echo") == []
+    assert net.lane.drain()[3] == ["echo"]
+    net.answered(worker, c2, ticket_of(2))
+    assert recv(worker.dealer)[2] == ticket_of(3)
+    net.answered(worker, c3, ticket_of(3))
+    with locked(net.lane):  # the queue empty: the worker ready again
+        assert net.pool.tickets(b"w1") == [] and net.pool.queue("echo") == [b"w1"]
+
+
+def test_the_reply_rule_reads_the_worker_s_services_now(net: Net) -> None:
+    _queueing(net)
+    c1, c2 = net.client(b"c1"), net.client(b"c2")
+    worker, first = busy_worker(net, b"w1", c1)
+    busy_worker(net, b"w2", c2, service="other")  # (offers "other", busy)
+    queue_up(net, c2, (b"for other",), service="other")
+    with locked(net.lane):  # w1's READY while busy: now it serves "other" (its ticket kept)
+        net.pool.add(b"w1", ("other",), 1)
+    net.lane.python_waits("other", 1)  # Python's "other" go first: its to give
+    net.passed_reply(worker, net.reply_frames(worker, first))
+    assert net.lane.in_flight() == 2  # (passed: nothing changed)
+    net.lane.python_waits("other", 0)
+    net.lane.python_waits("echo", 1)  # w1 serves "echo" no more: no matter
+    net.answered(worker, c1, first)
+    got = recv(worker.dealer)
+    assert got == MdpWorkerRequest(ticket_of(3), (b"for other",)).to_frames()
+    assert net.lane.waiting("other") == 0
+
+
+def test_a_worker_that_speaks_no_majordomo_now_gets_no_head(net: Net) -> None:
+    _queueing(net)
+    c1 = net.client(b"c1")
+    worker, first = busy_worker(net, b"w1", c1)
+    queue_up(net, c1)
+    net.lane.note(BACK, b"w1", 0, 0.0, time.monotonic(), 1)  # (True: no reading to write in)
+    net.passed_reply(worker, net.reply_frames(worker, first))
+    net.lane.note(BACK, b"w1", 0, 0.0, time.monotonic(), pack(worker.reading))
+    net.answered(worker, c1, first)
+    assert recv(worker.dealer)[3] == ticket_of(2)
+
+
+def test_waiting_head_and_dispatch_head(net: Net) -> None:
+    _queueing(net)
+    client = net.client(b"c1")
+    busy_worker(net, b"w1", client)
+    assert net.lane.waiting_head("echo") is None
+    queue_up(net, client, (b"a",))
+    queue_up(net, client, (b"b",))
+    head = net.lane.waiting_head("echo")
+    assert head is not None and head[:2] == (b"", b"") and head[6] == (b"a",)
+    assert net.lane.waiting("echo") == 2  # (not removed)
+    w2 = net.worker(b"w2")
+    with locked(net.lane):  # Python frees w2 and takes it for the lane's head
+        assert net.pool.take("echo") == b"w2"
+        net.pool.hold(b"w2", b"py-7")
+        net.lane.dispatch_head("echo", b"py-7", b"w2")
+    assert net.lane.waiting("echo") == 1 and net.lane.in_flight() == 2
+    assert net.lane.stats()["lent"] == 1
+    assert net.lane.waiting_head("echo")[6] == (b"b",)  # type: ignore[index]
+    net.answered(w2, client, b"py-7")  # the lane's to answer: w2 then gets the next head
+    assert recv(w2.dealer)[3] == ticket_of(2)
+    with locked(net.lane):
+        assert net.pool.tickets(b"w2") == [ticket_of(2)]
+    with pytest.raises(KeyError):
+        net.lane.dispatch_head("echo", b"py-8", b"w2")
+
+
+def test_adopting_waiting_records_in_order(net: Net) -> None:
+    _queueing(net)
+    client = net.client(b"c1")
+    busy_worker(net, b"w1", client)
+    for body in (b"a", b"b", b"c"):
+        queue_up(net, client, (body,))
+    with locked(net.lane):
+        first = net.lane.adopt_next_waiting("echo")
+        rest = net.lane.adopt_waiting("echo")
+        assert net.lane.adopt_next_waiting("echo") is None and net.lane.adopt_waiting("echo") == []
+    assert first is not None and first[6] == (b"a",) and first[:2] == (b"", b"")
+    assert [r[6] for r in rest] == [(b"b",), (b"c",)]
+    assert [first[10]] + [r[10] for r in rest] == [2, 3, 4]
+    assert net.lane.waiting_total() == 0 and net.lane.held(b"b.c1") == 1
+    assert net.lane.stats()["handed"] == 3
+
+
+def test_adopt_all_gives_in_flight_then_waiting_by_seq(net: Net) -> None:
+    _queueing(net)
+    client = net.client(b"c1")
+    _w, t1 = busy_worker(net, b"w1", client)
+    queue_up(net, client, (b"q1",))
+    _w, t2 = busy_worker(net, b"w0", client)  # (a new ready worker: Python's to give the head,
+    # the lane takes the next request for it: the queue is behind Python's, not a gate)
+    queue_up(net, client, (b"q2",), service="echo")
+    with locked(net.lane):
+        records = net.lane.adopt_all()
+    assert [r[0] for r in records[:2]] == sorted([t1, t2])
+    assert [r[6] for r in records[2:]] == [(b"q1",), (b"q2",)]
+    assert [r[10] for r in records[2:]] == sorted(r[10] for r in records[2:])
+
+
+def test_adopt_due_takes_a_waiting_one_out_of_its_queue(net: Net) -> None:
+    _queueing(net)
+    client = net.client(b"c1")
+    busy_worker(net, b"w1", client)
+    net.lane.serve(True, 0.0, 10, PREFIX, MAX_QUEUED, True)
+    queue_up(net, client)
+    due = net.lane.next_due()
+    assert due is not None
+    with locked(net.lane):
+        records = net.lane.adopt_due(due)
+    assert [r[:2] for r in records] == [(b"", b"")]
+    assert net.lane.waiting("echo") == 0 and net.lane.in_flight() == 1
+
+
+def test_one_numbering_for_the_lane_and_python(net: Net) -> None:
+    _queueing(net)
+    client = net.client(b"c1")
+    busy_worker(net, b"w1", client)  # seq 1
+    assert net.lane.next_seq() == 2  # Python's own
+    queue_up(net, client)  # 3
+    net.lane.seq_from(10)
+    net.lane.seq_from(5)  # (only raises)
+    queue_up(net, client)  # 11
+    assert net.lane.next_seq() == 12
+    with locked(net.lane):
+        records = net.lane.adopt_all()
+    assert [r[10] for r in records] == [1, 3, 11]
+    assert [r[9] for r in records] == [b"mdp.L1", b"mdp.L2", b"mdp.L3"]
+
+
+def test_note_sets_the_reading_the_client_spoke_last(net: Net) -> None:
+    _queueing(net)
+    c1, c2 = net.client(b"c1"), net.client(b"c2")
+    worker, first = busy_worker(net, b"w1", c2)
+    queue_up(net, c1)
+    c1.reading = CLIENT_READINGS[3]  # majortomo's now: the answer in it
+    net.note_client(b"c1", c1.reading)
+    net.lane.note(FRONT, b"c1", 0, 0.0, time.monotonic(), 0)  # (S0P: 0 leaves the reading)
+    net.lane.note(FRONT, b"c1", 0, 0.0, time.monotonic(), pack(c1.reading), client_id=b"b.c1")
+    net.answered(worker, c2, first)
+    second = recv(worker.dealer)[3]
+    net.answered(worker, c1, second)
+
+
+def test_open_by_connection_and_held_by_client_count_waiting_too(net: Net) -> None:
+    _queueing(net)
+    c1, c2 = net.client(b"c1"), net.client(b"c2")
+    busy_worker(net, b"w1", c1)
+    queue_up(net, c1)
+    queue_up(net, c2)
+    assert net.lane.open_by_connection() == {b"c1": 2, b"c2": 1}
+    assert net.lane.held_by_client() == {b"b.c1": 2, b"b.c2": 1}
+    assert net.lane.busy(b"c2") and net.lane.held(b"b.c2") == 1 and net.lane.in_flight() == 1
+
+
+def test_the_cap_counts_python_s_and_the_lane_s_waiting(net: Net) -> None:
+    net.lane.serve(True, TIMEOUT_S, 3, PREFIX, MAX_QUEUED, True)
+    client = net.client(b"c1")
+    busy_worker(net, b"w1", client)
+    queue_up(net, client)
+    net.lane.python_holds(b"b.c1", 1)
+    net.ask(client)  # 2 + 1 = 3
+    net.lane.python_holds(b"b.c1", 0)
+    queue_up(net, client)  # 2 + 0 < 3
+
+
 # ---- sequences --------------------------------------------------------------------------------
 
 
