@@ -1174,20 +1174,24 @@ def test_the_cap_counts_python_s_and_the_lane_s_waiting(net: Net) -> None:
 
 
 class LaneMachine(RuleBasedStateMachine):
-    """Random sequences of requests, replies, gates and adoptions on real sockets, against a
-    model of the take rules: each message goes where the model says, and after every step the
-    lane's counts and the pool's tickets are the model's."""
+    """Random sequences of requests, replies, gates, queueing and adoptions on real sockets,
+    against a model of the take rules (tests/core/test_lane_requests.py's RequestLane, cut to
+    what a socket shows): each message goes where the model says, and after every step the
+    lane's counts, queues and the pool's tickets are the model's."""
 
     SERVICES = ("echo", "other")
 
     def __init__(self) -> None:
         super().__init__()
         self.rig = Rig()
-        self.net = Net(self.rig, cap=1)
-        self.cap = 1
+        self.net = Net(self.rig, cap=2)
+        self.cap = 2
         self.serving = True
-        self.waits: set[str] = set()
-        self.holds: set[bytes] = set()
+        self.max_queued = 3
+        self.may_queue = True
+        self.net.lane.serve(True, TIMEOUT_S, self.cap, PREFIX, self.max_queued, True)
+        self.waits: dict[str, int] = {}
+        self.holds: dict[bytes, int] = {}
         self.workers = [
             self.net.worker(b"w0", WORKER_READINGS[0], "echo", 2),
             self.net.worker(b"w1", WORKER_READINGS[1], "echo", 1),
@@ -1199,38 +1203,59 @@ class LaneMachine(RuleBasedStateMachine):
         self.open = {c.rid: True for c in self.clients}
         for c in self.clients:
             self.net.note_client(c.rid, c.reading, client_id=self.client_id[c.rid])
-        self.records: dict[bytes, tuple[Peer, Peer, str]] = {}  # the lane's: worker, client
+        # The lane's in flight: ticket -> (worker, client, service, body)
+        self.records: dict[bytes, tuple[Peer, Peer, str, tuple[bytes, ...]]] = {}
+        # The lane's waiting, per service: (client, body), first in first out
+        self.queues: dict[str, list[tuple[Peer, tuple[bytes, ...]]]] = {
+            s: [] for s in self.SERVICES
+        }
         self.python: dict[bytes, bytes] = {}  # adopted (Python's): ticket -> worker rid
-        self.number = 0
+        self.tickets = 0
+        self.bodies = itertools.count()
+        self.lent = itertools.count()
 
     def teardown(self) -> None:
         self.rig.close()
 
+    def mine(self) -> list[Peer]:
+        """The client of every request the lane holds, in flight and waiting."""
+        return [r[1] for r in self.records.values()] + [
+            c for q in self.queues.values() for c, _b in q
+        ]
+
     def held(self, cid: bytes) -> int:
-        return sum(1 for _w, c, _s in self.records.values() if self.client_id[c.rid] == cid)
+        return sum(1 for c in self.mine() if self.client_id[c.rid] == cid)
 
     @rule(n=st.integers(0, 4), service=st.sampled_from(SERVICES))
     def request(self, n: int, service: str) -> None:
         client = self.clients[n]
         cid = self.client_id[client.rid]
+        body = (b"body-%d" % next(self.bodies),)
         with locked(self.net.lane):
-            queue = self.net.pool.queue(service)
-        takes = (
+            ready = self.net.pool.queue(service)
+            offered = self.net.pool.offered_count(service)
+        if not (
             self.serving
             and self.open[client.rid]
-            and cid not in self.holds
-            and self.held(cid) < self.cap
-            and service not in self.waits
-            and bool(queue)
-        )
-        if not takes:
-            self.net.ask(client, service=service)
+            and self.held(cid) + self.holds.get(cid, 0) < self.cap
+        ):
+            self.net.ask(client, body, service=service)
             return
-        worker = next(w for w in self.workers if w.rid == queue[0])
-        ticket = self.net.dispatch(client, worker, service=service)
-        self.number += 1
-        assert ticket == ticket_of(self.number)
-        self.records[ticket] = (worker, client, service)
+        waits = self.waits.get(service, 0)
+        if ready:
+            if waits:
+                self.net.ask(client, body, service=service)
+                return
+            worker = next(w for w in self.workers if w.rid == ready[0])
+            ticket = self.net.dispatch(client, worker, body, service=service)
+            self.tickets += 1
+            assert ticket == ticket_of(self.tickets)
+            self.records[ticket] = (worker, client, service, body)
+        elif self.may_queue and offered and waits + len(self.queues[service]) < self.max_queued:
+            queue_up(self.net, client, body, service)
+            self.queues[service].append((client, body))
+        else:
+            self.net.ask(client, body, service=service)
 
     @rule(data=st.data(), w=st.integers(0, 2))
     def reply(self, data: st.DataObject, w: int) -> None:
@@ -1238,14 +1263,27 @@ class LaneMachine(RuleBasedStateMachine):
         known = sorted([*self.records, *self.python])
         ticket = data.draw(st.sampled_from([*known, ticket_of(999)]))
         record = self.records.get(ticket)
+        service = self.service_of[worker.rid]
+        queue = self.queues[service]
         if (
             record is not None
             and record[0] is worker
             and self.serving
-            and record[2] not in self.waits
+            and not self.waits.get(service, 0)
         ):
             self.net.answered(worker, record[1], ticket, service=record[2])
             del self.records[ticket]
+            if queue:  # the head of the worker's service's queue, to it at once
+                client, body = queue.pop(0)
+                self.tickets += 1
+                expect = MdpWorkerRequest(
+                    ticket_of(self.tickets),
+                    body,
+                    protocol=worker.reading.protocol,
+                    delimited=worker.reading.delimited,
+                ).to_frames()
+                assert recv(worker.dealer) == expect
+                self.records[ticket_of(self.tickets)] = (worker, client, service, body)
             return
         self.net.passed_reply(worker, self.net.reply_frames(worker, ticket))
         if self.python.get(ticket) == worker.rid:  # Python answers its own: the slot is free
@@ -1259,27 +1297,60 @@ class LaneMachine(RuleBasedStateMachine):
         if not self.records:
             return
         ticket = data.draw(st.sampled_from(sorted(self.records)))
-        worker, client, _service = self.records.pop(ticket)
+        worker, client, _service, body = self.records.pop(ticket)
         with locked(self.net.lane):
             record = self.net.lane.adopt(ticket)
         assert record is not None and record[:3] == (ticket, worker.rid, client.rid)
+        assert record[6] == body
         self.python[ticket] = worker.rid
 
-    @rule(on=st.booleans())
-    def serve(self, on: bool) -> None:
-        self.serving = on
-        self.net.lane.serve(on, TIMEOUT_S, self.cap, PREFIX, MAX_QUEUED, False)
+    @rule(service=st.sampled_from(SERVICES), every=st.booleans())
+    def adopt_waiting(self, service: str, every: bool) -> None:
+        queue = self.queues[service]
+        with locked(self.net.lane):
+            if every:
+                got = self.net.lane.adopt_waiting(service)
+            else:
+                one = self.net.lane.adopt_next_waiting(service)
+                got = [] if one is None else [one]
+        expect = queue if every else queue[:1]
+        assert [(r[:3], r[6]) for r in got] == [((b"", b"", c.rid), b) for c, b in expect]
+        assert [r[10] for r in got] == sorted(r[10] for r in got)
+        del queue[: len(expect)]
 
-    @rule(service=st.sampled_from(SERVICES), on=st.booleans())
-    def python_waits(self, service: str, on: bool) -> None:
-        self.net.lane.python_waits(service, on)
-        (self.waits.add if on else self.waits.discard)(service)
+    @rule(service=st.sampled_from(SERVICES))
+    def dispatch_head(self, service: str) -> None:
+        """Python lends a ready worker to the lane's head (as the core does when it frees one)."""
+        with locked(self.net.lane):
+            ready = self.net.pool.queue(service)
+            if not ready or not self.queues[service]:
+                with pytest.raises(KeyError) if not self.queues[service] else _nothing():
+                    if not self.queues[service]:
+                        self.net.lane.dispatch_head(service, b"py-none", b"w0")
+                return
+            rid = self.net.pool.take(service)
+            ticket = b"py-%d" % next(self.lent)
+            self.net.pool.hold(rid, ticket)
+            self.net.lane.dispatch_head(service, ticket, rid)
+        client, body = self.queues[service].pop(0)
+        worker = next(w for w in self.workers if w.rid == rid)
+        self.records[ticket] = (worker, client, service, body)
 
-    @rule(n=st.integers(0, 2), on=st.booleans())
-    def python_holds(self, n: int, on: bool) -> None:
+    @rule(on=st.booleans(), may_queue=st.booleans(), max_queued=st.integers(0, 3))
+    def serve(self, on: bool, may_queue: bool, max_queued: int) -> None:
+        self.serving, self.may_queue, self.max_queued = on, may_queue, max_queued
+        self.net.lane.serve(on, TIMEOUT_S, self.cap, PREFIX, max_queued, may_queue)
+
+    @rule(service=st.sampled_from(SERVICES), count=st.integers(0, 2))
+    def python_waits(self, service: str, count: int) -> None:
+        self.net.lane.python_waits(service, count)
+        self.waits[service] = count
+
+    @rule(n=st.integers(0, 2), count=st.integers(0, 2))
+    def python_holds(self, n: int, count: int) -> None:
         cid = b"id-%d" % n
-        self.net.lane.python_holds(cid, on)
-        (self.holds.add if on else self.holds.discard)(cid)
+        self.net.lane.python_holds(cid, count)
+        self.holds[cid] = count
 
     @rule(n=st.integers(0, 4), on=st.booleans())
     def open_(self, n: int, on: bool) -> None:
@@ -1293,21 +1364,37 @@ class LaneMachine(RuleBasedStateMachine):
     def counts_are_the_model_s(self) -> None:
         lane = self.net.lane
         assert lane.in_flight() == len(self.records)
+        for service, queue in self.queues.items():
+            assert lane.waiting(service) == len(queue)
+        assert lane.waiting_total() == sum(map(len, self.queues.values()))
         for n in range(3):
             assert lane.held(b"id-%d" % n) == self.held(b"id-%d" % n)
+        mine = self.mine()
         for c in self.clients:
-            assert lane.busy(c.rid) == any(r[1] is c for r in self.records.values())
+            assert lane.busy(c.rid) == (c in mine)
+        assert lane.open_by_connection() == {
+            c.rid: mine.count(c) for c in self.clients if c in mine
+        }
+        by_id: dict[bytes, int] = {}
+        for c in mine:
+            by_id[self.client_id[c.rid]] = by_id.get(self.client_id[c.rid], 0) + 1
+        assert lane.held_by_client() == by_id
         with locked(lane):
             for w in self.workers:
-                mine = [t for t, r in self.records.items() if r[0] is w]
+                lanes = [t for t, r in self.records.items() if r[0] is w]
                 python = [t for t, rid in self.python.items() if rid == w.rid]
-                assert self.net.pool.tickets(w.rid) == sorted(mine + python)
+                assert self.net.pool.tickets(w.rid) == sorted(lanes + python)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def test_random_sequences_keep_the_lane_and_its_model_equal() -> None:
     run_state_machine_as_test(
         LaneMachine,
-        settings=settings(max_examples=40, stateful_step_count=30, deadline=None),
+        settings=settings(max_examples=60, stateful_step_count=40, deadline=None),
     )
 
 
