@@ -3,9 +3,10 @@
  * and takes plain HEARTBEATs, S0P and Majordomo workers', without waking Python (phase 3a of
  * the C lane, docs/architecture.md
  * "Decided, being built: the data plane moves to a C lane"; issue 14), and dispatches
- * Majordomo client REQUESTs to Majordomo workers and returns their final REPLYs, sharing the
- * worker pool (scale0/core/_pool.c) with the Python core under one lock (phase 3b, first step:
- * "Requests" below).
+ * Majordomo client REQUESTs to Majordomo workers (or queues them, behind Python's queue) and
+ * returns their final REPLYs, sharing the worker pool (scale0/core/_pool.c) with the Python core
+ * under one lock (phase 3b, steps 1 and 2: "Requests" below; the rule's Python twin is
+ * RequestLane in tests/core/test_lane_requests.py).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
@@ -34,16 +35,22 @@
  *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
  *       libzmq refused), answers, stalled (a pipe was full), lost (held at stop, or out of
  *       memory), errors (socket errors), marks (Python's "done" marks, see "Order"), requests
- *       and replies (Majordomo REQUESTs and final REPLYs the lane took), handed (records
- *       adopted by Python). After stop(): received == beats + requests + replies + passed +
- *       lost.
+ *       and replies (Majordomo REQUESTs, dispatched or queued, and final REPLYs the lane took),
+ *       handed (records adopted by Python), queued (requests the lane put in its queue, in
+ *       all), lent (dispatch_head calls), waiting (records in its queues now). After stop():
+ *       received == beats + requests + replies + passed + lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
- *   serve(on, timeout_s, max_per_client, ticket_prefix); python_waits(service, waits);
- *   python_holds(client_id, holds)                              the gates ("Requests")
+ *   serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue);
+ *   python_waits(service, count); python_holds(client_id, count)   the gates ("Requests")
+ *   next_seq() -> int; seq_from(n)                              the one numbering ("Records")
  *   adopt(ticket) -> record | None; adopt_worker(routing_id) -> [record];
  *   adopt_all() -> [record]; adopt_due(now) -> [record]; next_due() -> float | None;
+ *   waiting_head(service) -> record | None; dispatch_head(service, ticket, worker_rid);
+ *   adopt_next_waiting(service) -> record | None; adopt_waiting(service) -> [record];
+ *   waiting(service) -> int; waiting_total() -> int;
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
+ *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
  *   drain() -> (requests, replies, [(service, counts, sum_s)], changed)   ("Records")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
@@ -116,11 +123,14 @@
  * lane's dealloc, clears it.
  *
  * Requests (only Majordomo clients to Majordomo workers; S0P REQUEST/REPLY go to Python).
- * Gates, set by Python: serve(on, timeout_s, max_per_client, ticket_prefix) (off at start: the
- * node turns it on only when the broker is ACTIVE, not draining, with no event log, no `routes`
- * and a C pool attached; ticket_prefix at most 247 bytes), python_waits(service, waits) (a
- * request of it waits in Python, R6), python_holds(client_id, holds) (Python holds a request of
- * that client: its requests go to Python, so R20's cap and per-client order hold).
+ * Gates, set by Python: serve(on, timeout_s, max_per_client, ticket_prefix, max_queued,
+ * may_queue) (off at start: the node turns it on only when the broker is ACTIVE, not draining,
+ * with no event log, no `routes` and a C pool attached; ticket_prefix at most 247 bytes;
+ * max_queued: the config's max_queued_requests, Python's waiting and the lane's of a service
+ * count against it together; may_queue: the lane may queue, no peer in the family),
+ * python_waits(service, count) (how many requests of it wait in Python, R6; 0 forgets it),
+ * python_holds(client_id, count) (how many requests of that client Python holds, R20's cap
+ * counts them with the lane's). Negative counts: ValueError.
  * A frontend message is taken iff: serve is on and a pool attached; it is exactly a form
  * scale0.wire.registry decodes to MdpClientRequest ([b"", MDPC01, service, body..],
  * [b"", MDPC02, 0x01 or majortomo's 0x02, service, body..], or those of MDPC02 without frame 0),
@@ -128,44 +138,75 @@
  * character (name_frame's rule for ASCII; a non-ASCII name is routed only when the pool offers
  * it, and every name in the pool came through name_frame) and not reserved ("mmi." or
  * "scale0.": is_reserved_service); the session (0, rid) has majordomo == this message's reading,
- * open, promise_ms 0, a negotiated fd (or < 0), and Order allows it; its client_id is not held
- * by Python and the lane holds fewer than max_per_client of it; the service does not wait in
- * Python; the pool's LRU ready worker for it (peek) has a session (1, wrid) whose reading is one
- * a REQUEST can be written in (MDPW01 delimited, MDPW02 delimited or not) and promise_ms 0.
- * Then, under the lock: take (the peeked worker), ticket = ticket_prefix + 8 bytes big-endian
- * of 2**63 | n (n the lane's counter from 1; the core's tickets never set that bit), hold(wrid,
- * ticket), a record (below), the client's counts + 1, the service marked changed, requests + 1,
- * the client's entry heard (as a taken beat's); and the worker is sent
- * MdpWorkerRequest(ticket, body, protocol, delimited) of its reading, the body frames moved
- * (the record keeps zmq_msg_copy's of them).
+ * open, promise_ms 0, a negotiated fd (or < 0), and Order allows it; the lane's requests of its
+ * client_id (in flight and waiting) + python_holds(client_id) < max_per_client. From here the
+ * request counter (request ids) and the shared seq each give it their next number, taken or
+ * not (RequestLane does so; the numbers only order). Then either:
+ *   dispatch: the pool has a ready worker for the service (peek, the LRU one), the service has
+ *     python_waits == 0, and that worker's session (1, wrid) has a reading a REQUEST can be
+ *     written in (MDPW01 delimited, MDPW02 delimited or not) and promise_ms 0 (a ready worker
+ *     otherwise: passed). Then take, ticket = ticket_prefix + 8 bytes big-endian of 2**63 | n
+ *     (n the lane's ticket counter from 1, counting dispatches only; the core's tickets never
+ *     set that bit), hold(wrid, ticket), the record in flight, the service marked changed, and
+ *     the worker is sent MdpWorkerRequest(ticket, body, protocol, delimited) of its reading,
+ *     the body frames moved (the record keeps zmq_msg_copy's of them);
+ *   queue: no ready worker, may_queue, the pool's offered(service) > 0, and python_waits +
+ *     the lane's waiting of the service < max_queued. The record, without ticket or worker,
+ *     goes to the back of the lane's queue of the service (logically behind Python's: Python
+ *     gives its own waiting first, then the lane's head, dispatch_head); nothing is sent, the
+ *     service is not marked changed; queued + 1.
+ * Either way the client's counts + 1, requests + 1, the client's entry heard (as a taken
+ * beat's). Else the message goes to Python.
  * A backend message is taken iff: serve is on and a pool attached; it is exactly a form the
  * registry decodes to MdpWorkerReply ([b"", MDPW01, 0x03, ticket, b"", body..],
  * [b"", MDPW02, 0x04, ticket, b"", body..] or without frame 0 for MDPW02; not a PARTIAL), every
- * frame <= max_frame_bytes; the ticket is a record of the lane whose worker is this rid; its
- * service does not wait in Python; the session (1, rid) exists, its fd is negotiated (or < 0),
- * and Order allows it. Then: the record out, release(wrid, ticket), list_ready(wrid), the
- * client's counts - 1, replies + 1, the latency (now - started, negative as 0) into the
- * service's histogram (scale0.core.metrics.LATENCY_BUCKETS_S, bisect_left), the service marked
- * changed, the worker's entry heard; and the client is sent MdpClientReply(service, body,
- * protocol, delimited, majortomo) of the record's reading, the body frames moved. Anything else
- * (a PARTIAL, an unknown ticket, another worker's reply) goes to Python unchanged; Python adopts
- * the record when it finds the ticket is not its own. Sends refused by libzmq count in
- * send_dropped (the record of a REQUEST stays: its deadline hands it to Python).
+ * frame <= max_frame_bytes; the ticket is a record of the lane in flight whose worker is this
+ * rid (a lane ticket, or Python's given by dispatch_head); the session (1, rid) exists, its fd is
+ * negotiated (or < 0), and Order allows it; and, with `services` the worker's services now in
+ * the pool (services_of: a READY since may have changed them; in its order), no service of
+ * `services` has python_waits > 0, and if one has a non-empty lane queue the worker's session
+ * has a reading a REQUEST can be written in and promise_ms 0. Then: the record out,
+ * release(wrid, ticket); the first service of `services` whose lane queue is non-empty gives
+ * its head to this worker at once (a lane ticket, hold, the service marked changed, the record
+ * in flight, its deadline unchanged), else list_ready(wrid); the client's counts - 1, replies +
+ * 1, the latency (now - started, negative as 0) into the answered service's histogram
+ * (scale0.core.metrics.LATENCY_BUCKETS_S, bisect_left), that service marked changed, the
+ * worker's entry heard; the client is sent MdpClientReply(service, body, protocol, delimited,
+ * majortomo) of the record's reading, the body frames moved; then the worker, if it got a head,
+ * MdpWorkerRequest of its reading with copies of that record's body. Anything else (a PARTIAL,
+ * an unknown ticket, another worker's reply) goes to Python unchanged; Python adopts the record
+ * when it finds the ticket is not its own. Sends refused by libzmq count in send_dropped (the
+ * record of a REQUEST stays: its deadline hands it to Python).
  *
- * Records. One per request the lane holds: (ticket, worker_rid, client_rid, client_id, caller
- * (the header's CURVE key, "" without), service, body, started (the batch's monotonic clock),
- * deadline (started + timeout_s), the client's reading, request_id b"mdp.L%d" % n). The record
- * owns its body msgs (closed when answered, adopted, or at dealloc). A record adopted leaves
- * the lane: its slot stays held in the pool under its ticket, its client's count leaves the
- * lane's (Python counts it now), handed + 1. Python adopts with the lock held: adopt(ticket),
- * adopt_worker(routing_id) and adopt_all() (in ticket order), adopt_due(now) (deadline <= now,
- * in deadline order); each record is the tuple (ticket, worker_rid, client_rid, client_id
- * (bytes), caller (str), service (str), body (tuple of bytes), started, deadline, request_id).
- * next_due(): the earliest deadline held (a heap); held(client_id): the lane's requests of it;
- * busy(client_rid): any of that routing id; in_flight(): all. drain(): (requests, replies,
- * [(service, counts (len(buckets) + 1), sum_s)], changed) since the last drain, services sorted.
- * At stop() the records stay, adoptable. Bounded: records by the pool's slots, the gate sets
- * by what Python tells, drain's table by the services taken between two drains.
+ * Records. One per request the lane holds, in flight (ticket and worker) or waiting (neither):
+ * (ticket, worker_rid, client_rid, client_id, caller (the header's CURVE key, "" without),
+ * service, body, started (the batch's monotonic clock), deadline (started + timeout_s), the
+ * client's reading, request_id b"mdp.L%d" % n (the request counter), seq). The record owns its
+ * body msgs (closed when answered, adopted, or at dealloc). note() of a frontend entry with a
+ * nonzero majordomo sets that reading on every record of that routing id (the core answers in
+ * the reading spoken last). A record adopted leaves the lane (a waiting one its queue): an in
+ * flight one's slot stays held in the pool under its ticket; its client's count leaves the
+ * lane's (Python counts it now); handed + 1. Python adopts with the lock held: adopt(ticket)
+ * (in flight only), adopt_worker(routing_id) (in flight, ticket order), adopt_all() (in flight
+ * in ticket order, then waiting in seq order), adopt_due(now) (deadline <= now, in flight or
+ * waiting, in (deadline, seq) order), adopt_next_waiting(service) (its queue's head),
+ * adopt_waiting(service) (its whole queue, in order); each record is the tuple (ticket,
+ * worker_rid, client_rid, client_id (bytes), caller (str), service (str), body (tuple of
+ * bytes), started, deadline, request_id, seq), ticket and worker_rid b"" for a waiting one.
+ * waiting_head(service): the head's tuple, not removed. dispatch_head(service, ticket,
+ * worker_rid): Python freed the worker, took it from the pool and hold(worker_rid, ticket)
+ * (any bytes): the head is in flight there under that ticket and stays the lane's (its REPLY is
+ * the lane's to answer); lent + 1; KeyError if the queue is empty, ValueError if the ticket is
+ * already one of the lane's or worker_rid is not 1..255 bytes; not marked changed; Python sends
+ * the REQUEST. One numbering: next_seq() gives the counter's next value (Python calls it for
+ * each of its own requests while a lane is attached), seq_from(n) raises it to at least n; each
+ * record takes the next value when the lane takes it. next_due(): the earliest deadline held,
+ * waiting ones too (a heap); held(client_id), busy(client_rid), open_by_connection(),
+ * held_by_client(): in flight and waiting; in_flight(): in flight only; waiting(service),
+ * waiting_total(). drain(): (requests, replies, [(service, counts (len(buckets) + 1), sum_s)],
+ * changed) since the last drain, services sorted. At stop() the records stay, adoptable.
+ * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
+ * tables by what Python tells, drain's table by the services taken between two drains.
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
