@@ -947,13 +947,14 @@ def busy_worker(net: Net, rid: bytes, client: Peer, **kw: Any) -> tuple[Peer, by
 def test_a_request_with_no_ready_worker_queues_only_if_may_queue(net: Net) -> None:
     client = net.client(b"c1")
     busy_worker(net, b"w1", client)
+    assert net.lane.drain()[3] == ["echo"]  # (a dispatch marks its service changed)
     net.ask(client)  # may_queue False (a peer in the family): Python's
     _queueing(net)
     queue_up(net, client)
     assert net.lane.waiting_total() == 1 and net.lane.in_flight() == 1
     stats = net.lane.stats()
     assert stats["queued"] == 1 and stats["waiting"] == 1 and stats["requests"] == 2
-    assert net.lane.drain()[0] == 2  # (queueing counts a request taken)
+    assert net.lane.drain() == (1, 0, [], [])  # (queueing: a request taken, nothing changed)
 
 
 def test_a_service_nobody_offers_is_not_queued(net: Net) -> None:
@@ -1070,6 +1071,10 @@ def test_waiting_head_and_dispatch_head(net: Net) -> None:
         assert net.pool.tickets(b"w2") == [ticket_of(2)]
     with pytest.raises(KeyError):
         net.lane.dispatch_head("echo", b"py-8", b"w2")
+    queue_up(net, client, (b"c",))
+    with pytest.raises(ValueError, match="already one of the lane's"):
+        net.lane.dispatch_head("echo", ticket_of(2), b"w2")
+    assert net.lane.waiting("echo") == 1  # (refused: nothing changed)
 
 
 def test_adopting_waiting_records_in_order(net: Net) -> None:
