@@ -18,7 +18,7 @@ setup(
         Extension(
             "scale0.net._zmqio",
             ["scale0/net/_zmqio.c", "scale0/net/_lane.c"],
-            depends=["scale0/net/_zmqio.h", "scale0/_table.h"],
+            depends=["scale0/net/_zmqio.h", "scale0/_table.h", "scale0/core/_pool_api.h"],
             libraries=["dl", "pthread"],
             extra_compile_args=["-O2", "-Wall", "-Wextra"],
             optional=True,
@@ -26,7 +26,7 @@ setup(
         Extension(
             "scale0.core._pool",
             ["scale0/core/_pool.c"],
-            depends=["scale0/_table.h"],
+            depends=["scale0/_table.h", "scale0/core/_pool_api.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra"],
             optional=True,
         ),

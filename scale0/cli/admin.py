@@ -278,6 +278,10 @@ def _status_lines(status: Mapping[str, Any]) -> list[str]:
             f"lane:      HEARTBEATs taken {lane.get('beats')}   answered {lane.get('answers')}"
             f"   passed to the loop {lane.get('passed')}   stalled {lane.get('stalled')}"
         )
+        lines.append(
+            f"           requests taken {lane.get('requests')}   answered {lane.get('replies')}"
+            f"   waiting {lane.get('waiting')}   handed to the loop {lane.get('handed')}"
+        )
     services = status.get("services") or []
     if services:
         lines.append("")

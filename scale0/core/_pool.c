@@ -66,14 +66,26 @@
  * concerned (expected, as a hash lookup is); add: O(services of the old and the new READY);
  * remove: O(services + tickets); services() and queue(): O(answer) plus the sort.
  *
- * Threads (phase 3, not built). The lane thread will call the pool_* functions without the
- * GIL while the Python core calls these methods; one pthread mutex in the Pool will then be
- * taken by the lane once per batch and by each wrapper around its pool_* call only: after its
- * arguments are converted, and released before any Python object is made. An answer is copied
- * into C memory under the lock and turned into Python objects after it, since making them may
- * run finalizers that call the pool again (a second lock by the same thread: a deadlock) and
- * no pointer into the pool may outlive the lock. Today every call holds the GIL, which
- * suffices.
+ * Threads: shared with a lane (phase 3b). The lane (scale0/net/_lane.c) shares a Pool with the
+ * Python core: Lane.attach_pool(pool) keeps a reference and from then on its thread calls the
+ * pool through the C API below, without the GIL, only while holding the lane's one (recursive)
+ * lock; Python calls these methods only while holding it too (lane.lock()). The pool has no
+ * lock of its own. To make a Python path that forgot the lock fail loudly, the lane sets the
+ * pool's guard (set_guard) to its count of Python's holds of the lock: while a guard is set,
+ * every method raises RuntimeError("the pool is shared with a lane: call it under lane.lock()")
+ * when that count is 0, before it reads an argument. Detaching (attach_pool(None)) or the
+ * lane's dealloc clears it; a Pool no lane shares has no guard (tests/core/test_pool_parity.py).
+ *
+ * The C API (scale0/core/_pool_api.h): the capsule scale0.core._pool._C_API holds an
+ * s0_pool_api of function pointers: pool_of(Pool object) -> the pool (the GIL needed for this
+ * one), and over that pool, plain C with no Python API: peek(service) (the LRU ready worker's
+ * routing id, Pool.queue(service)[0], not taken), take, hold, release, list_ready, used (each
+ * as the method of that name), set_guard(pool, const int *guard), and (API version 2, phase
+ * 3b's second step) offered(service) (Pool.offered_count) and services_of(routing_id) (the
+ * worker's services now, in its READY's order, duplicates dropped: what the lane's REPLY rule
+ * reads, a READY since a dispatch may have changed them). Byte strings are passed as
+ * (data, length) and hashed by the pool with its own key; a routing id it returns points into
+ * the pool and is valid until the pool next changes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -83,6 +95,7 @@
 /* Hashing (SipHash-1-3) and the open-addressing tables, shared with the lane
  * (scale0/net/_lane.c). */
 #include "../_table.h"
+#include "_pool_api.h"
 
 /* ---- the pool --------------------------------------------------------------------------- */
 
@@ -112,9 +125,10 @@ struct s0_worker {
     s0_table tickets; /* of s0_key records: the tickets it runs */
 };
 
-typedef struct {
+typedef struct s0_pool {
     s0_table workers;
     s0_table services;
+    const int *guard; /* set by a lane sharing this pool (set_guard): see "Threads" */
 } s0_pool;
 
 /* A byte string the caller owns, and its hash. */
@@ -370,6 +384,17 @@ typedef struct {
     s0_pool pool;
 } PoolObject;
 
+/* -1 with RuntimeError when a lane shares the pool and Python does not hold the lane's lock. */
+static int unguarded(PoolObject *self) {
+    const int *guard = self->pool.guard;
+    if (guard != NULL && *guard == 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the pool is shared with a lane: call it under lane.lock()");
+        return -1;
+    }
+    return 0;
+}
+
 /* bytes argument `what` of `method` into *out (borrowed from `obj`, which the caller holds). */
 static int arg_bytes(PyObject *obj, const char *method, const char *what, s0_bytes *out) {
     if (!PyBytes_Check(obj)) {
@@ -515,6 +540,8 @@ static void Pool_dealloc(PoolObject *self) {
 }
 
 static PyObject *Pool_add(PoolObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (unguarded(self) < 0)
+        return NULL;
     if (nargs_ok("add", nargs, 3) < 0)
         return NULL;
     s0_bytes rid;
@@ -587,6 +614,8 @@ done:
 }
 
 static PyObject *Pool_remove(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     s0_bytes rid;
     int gone;
     if (arg_bytes(arg, "remove", "routing_id", &rid) < 0)
@@ -617,6 +646,8 @@ static s0_service *arg_service(PoolObject *self, PyObject *arg, const char *meth
 }
 
 static PyObject *Pool_offers(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     int error;
     s0_service *s = arg_service(self, arg, "offers", &error);
     if (error)
@@ -625,6 +656,8 @@ static PyObject *Pool_offers(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_offered_count(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     int error;
     s0_service *s = arg_service(self, arg, "offered_count", &error);
     if (error)
@@ -633,6 +666,8 @@ static PyObject *Pool_offered_count(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_ready_count(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     int error;
     s0_service *s = arg_service(self, arg, "ready_count", &error);
     if (error)
@@ -641,6 +676,8 @@ static PyObject *Pool_ready_count(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_queue(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     s0_bytes name;
     PyObject *keep = NULL, *list;
     s0_service *s;
@@ -673,6 +710,8 @@ static PyObject *Pool_queue(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_services(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (unguarded(self) < 0)
+        return NULL;
     const s0_table *t = &self->pool.services;
     PyObject *list;
     for (;;) {
@@ -688,6 +727,8 @@ static PyObject *Pool_services(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyObject *Pool_take(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     s0_bytes name;
     PyObject *keep = NULL;
     if (arg_str(arg, "take", "service", &name, &keep) < 0)
@@ -700,6 +741,8 @@ static PyObject *Pool_take(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_hold(PoolObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (unguarded(self) < 0)
+        return NULL;
     if (nargs_ok("hold", nargs, 2) < 0)
         return NULL;
     s0_bytes ticket;
@@ -715,6 +758,8 @@ static PyObject *Pool_hold(PoolObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 static PyObject *Pool_release(PoolObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (unguarded(self) < 0)
+        return NULL;
     if (nargs_ok("release", nargs, 2) < 0)
         return NULL;
     s0_bytes ticket;
@@ -728,6 +773,8 @@ static PyObject *Pool_release(PoolObject *self, PyObject *const *args, Py_ssize_
 }
 
 static PyObject *Pool_list_ready(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     int error;
     s0_worker *w = arg_worker(self, arg, "list_ready", 0, &error);
     if (error)
@@ -738,6 +785,8 @@ static PyObject *Pool_list_ready(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_tickets(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     s0_bytes rid;
     int gone;
     if (arg_bytes(arg, "tickets", "routing_id", &rid) < 0)
@@ -749,6 +798,8 @@ static PyObject *Pool_tickets(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_spare(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     int error;
     s0_worker *w = arg_worker(self, arg, "spare", 1, &error);
     if (error)
@@ -757,6 +808,8 @@ static PyObject *Pool_spare(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_used(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
     int error;
     s0_worker *w = arg_worker(self, arg, "used", 0, &error);
     if (error)
@@ -765,6 +818,8 @@ static PyObject *Pool_used(PoolObject *self, PyObject *arg) {
 }
 
 static PyObject *Pool_worker_count(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (unguarded(self) < 0)
+        return NULL;
     return PyLong_FromSize_t(self->pool.workers.used);
 }
 
@@ -811,6 +866,96 @@ static PyTypeObject PoolType = {
     .tp_methods = Pool_methods,
 };
 
+/* ---- the C API, for the lane (_pool_api.h) ------------------------------------------------ */
+
+static s0_bytes c_bytes(const void *data, size_t len) {
+    s0_bytes b = {(const unsigned char *)data, len, hash_bytes((const unsigned char *)data, len)};
+    return b;
+}
+
+static struct s0_pool *capi_pool_of(void *obj) {
+    PyObject *o = (PyObject *)obj;
+    return PyObject_TypeCheck(o, &PoolType) ? &((PoolObject *)o)->pool : NULL;
+}
+
+static const unsigned char *capi_peek(struct s0_pool *p, const void *service, size_t len,
+                                      size_t *rid_len) {
+    s0_bytes name = c_bytes(service, len);
+    s0_service *s = pool_service(p, &name);
+    if (s == NULL || s->head == NULL)
+        return NULL;
+    *rid_len = s->head->worker->key.len;
+    return s->head->worker->key.data;
+}
+
+static const unsigned char *capi_take(struct s0_pool *p, const void *service, size_t len,
+                                      size_t *rid_len) {
+    s0_bytes name = c_bytes(service, len);
+    s0_worker *w = pool_take(p, &name);
+    if (w == NULL)
+        return NULL;
+    *rid_len = w->key.len;
+    return w->key.data;
+}
+
+static int capi_hold(struct s0_pool *p, const void *rid, size_t rid_len, const void *ticket,
+                     size_t ticket_len) {
+    s0_bytes r = c_bytes(rid, rid_len), t = c_bytes(ticket, ticket_len);
+    s0_worker *w = pool_worker(p, &r);
+    if (w == NULL)
+        return -2;
+    return pool_hold(w, &t);
+}
+
+static int capi_release(struct s0_pool *p, const void *rid, size_t rid_len, const void *ticket,
+                        size_t ticket_len) {
+    s0_bytes r = c_bytes(rid, rid_len), t = c_bytes(ticket, ticket_len);
+    s0_worker *w = pool_worker(p, &r);
+    return w != NULL && pool_release(w, &t);
+}
+
+static void capi_list_ready(struct s0_pool *p, const void *rid, size_t rid_len) {
+    s0_bytes r = c_bytes(rid, rid_len);
+    s0_worker *w = pool_worker(p, &r);
+    if (w != NULL)
+        pool_list_ready(w);
+}
+
+static long long capi_used(struct s0_pool *p, const void *rid, size_t rid_len) {
+    s0_bytes r = c_bytes(rid, rid_len);
+    s0_worker *w = pool_worker(p, &r);
+    return w != NULL ? (long long)w->tickets.used : 0;
+}
+
+static void capi_set_guard(struct s0_pool *p, const int *guard) {
+    p->guard = guard;
+}
+
+static long long capi_offered(struct s0_pool *p, const void *service, size_t len) {
+    s0_bytes name = c_bytes(service, len);
+    s0_service *s = pool_service(p, &name);
+    return s != NULL ? (long long)s->offered : 0;
+}
+
+static size_t capi_services_of(struct s0_pool *p, const void *rid, size_t rid_len,
+                               const unsigned char **names, size_t *lens, size_t cap) {
+    s0_bytes r = c_bytes(rid, rid_len);
+    s0_worker *w = pool_worker(p, &r);
+    if (w == NULL)
+        return 0;
+    for (size_t i = 0; i < w->n_links && i < cap; i++) {
+        names[i] = w->links[i].service->key.data;
+        lens[i] = w->links[i].service->key.len;
+    }
+    return w->n_links;
+}
+
+static s0_pool_api c_api = {
+    S0_POOL_API_VERSION, capi_pool_of,   capi_peek,    capi_take,
+    capi_hold,           capi_release,   capi_list_ready, capi_used,
+    capi_set_guard,      capi_offered,   capi_services_of,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "scale0.core._pool",
@@ -833,6 +978,12 @@ PyMODINIT_FUNC PyInit__pool(void) {
     Py_INCREF(&PoolType);
     if (PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0) {
         Py_DECREF(&PoolType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(&c_api, S0_POOL_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
         Py_DECREF(m);
         return NULL;
     }

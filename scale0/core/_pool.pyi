@@ -2,6 +2,9 @@
 
 from typing import final
 
+#: The C API for the lane (a PyCapsule: scale0/core/_pool_api.h).
+_C_API: object
+
 @final
 class Pool:
     def __init__(self) -> None: ...

@@ -220,7 +220,7 @@ from scale0.core.ledger import Ledger
 from scale0.core.lifecycle import Lifecycle
 from scale0.core.majordomo import Majordomo
 from scale0.core.metrics import Metrics
-from scale0.core.ports import MirrorPort
+from scale0.core.ports import LanePort, MirrorPort
 from scale0.core.replica import Offer, Replica, SignedConfig, Verdict
 from scale0.core.replication import Replication
 from scale0.core.sessions import Sessions
@@ -612,8 +612,13 @@ class Broker(HotEntries):
         while True:
             key = timers.head()
             if not isinstance(key, int) or is_open(key):
-                return timers.next_due()
+                break
             timers.drop_head()
+        due = timers.next_due()
+        lane_due = self.ledger.lane_due()  # a request the lane holds times out too (R9)
+        if lane_due is not None and (due is None or lane_due < due):
+            return lane_due
+        return due
 
     def is_banned(self, routing_id: bytes, now: float) -> bool:
         return self.guard.is_banned(routing_id, now)
@@ -641,6 +646,72 @@ class Broker(HotEntries):
         """The C lane takes plain HEARTBEATs from now on (None: it stopped): ``mirror`` is told
         every session now and each change after (scale0/core/sessions.py)."""
         self.sessions.mirror_all(mirror)
+
+    def attach_lane(self, lane: LanePort | None) -> None:
+        """The C lane dispatches Majordomo requests from now on, sharing the ledger's C pool
+        (None: it stopped, and every request it still holds becomes the ledger's). Raises
+        ValueError when the ledger keeps a Python pool (``SCALE0_POOL=python``)."""
+        core = self.core
+        if lane is None:
+            self.ledger.attach_lane(None, core.timers.push)
+            core.share_seq(None)
+        else:
+            core.share_seq(lane)
+            self.ledger.attach_lane(lane, core.timers.push)
+
+    def lane_serves(self) -> tuple[bool, float, int, bytes, int, bool]:
+        """What the lane is told it may do with requests (its ``serve``): whether it may take
+        one at all (the broker active and not draining, no event log to write each request's
+        record, no ``routes`` to hold unknown services to), the request timeout, R20's cap,
+        the prefix of every ticket (the core's boot id), R6's cap on what waits per service,
+        and whether it may queue a request no worker is ready for (no peer: F6 would forward
+        it)."""
+        core = self.core
+        network = core.network
+        on = (
+            core.state is BrokerState.ACTIVE
+            and not core.draining
+            and core.event_log is None
+            and core.routes is None
+        )
+        return (
+            on,
+            core.timeout_s,
+            network.max_requests_per_client,
+            core.boot_id,
+            network.max_queued_requests,
+            not self.family.peers,
+        )
+
+    def adopt_due(self, now: float) -> None:
+        """The lane's requests past their deadline become the ledger's, so this Tick's
+        deadline timers answer them (R9)."""
+        self.ledger.adopt_due(now)
+
+    def adopt_lane(self) -> None:
+        """Every request the lane holds becomes the ledger's (before the lane is told it may
+        take no more: a change of state, draining, the event log)."""
+        self.ledger.adopt_lane()
+
+    def lane_did(
+        self,
+        requests: int,
+        replies: int,
+        latencies: Sequence[tuple[str, Sequence[int], float]],
+        changed: Sequence[str],
+        now: float,
+    ) -> None:
+        """What the lane did since it was last asked (its ``drain``): the requests it took and
+        answered (counters), the latency of each answer per service (metrics, status 200), and
+        the services whose free slots changed (the heartbeat table the peers read, F2)."""
+        counters = self.core.counters
+        counters["requests"] += requests
+        counters["replies"] += replies
+        metrics = self.core.metrics
+        for service, counts, sum_s in latencies:
+            metrics.merge(service, 200, counts, sum_s)
+        if changed and self.family.peers:
+            self.family.table_changed(changed, now)
 
     def heard_elsewhere(self, heard: Sequence[tuple[Channel, bytes, float]]) -> None:
         """The plain HEARTBEATs the lane took since the last call, (channel, routing id,

@@ -9,6 +9,7 @@ read and write this one :class:`Core`; none of them keeps a copy of what is here
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from scale0.config.canonical import (
     canonical_json,
@@ -55,6 +56,14 @@ COUNTERS = (
 PROTOCOL: Mapping[Channel, bytes] = {Channel.FRONTEND: SIG_CLIENT, Channel.BACKEND: SIG_WORKER}
 
 
+class SeqSource(Protocol):
+    """A counter shared with the C lane (scale0.core.ports.LanePort's numbering)."""
+
+    def next_seq(self) -> int: ...
+
+    def seq_from(self, number: int) -> None: ...
+
+
 class Core:
     """One broker's identity, running config (with its serialized forms), state and clock."""
 
@@ -97,6 +106,8 @@ class Core:
         #: When the broker started serving (a joining broker: when it joined), for R7's grace.
         self.started = now
         self._seq = 0
+        #: Where request numbers come from while the C lane numbers requests too (share_seq)
+        self.seq_source: SeqSource | None = None
         self._ticket_seq = 0
         self.apply_network(network, signature, view_signature)
 
@@ -163,8 +174,23 @@ class Core:
 
     def next_seq(self) -> RequestDue:
         """A new request's number among those this broker holds (its timer key)."""
+        source = self.seq_source
+        if source is not None:
+            return RequestDue(source.next_seq())
         self._seq += 1
         return RequestDue(self._seq)
+
+    def share_seq(self, source: SeqSource | None) -> None:
+        """Number requests from ``source`` from now on, after every number given so far (the
+        C lane's counter, which numbers the requests it takes in the same order, so that the
+        deadlines of requests it hands over fire in the order they came); None: from our own
+        counter again, past every number the source gave."""
+        old = self.seq_source
+        if old is not None:
+            self._seq = max(self._seq, old.next_seq())
+        if source is not None:
+            source.seq_from(self._seq)
+        self.seq_source = source
 
     def next_ticket(self) -> bytes:
         """A ticket for one dispatch or forward: unique across this broker's boots."""

@@ -128,7 +128,7 @@ class Dispatch:
         waiting = ledger.waiting_count
         for service in worker.services:
             while waiting(service) and ledger.spare(worker) > 0:
-                pending = ledger.next_waiting(service)
+                pending = ledger.next_waiting(service, True)  # (the lane's head lent: ledger.py)
                 if pending is None:
                     break
                 self.dispatch_to(worker, pending, now, out)

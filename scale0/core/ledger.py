@@ -104,20 +104,47 @@ C-pool ledger, and ``dispatched`` to one is a KeyError there):
 Waiting (first in, first out per service, R6):
 
 - ``wait(pending, front)``: ``pending`` waits for a worker (at the front: a retry).
-- ``next_waiting(service)``: the first request still waiting for ``service``, taken out.
+- ``next_waiting(service, lend=False)``: the first request still waiting for ``service``,
+  taken out (``lend``: for a worker this ledger frees, see "The lane").
 - ``put_back(service, kept)``: requests taken out of ``service``'s queue go back to its front.
 - ``stop_waiting(pending)``: ``pending`` is answered while queued (its entry skipped later).
 - ``take_out(pending)``: remove ``pending`` from its queue (True if it was there).
 - ``forwarded_waiting(service)``: take out, in order, peers' requests waiting for ``service``.
 - ``waiting_count(service)``, ``waiting_total()``, ``waiting_services()`` (some request
   waits), ``queued_services()`` (a queue exists, a snapshot).
+
+The lane (phase 3b; a C-pool ledger only): ``attach_lane(lane, due)`` shares this
+ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a Majordomo
+client's REQUEST to a ready Majordomo worker and returns its final REPLY in C, keeping those
+requests in its own records (:class:`~scale0.core.ports.LanePort`). From then on the ledger
+tells the lane, as they change, which services a request waits for here (R6: the lane takes
+none of theirs, and a REPLY that frees a worker of one comes here) and which clients hold a
+request here (R20, and their order); and every operation that must see one of the lane's
+requests first adopts it (``adopt*``): a Pending made from its record, opened and in flight
+as ``dispatched`` would leave it (the pool's slot is held already), or waiting at the back
+of our queue (the lane's queue is behind ours), its deadline given to ``due`` under the
+number the lane gave it (the lane and the core number requests from one counter,
+``Core.share_seq``). By ticket: ``running``, ``answer``, ``settle``; by worker:
+``tickets_of``, ``dismiss``; by service, what waits: ``wait`` (the lane's before a new one
+of ours), ``next_waiting`` (the lane's head once ours is empty); all: ``queued_services``
+(moving work away), ``adopt_lane()``; by deadline: ``adopt_due(now)``. A worker freed here
+while only the lane's queue holds requests of its service is *lent* the lane's head
+(``next_waiting(service, lend=True)``, from ``Dispatch.worker_free`` only): the core builds
+its REQUEST as for any other, and ``dispatched`` puts it in flight in the lane
+(``dispatch_head``), whose REPLY the lane answers: so a broker whose requests all passed
+through the core once comes back to the lane alone as its own queue drains. Counts add the lane's
+without adopting: ``held``, ``held_by_client``, ``client_busy``, ``open_by_connection``,
+``in_flight_count``, ``waiting_count``, ``waiting_total`` (``waiting_services`` is ours: the
+lane queues only for a service some worker offers). ``attach_lane(None, ...)`` adopts every
+request the lane still holds and stops telling it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+from scale0.core.ports import LanePort, LaneRecord
 from scale0.core.requests import Pending, ReplyCache, RequestKey, Tally, WaitQueue
 from scale0.core.timers import RequestDue
 from scale0.core.workers import Worker, WorkerPool
@@ -158,6 +185,30 @@ def default_pool() -> str:
     return "c"
 
 
+def _no_due(deadline: float, key: RequestDue) -> None:
+    raise RuntimeError("no lane attached: nothing to adopt")
+
+
+def _lent(record: LaneRecord) -> Pending:
+    """The head of the lane's queue, as the Pending a worker the core freed is given (its
+    REQUEST built as for any other); never opened here: ``dispatched`` puts it in flight in the
+    lane, which answers it (``lane`` set)."""
+    _, _, client, client_id, caller, service, body, started, deadline, rid, seq = record
+    return Pending(
+        RequestDue(seq),
+        client,
+        (client_id, rid),
+        service,
+        rid,
+        body,
+        deadline,
+        started=started,
+        caller=caller,
+        ids=False,
+        lane=True,
+    )
+
+
 def _checked(pool: str, what: str) -> str:
     if pool not in POOLS:
         raise ValueError(f"{what} must be one of {', '.join(POOLS)}, not {pool!r}")
@@ -176,12 +227,15 @@ class Ledger:
 
     __slots__ = (
         "_cache",
+        "_due",
         "_inflight",
+        "_lane",
         "_live",
         "_per_client",
         "_pool",
         "_release",
         "_requests",
+        "_told_waits",
         "_waiting",
         "_waiting_counts",
         "_workers",
@@ -228,10 +282,14 @@ class Ledger:
         self.joinable = self._live.get
         self.open_at = self._requests.get
         self.is_open = self._requests.__contains__
-        self.running = self._inflight.get
+        self.running: Callable[[bytes], Pending | None] = self._inflight.get
         self.worker = self._workers.get
-        self.held = self._per_client.__getitem__  # (a Tally: 0 for a client holding none)
+        # (a Tally: 0 for a client holding none)
+        self.held: Callable[[bytes], int] = self._per_client.__getitem__
         self.waiting_count = self._waiting_counts.__getitem__  # (a Tally too)
+        self._lane: LanePort | None = None
+        self._told_waits: dict[str, int] = {}  # what the lane was told waits here, by service
+        self._due: Callable[[float, RequestDue], None] = _no_due
 
     def _attach_pool(self) -> None:
         """The worker pool (WorkerPool) and the registered records, by routing id."""
@@ -250,13 +308,19 @@ class Ledger:
         if pending.origin is None:
             client = pending.key[0]
             per_client = self._per_client
-            per_client[client] = per_client.get(client, 0) + 1
+            held = per_client[client] = per_client.get(client, 0) + 1
             self._live[pending.key] = pending
+            if self._lane is not None:
+                self._lane.python_holds(client, held)
         elif pending.ids:
             self._live[pending.key] = pending
 
     def held_by_client(self) -> dict[bytes, int]:
-        return dict(self._per_client)
+        held = dict(self._per_client)
+        if self._lane is not None:
+            for client, count in self._lane.held_by_client().items():
+                held[client] = held.get(client, 0) + count
+        return held
 
     def retire(self, pending: Pending) -> None:
         pending.done = True
@@ -267,15 +331,21 @@ class Ledger:
                 self._per_client[client] = held
             else:
                 self._per_client.pop(client, None)
+            if self._lane is not None:
+                self._lane.python_holds(client, max(held, 0))
         live = self._live
         if live.get(pending.key) is pending:
             del live[pending.key]
 
     def client_busy(self, routing_id: bytes) -> bool:
+        if self._lane is not None and self._lane.busy(routing_id):
+            return True
         return any(p.client == routing_id and p.origin is None for p in self._requests.values())
 
     def open_by_connection(self) -> dict[bytes, int]:
         counts: dict[bytes, int] = {}
+        if self._lane is not None:
+            counts.update(self._lane.open_by_connection())
         for pending in self._requests.values():
             if not pending.done:
                 counts[pending.client] = counts.get(pending.client, 0) + 1
@@ -321,6 +391,8 @@ class Ledger:
     def answer(self, ticket: bytes, routing_id: bytes) -> Pending | None:
         inflight = self._inflight
         pending = inflight.get(ticket)
+        if pending is None and self._lane is not None:
+            pending = self._adopt_ticket(ticket)
         if pending is None or pending.worker != routing_id:
             return None
         del inflight[ticket]
@@ -329,6 +401,8 @@ class Ledger:
         return pending
 
     def settle(self, ticket: bytes) -> Pending | None:
+        if self._lane is not None and ticket not in self._inflight:
+            self._adopt_ticket(ticket)
         return self._inflight.pop(ticket, None)
 
     def release(self, worker: Worker, ticket: bytes) -> bool:
@@ -339,7 +413,8 @@ class Ledger:
         return False
 
     def in_flight_count(self) -> int:
-        return len(self._inflight)
+        lane = self._lane
+        return len(self._inflight) + (lane.in_flight() if lane is not None else 0)
 
     # ---- workers ---------------------------------------------------------------------------
 
@@ -388,31 +463,147 @@ class Ledger:
     # ---- waiting ---------------------------------------------------------------------------
 
     def wait(self, pending: Pending, front: bool = False) -> None:
+        lane = self._lane
+        if lane is not None:
+            service = pending.service
+            if not front and lane.waiting(service):  # they came first: before it, in order
+                self._adopted(lane.adopt_waiting(service))
+            self._waiting.push(pending, front=front)
+            self._tell_waits(service)
+            return
         self._waiting.push(pending, front=front)
 
-    def next_waiting(self, service: str) -> Pending | None:
-        return self._waiting.pop(service)
+    def next_waiting(self, service: str, lend: bool = False) -> Pending | None:
+        pending = self._waiting.pop(service)
+        lane = self._lane
+        if lane is not None:
+            if pending is None:  # the lane's queue is behind ours: its head is next
+                if lend:  # for a worker freed here: it stays the lane's (see dispatched)
+                    record = lane.waiting_head(service)
+                    return None if record is None else _lent(record)
+                record = lane.adopt_next_waiting(service)
+                if record is not None:
+                    return self._adopt_one(record)
+            self._tell_waits(service)
+        return pending
 
     def put_back(self, service: str, kept: list[Pending]) -> None:
         self._waiting.put_back(service, kept)
+        if self._lane is not None:
+            self._tell_waits(service)
 
     def stop_waiting(self, pending: Pending) -> None:
         self._waiting.expired(pending)
+        if self._lane is not None:
+            self._tell_waits(pending.service)
 
     def take_out(self, pending: Pending) -> bool:
-        return self._waiting.take_out(pending)
+        taken = self._waiting.take_out(pending)
+        if self._lane is not None:
+            self._tell_waits(pending.service)
+        return taken
 
     def forwarded_waiting(self, service: str) -> Iterator[Pending]:
-        return self._waiting.forwarded_to_us(service)
+        if self._lane is None:
+            return self._waiting.forwarded_to_us(service)
+        return self._forwarded_waiting_told(service)
+
+    def _forwarded_waiting_told(self, service: str) -> Iterator[Pending]:
+        # (The lane may be told a service waits when it no longer does, if the caller stops
+        # early: only slower. Never the other way: the counts rise only in wait and put_back.)
+        for pending in self._waiting.forwarded_to_us(service):
+            self._tell_waits(service)
+            yield pending
+        self._tell_waits(service)
 
     def waiting_total(self) -> int:
-        return self._waiting.total()
+        lane = self._lane
+        return self._waiting.total() + (lane.waiting_total() if lane is not None else 0)
 
     def waiting_services(self) -> set[str]:
+        # (The lane queues only for a service a worker offers: a view adds ``offered()``.)
         return self._waiting.services()
 
     def queued_services(self) -> list[str]:
+        self.adopt_lane()
         return self._waiting.queued()
+
+    # ---- the lane (phase 3b) ---------------------------------------------------------------
+
+    def attach_lane(self, lane: LanePort | None, due: Callable[[float, RequestDue], None]) -> None:
+        """The lane shares this ledger's C pool from now on (None: it stopped; every request
+        it still holds is adopted first). ``due(deadline, key)`` puts an adopted request's
+        deadline in the heap (its key is the number the lane gave it)."""
+        raise ValueError("the lane shares a C pool: this ledger keeps a Python one")
+
+    def adopt_lane(self) -> None:
+        """Every request the lane holds becomes this ledger's (views, a change of state)."""
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_all())
+
+    def adopt_due(self, now: float) -> None:
+        """The lane's requests whose deadline has passed become this ledger's: their deadline
+        timers fire at the next Tick (R9)."""
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_due(now))
+
+    def lane_due(self) -> float | None:
+        """The earliest deadline of a request the lane holds (the loop's timer must wake then)."""
+        return None if self._lane is None else self._lane.next_due()
+
+    def _adopt_ticket(self, ticket: bytes) -> Pending | None:
+        assert self._lane is not None
+        record = self._lane.adopt(ticket)
+        return None if record is None else self._adopt_one(record)
+
+    def _adopted(self, records: Iterable[LaneRecord]) -> None:
+        """Requests of the lane's, now ours: one it dispatched is in flight at its worker, one
+        waiting in its queue waits at the back of ours (the lane's queue is behind ours)."""
+        services = set()
+        for record in records:
+            pending = self._adopt_one(record)
+            if pending.ticket is None:
+                self._waiting.push(pending)
+                services.add(pending.service)
+        for service in services:
+            self._tell_waits(service)
+
+    def _adopt_one(self, record: LaneRecord) -> Pending:
+        """A Pending for one of the lane's requests, opened, its deadline in the heap; in flight
+        if the lane dispatched it (the pool's slot is held already), else in no queue yet."""
+        ticket, worker, client, client_id, caller, service, body, started, deadline, rid, seq = (
+            record
+        )
+        pending = Pending(
+            RequestDue(seq),
+            client,
+            (client_id, rid),
+            service,
+            rid,
+            body,
+            deadline,
+            started=started,
+            caller=caller,
+            ids=False,  # a Majordomo request: its ids are the lane's (D1)
+        )
+        self.open(pending)
+        if ticket:
+            pending.ticket, pending.worker, pending.attempt = ticket, worker, 1
+            self._inflight[ticket] = pending
+        self._due(deadline, pending.seq)
+        return pending
+
+    def _tell_waits(self, service: str) -> None:
+        """Tell the lane how many requests of ``service`` wait here, when that changed."""
+        waits = self._waiting_counts.get(service, 0)
+        told = self._told_waits
+        if told.get(service, 0) != waits:
+            if waits:
+                told[service] = waits
+            else:
+                del told[service]
+            assert self._lane is not None
+            self._lane.python_waits(service, waits)
 
 
 class CPoolLedger(Ledger):
@@ -443,10 +634,54 @@ class CPoolLedger(Ledger):
         pending.ticket = ticket
         pending.attempt += 1
         self._hold(routing_id, ticket)
+        if pending.lane:  # the lane's head, lent: in flight in the lane, its REPLY the lane's
+            assert self._lane is not None
+            self._lane.dispatch_head(pending.service, ticket, routing_id)
+            return
         self._inflight[ticket] = pending
 
     def release(self, worker: Worker, ticket: bytes) -> bool:
         return self._release(worker.routing_id, ticket)
+
+    # ---- the lane (phase 3b) ---------------------------------------------------------------
+
+    @property
+    def cpool(self) -> CPool:
+        """The C pool, for the lane to share (scale0.net._zmqio.Lane.attach_pool)."""
+        return self._cpool
+
+    def attach_lane(self, lane: LanePort | None, due: Callable[[float, RequestDue], None]) -> None:
+        if lane is None:
+            self.adopt_lane()
+            self._lane = None
+            self._told_waits.clear()
+            self.held = self._per_client.__getitem__
+            self.running = self._inflight.get
+            self.waiting_count = self._waiting_counts.__getitem__
+            self._due = _no_due
+            return
+        self._lane = lane
+        self._due = due
+        self.held = self._held_with_lane
+        self.running = self._running_with_lane
+        self.waiting_count = self._waiting_with_lane
+        self._told_waits.clear()
+        for service in self._waiting.services():
+            self._tell_waits(service)
+        for client, held in self._per_client.items():
+            lane.python_holds(client, held)
+
+    def _held_with_lane(self, client: bytes) -> int:
+        assert self._lane is not None
+        return self._per_client[client] + self._lane.held(client)
+
+    def _waiting_with_lane(self, service: str) -> int:
+        assert self._lane is not None
+        return self._waiting_counts[service] + self._lane.waiting(service)
+
+    def _running_with_lane(self, ticket: bytes) -> Pending | None:
+        pending = self._inflight.get(ticket)
+        return pending if pending is not None else self._adopt_ticket(ticket)
 
     # ---- workers ---------------------------------------------------------------------------
 
@@ -467,6 +702,8 @@ class CPoolLedger(Ledger):
         return old
 
     def dismiss(self, routing_id: bytes) -> Worker | None:
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_worker(routing_id))
         self._cpool.remove(routing_id)
         return self._workers.pop(routing_id, None)
 
@@ -481,6 +718,8 @@ class CPoolLedger(Ledger):
 
     def tickets_of(self, worker: Worker) -> list[bytes]:
         routing_id = worker.routing_id
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_worker(routing_id))
         return self._cpool.tickets(routing_id) if routing_id in self._workers else []
 
     def used(self, worker: Worker) -> int:

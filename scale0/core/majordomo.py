@@ -88,7 +88,7 @@ class Majordomo:
         """D1: the sender's session, opened by its first valid message; False if refused."""
         core = self.core
         speaks = self.speaks
-        new = (channel, routing_id) not in speaks
+        new = speaks.get((channel, routing_id)) != reading
         speaks[channel, routing_id] = reading
         if core.state is not BrokerState.ACTIVE or self.sessions.full(channel, routing_id):
             if channel is Channel.BACKEND:  # not active, or past max_sessions (R20)
@@ -99,7 +99,8 @@ class Majordomo:
                 core.counters["dropped"] += 1
             return False
         self.sessions.adopt(channel, routing_id, now)
-        if new:  # the lane passes an S0P HEARTBEAT from it now (it would stop speaking MDP)
+        if new:  # the lane passes an S0P HEARTBEAT from it now (it would stop speaking MDP),
+            # and answers it in this reading
             self.sessions.remirror(channel, routing_id)
         return True
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -110,6 +111,29 @@ class Metrics:
         latency.counts[bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
         latency.sum_s += seconds
         latency.count += 1
+
+    def merge(self, service: str, status: int, counts: Sequence[int], sum_s: float) -> None:
+        """Answers of ``service`` observed elsewhere (the C lane), as one histogram's bucket
+        ``counts`` (one per LATENCY_BUCKETS_S bound, +Inf last) and their latencies' sum:
+        the same as an ``observe`` for each."""
+        if len(counts) != len(LATENCY_BUCKETS_S) + 1:
+            raise ValueError(f"{len(counts)} bucket counts, not {len(LATENCY_BUCKETS_S) + 1}")
+        count = sum(counts)
+        if not count:
+            return
+        replies = self.replies
+        replies[status] = replies.get(status, 0) + count
+        stats = self.services.get(service)
+        if stats is None:
+            if len(self.services) >= MAX_SERVICES:
+                service = OTHER_SERVICE
+            stats = self.services.setdefault(service, ServiceMetrics())
+        stats.replies[status] = stats.replies.get(status, 0) + count
+        latency = stats.latency
+        for index, n in enumerate(counts):
+            latency.counts[index] += n
+        latency.sum_s += sum_s
+        latency.count += count
 
     def totals(self) -> dict[str, float]:
         """Cumulative counts over every service: replies, errors (status >= 400), latency."""

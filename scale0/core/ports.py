@@ -31,6 +31,7 @@ __all__ = [
     "FamilyPort",
     "ForwardingPort",
     "GuardPort",
+    "LanePort",
     "LedgerPort",
     "LifecyclePort",
     "MajordomoPort",
@@ -127,7 +128,7 @@ class LedgerPort(Protocol):
     # waiting
     def wait(self, pending: Pending, front: bool = False) -> None: ...
 
-    def next_waiting(self, service: str) -> Pending | None: ...
+    def next_waiting(self, service: str, lend: bool = False) -> Pending | None: ...
 
     def put_back(self, service: str, kept: list[Pending]) -> None: ...
 
@@ -199,10 +200,71 @@ class MirrorPort(Protocol):
         promise_ms: int,
         gap_s: float,
         last_seen: float,
-        majordomo: bool,
+        majordomo: int,
+        client_id: bytes,
+        open: bool,
     ) -> None: ...
 
     def forget(self, channel: Channel, routing_id: bytes) -> None: ...
+
+
+#: A request of the lane's, handed to the ledger (LanePort's ``adopt*``): ticket, worker's
+#: routing id (both b"" while it waits in the lane's queue), client's routing id, client_id,
+#: caller (its CURVE key), service, body, started, deadline, request_id, and its number
+#: (``next_seq``'s, shared with the core: its deadline's timer key).
+LaneRecord = tuple[
+    bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes, int
+]
+
+
+class LanePort(Protocol):
+    """The lane's requests, as the ledger reaches them (scale0/net/lane.py; docs/architecture.md
+    "Phase 3b"): the C lane dispatches a Majordomo client's REQUEST to a ready Majordomo worker
+    of the C pool and returns its final REPLY without the core, while the ledger tells it where
+    it may not (a service a request waits for here, R6; a client with a request held here,
+    R20); whatever the core must decide about one of its requests (a PARTIAL, a lost worker, a
+    deadline, a table) first hands that request to the ledger (``adopt*``), which then owns it
+    as one of its own. Called only while the loop holds the lane's lock."""
+
+    def adopt(self, ticket: bytes) -> LaneRecord | None: ...
+
+    def adopt_worker(self, routing_id: bytes) -> list[LaneRecord]: ...
+
+    def adopt_all(self) -> list[LaneRecord]: ...
+
+    def adopt_due(self, now: float) -> list[LaneRecord]: ...
+
+    def next_due(self) -> float | None: ...
+
+    def held(self, client_id: bytes) -> int: ...
+
+    def busy(self, routing_id: bytes) -> bool: ...
+
+    def in_flight(self) -> int: ...
+
+    def open_by_connection(self) -> dict[bytes, int]: ...
+
+    def held_by_client(self) -> dict[bytes, int]: ...
+
+    def adopt_next_waiting(self, service: str) -> LaneRecord | None: ...
+
+    def waiting_head(self, service: str) -> LaneRecord | None: ...
+
+    def dispatch_head(self, service: str, ticket: bytes, worker: bytes) -> None: ...
+
+    def adopt_waiting(self, service: str) -> list[LaneRecord]: ...
+
+    def waiting(self, service: str) -> int: ...
+
+    def waiting_total(self) -> int: ...
+
+    def next_seq(self) -> int: ...
+
+    def seq_from(self, number: int) -> None: ...
+
+    def python_waits(self, service: str, count: int) -> None: ...
+
+    def python_holds(self, client_id: bytes, count: int) -> None: ...
 
 
 class DispatchPort(Protocol):

@@ -69,6 +69,9 @@ class Pending:
     # back only to it (it joins the run it may still be doing), never to another broker.
     prefer: str | None = None
     prefer_until: float = 0.0
+    # The C lane's, waiting in its queue: dispatched by the core to a worker it freed, but the
+    # lane's to answer (scale0/core/ledger.py ``next_waiting(service, lend=True)``); never opened
+    lane: bool = False
 
     def join(self, routing_id: bytes, ticket: bytes | None) -> None:
         """Someone else asks for this very request (R10): answer it too. A frontend client

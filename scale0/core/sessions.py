@@ -51,6 +51,7 @@ from scale0.wire.client import (
 from scale0.wire.errors import ProtocolError
 from scale0.wire.frames import FRAME_OPTIONS, SIG_CLIENT
 from scale0.wire.hot import Beat
+from scale0.wire.mdp import reading_code
 from scale0.wire.peer import BrokerState
 
 __all__ = ["Sessions"]
@@ -177,9 +178,19 @@ class Sessions:
         channel, routing_id = session.channel, session.routing_id
         if channel is Channel.BACKEND:
             gap_s = GAP_INTERVALS * session.timeout_s / self.core.network.liveness
-        # It speaks Majordomo (an S0P HEARTBEAT from it would change that: not the lane's)
-        majordomo = (channel, routing_id) in self.majordomo.speaks
-        mirror.note(channel, routing_id, session.promise_ms, gap_s, session.last_seen, majordomo)
+        # It speaks Majordomo (an S0P HEARTBEAT from it would change that: not the lane's), and
+        # how: the lane answers it in that reading (0: S0P)
+        reading = self.majordomo.speaks.get((channel, routing_id))
+        mirror.note(
+            channel,
+            routing_id,
+            session.promise_ms,
+            gap_s,
+            session.last_seen,
+            0 if reading is None else reading_code(reading),
+            session.client_id.encode(),
+            session.allowed == "all",
+        )
 
     def remirror(self, channel: Channel, routing_id: bytes) -> None:
         """Tell the lane (if any) of ``routing_id``'s session again: it began to speak

@@ -213,6 +213,27 @@ def render_metrics(status: Mapping[str, Any]) -> str:
             ],
         )
         w.family(
+            "scale0_lane_requests_total",
+            "counter",
+            "Majordomo requests the C lane took (dispatched or queued), answered, queued, and "
+            "handed to the loop (a PARTIAL, a lost worker, a deadline, a change of state).",
+            [
+                ({"outcome": outcome}, lane.get(key, 0))
+                for outcome, key in (
+                    ("taken", "requests"),
+                    ("answered", "replies"),
+                    ("queued", "queued"),
+                    ("handed", "handed"),
+                )
+            ],
+        )
+        w.family(
+            "scale0_lane_waiting",
+            "gauge",
+            "Requests waiting in the C lane's queue for a worker.",
+            [({}, lane.get("waiting", 0))],
+        )
+        w.family(
             "scale0_lane_stalled_total",
             "counter",
             "Times the lane found its pipe to the loop full (it stopped reading that socket).",

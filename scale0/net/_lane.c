@@ -2,7 +2,11 @@
  * scale0.net._zmqio.Lane: a C thread that owns the broker's frontend and backend ROUTER sockets
  * and takes plain HEARTBEATs, S0P and Majordomo workers', without waking Python (phase 3a of
  * the C lane, docs/architecture.md
- * "Decided, being built: the data plane moves to a C lane"; issue 14).
+ * "Decided, being built: the data plane moves to a C lane"; issue 14), and dispatches
+ * Majordomo client REQUESTs to Majordomo workers (or queues them, behind Python's queue) and
+ * returns their final REPLYs, sharing the worker pool (scale0/core/_pool.c) with the Python core
+ * under one lock (phase 3b, steps 1 and 2: "Requests" below; the rule's Python twin is
+ * RequestLane in tests/core/test_lane_requests.py).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
@@ -13,9 +17,15 @@
  *       it with the GIL released. Before it exits the thread forwards everything waiting on both
  *       pipes to the ROUTERs (Python's last sends).
  *   configure(config_version, max_skew_s)
- *   note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=False)   insert or
- *       update a session; last_seen only ever raises the entry's; gap_s 0 or inf: no gap
- *       check; majordomo: it speaks Majordomo (the core's Majordomo.speaks)
+ *   note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b"",
+ *        open=True)   insert or update a session; last_seen only ever raises the entry's; gap_s
+ *       0 or inf: no gap check; majordomo: 0 = it speaks S0P, else it speaks Majordomo
+ *       (the core's Majordomo.speaks) in the reading scale0.core.majordomo.Reading packed:
+ *       bit 0 version 1 (MDPC01/MDPW01), bit 1 version 2 (MDP*02), bit 2 delimited (frame 0
+ *       empty), bit 3 majortomo's client command numbers (0..15, else ValueError). True (1)
+ *       still means "speaks Majordomo" for HEARTBEATs, and is no reading a REQUEST is taken
+ *       in or written for. client_id: a frontend session's (UTF-8 bytes); open: its key may
+ *       call every service (T1-T4's grant "all"). client_id and open replace the entry's.
  *   forget(channel, routing_id); clear()
  *   negotiated(channel, fd); gone(channel, fd)                 R20: the negotiated connections
  *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT taken by the lane
@@ -24,8 +34,24 @@
  *   stats() -> dict[str, int]   wakeups, received (from the ROUTERs), beats (taken), passed (to
  *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
  *       libzmq refused), answers, stalled (a pipe was full), lost (held at stop, or out of
- *       memory), errors (socket errors), marks (Python's "done" marks, see "Order"). After
- *       stop(): received == beats + passed + lost.
+ *       memory), errors (socket errors), marks (Python's "done" marks, see "Order"), requests
+ *       and replies (Majordomo REQUESTs, dispatched or queued, and final REPLYs the lane took),
+ *       handed (records adopted by Python), queued (requests the lane put in its queue, in
+ *       all), lent (dispatch_head calls), waiting (records in its queues now). After stop():
+ *       received == beats + requests + replies + passed + lost.
+ *   lock(); unlock()            the one lock ("One lock" below), for Python
+ *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
+ *   serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue);
+ *   python_waits(service, count); python_holds(client_id, count)   the gates ("Requests")
+ *   next_seq() -> int; seq_from(n)                              the one numbering ("Records")
+ *   adopt(ticket) -> record | None; adopt_worker(routing_id) -> [record];
+ *   adopt_all() -> [record]; adopt_due(now) -> [record]; next_due() -> float | None;
+ *   waiting_head(service) -> record | None; dispatch_head(service, ticket, worker_rid);
+ *   adopt_next_waiting(service) -> record | None; adopt_waiting(service) -> [record];
+ *   waiting(service) -> int; waiting_total() -> int;
+ *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
+ *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
+ *   drain() -> (requests, replies, [(service, counts, sum_s)], changed)   ("Records")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
  *
@@ -76,9 +102,111 @@
  * what is still held goes to the pipe if it takes it now, else it is counted in "lost" (the
  * only loss: a lane stopped while Python is not reading its pipe).
  *
- * Threads. The session table has one mutex: the Python-called methods hold the GIL and take it
- * briefly (never while making a Python object); the thread takes it once per batch and never
- * takes the GIL. Counters are atomics. The thread uses only these C structures and libzmq.
+ * One lock. One recursive mutex guards everything shared: the session table, the request
+ * records, the gates, the drain counters and the attached pool. The thread takes it once per
+ * batch it reads from a ROUTER and never blocks on anything else while holding it (its sends
+ * are DONTWAIT; a full pipe is handled as above) and never takes the GIL. Python takes it with
+ * lock() (trylock; if busy, the GIL is released while it waits, so a thread holding the lock is
+ * never stuck behind the GIL) and releases it with unlock(); every other method takes it too,
+ * the same way, for its own work (recursive: fine inside lock()). lock() counts Python's holds
+ * in python_holds (touched only with the GIL held); unlock() without a matching lock(), or from
+ * a thread that does not hold it, raises RuntimeError; stop() raises RuntimeError while Python
+ * holds it (the thread may be waiting for it: the join would deadlock). The node holds it for
+ * the whole of every callback that enters the core, so each compound decision of the core is
+ * atomic against the lane. Counters are atomics. The thread uses only these C structures, the
+ * pool's C API (scale0/core/_pool_api.h) and libzmq.
+ *
+ * The pool. attach_pool keeps a reference to the Pool and from then on the thread uses it only
+ * under the lock, through the capsule scale0.core._pool._C_API. It sets the pool's guard to
+ * python_holds: while it is set every Pool method raises RuntimeError("the pool is shared with
+ * a lane: call it under lane.lock()") when Python does not hold the lock. Detaching, or the
+ * lane's dealloc, clears it.
+ *
+ * Requests (only Majordomo clients to Majordomo workers; S0P REQUEST/REPLY go to Python).
+ * Gates, set by Python: serve(on, timeout_s, max_per_client, ticket_prefix, max_queued,
+ * may_queue) (off at start: the node turns it on only when the broker is ACTIVE, not draining,
+ * with no event log, no `routes` and a C pool attached; ticket_prefix at most 247 bytes;
+ * max_queued: the config's max_queued_requests, Python's waiting and the lane's of a service
+ * count against it together; may_queue: the lane may queue, no peer in the family),
+ * python_waits(service, count) (how many requests of it wait in Python, R6; 0 forgets it),
+ * python_holds(client_id, count) (how many requests of that client Python holds, R20's cap
+ * counts them with the lane's). Negative counts: ValueError.
+ * A frontend message is taken iff: serve is on and a pool attached; it is exactly a form
+ * scale0.wire.registry decodes to MdpClientRequest ([b"", MDPC01, service, body..],
+ * [b"", MDPC02, 0x01 or majortomo's 0x02, service, body..], or those of MDPC02 without frame 0),
+ * every frame <= max_frame_bytes, the service 1..255 bytes of strict UTF-8 with no ASCII control
+ * character (name_frame's rule for ASCII; a non-ASCII name is routed only when the pool offers
+ * it, and every name in the pool came through name_frame) and not reserved ("mmi." or
+ * "scale0.": is_reserved_service); the session (0, rid) has majordomo == this message's reading,
+ * open, promise_ms 0, a negotiated fd (or < 0), and Order allows it; the lane's requests of its
+ * client_id (in flight and waiting) + python_holds(client_id) < max_per_client. From here the
+ * request counter (request ids) and the shared seq each give it their next number, taken or
+ * not (RequestLane does so; the numbers only order). Then either:
+ *   dispatch: the pool has a ready worker for the service (peek, the LRU one), the service has
+ *     python_waits == 0, and that worker's session (1, wrid) has a reading a REQUEST can be
+ *     written in (MDPW01 delimited, MDPW02 delimited or not) and promise_ms 0 (a ready worker
+ *     otherwise: passed). Then take, ticket = ticket_prefix + 8 bytes big-endian of 2**63 | n
+ *     (n the lane's ticket counter from 1, counting dispatches only; the core's tickets never
+ *     set that bit), hold(wrid, ticket), the record in flight, the service marked changed, and
+ *     the worker is sent MdpWorkerRequest(ticket, body, protocol, delimited) of its reading,
+ *     the body frames moved (the record keeps zmq_msg_copy's of them);
+ *   queue: no ready worker, may_queue, the pool's offered(service) > 0, and python_waits +
+ *     the lane's waiting of the service < max_queued. The record, without ticket or worker,
+ *     goes to the back of the lane's queue of the service (logically behind Python's: Python
+ *     gives its own waiting first, then the lane's head, dispatch_head); nothing is sent, the
+ *     service is not marked changed; queued + 1.
+ * Either way the client's counts + 1, requests + 1, the client's entry heard (as a taken
+ * beat's). Else the message goes to Python.
+ * A backend message is taken iff: serve is on and a pool attached; it is exactly a form the
+ * registry decodes to MdpWorkerReply ([b"", MDPW01, 0x03, ticket, b"", body..],
+ * [b"", MDPW02, 0x04, ticket, b"", body..] or without frame 0 for MDPW02; not a PARTIAL), every
+ * frame <= max_frame_bytes; the ticket is a record of the lane in flight whose worker is this
+ * rid (a lane ticket, or Python's given by dispatch_head); the session (1, rid) exists, its fd is
+ * negotiated (or < 0), and Order allows it; and, with `services` the worker's services now in
+ * the pool (services_of: a READY since may have changed them; in its order), no service of
+ * `services` has python_waits > 0, and if one has a non-empty lane queue the worker's session
+ * has a reading a REQUEST can be written in and promise_ms 0. Then: the record out,
+ * release(wrid, ticket); the first service of `services` whose lane queue is non-empty gives
+ * its head to this worker at once (a lane ticket, hold, the service marked changed, the record
+ * in flight, its deadline unchanged), else list_ready(wrid); the client's counts - 1, replies +
+ * 1, the latency (now - started, negative as 0) into the answered service's histogram
+ * (scale0.core.metrics.LATENCY_BUCKETS_S, bisect_left), that service marked changed, the
+ * worker's entry heard; the client is sent MdpClientReply(service, body, protocol, delimited,
+ * majortomo) of the record's reading, the body frames moved; then the worker, if it got a head,
+ * MdpWorkerRequest of its reading with copies of that record's body. Anything else (a PARTIAL,
+ * an unknown ticket, another worker's reply) goes to Python unchanged; Python adopts the record
+ * when it finds the ticket is not its own. Sends refused by libzmq count in send_dropped (the
+ * record of a REQUEST stays: its deadline hands it to Python).
+ *
+ * Records. One per request the lane holds, in flight (ticket and worker) or waiting (neither):
+ * (ticket, worker_rid, client_rid, client_id, caller (the header's CURVE key, "" without),
+ * service, body, started (the batch's monotonic clock), deadline (started + timeout_s), the
+ * client's reading, request_id b"mdp.L%d" % n (the request counter), seq). The record owns its
+ * body msgs (closed when answered, adopted, or at dealloc). note() of a frontend entry with a
+ * nonzero majordomo sets that reading on every record of that routing id (the core answers in
+ * the reading spoken last). A record adopted leaves the lane (a waiting one its queue): an in
+ * flight one's slot stays held in the pool under its ticket; its client's count leaves the
+ * lane's (Python counts it now); handed + 1. Python adopts with the lock held: adopt(ticket)
+ * (in flight only), adopt_worker(routing_id) (in flight, ticket order), adopt_all() (in flight
+ * in ticket order, then waiting in seq order), adopt_due(now) (deadline <= now, in flight or
+ * waiting, in (deadline, seq) order), adopt_next_waiting(service) (its queue's head),
+ * adopt_waiting(service) (its whole queue, in order); each record is the tuple (ticket,
+ * worker_rid, client_rid, client_id (bytes), caller (str), service (str), body (tuple of
+ * bytes), started, deadline, request_id, seq), ticket and worker_rid b"" for a waiting one.
+ * waiting_head(service): the head's tuple, not removed. dispatch_head(service, ticket,
+ * worker_rid): Python freed the worker, took it from the pool and hold(worker_rid, ticket)
+ * (any bytes): the head is in flight there under that ticket and stays the lane's (its REPLY is
+ * the lane's to answer); lent + 1; KeyError if the queue is empty, ValueError if the ticket is
+ * already one of the lane's or worker_rid is not 1..255 bytes; not marked changed; Python sends
+ * the REQUEST. One numbering: next_seq() gives the counter's next value (Python calls it for
+ * each of its own requests while a lane is attached), seq_from(n) raises it to at least n; each
+ * record takes the next value when the lane takes it. next_due(): the earliest deadline held,
+ * waiting ones too (a heap); held(client_id), busy(client_rid), open_by_connection(),
+ * held_by_client(): in flight and waiting; in_flight(): in flight only; waiting(service),
+ * waiting_total(). drain(): (requests, replies, [(service, counts (len(buckets) + 1), sum_s)],
+ * changed) since the last drain, services sorted. At stop() the records stay, adoptable.
+ * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
+ * tables by what Python tells, drain's table by the services taken between two drains.
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
@@ -97,6 +225,7 @@
 #include <unistd.h>
 
 #include "../_table.h"
+#include "../core/_pool_api.h"
 #include "_zmqio.h"
 
 #define S0_LANE_BUDGET 256 /* messages read per socket per wake-up */
@@ -114,9 +243,18 @@ typedef struct {
     double last_seen;
     Py_ssize_t heard_at; /* index in the lane's heard list, -1 if not in it */
     int channel;
-    int majordomo;        /* it speaks Majordomo: an S0P HEARTBEAT from it is Python's */
+    int majordomo;        /* 0: S0P; else its Majordomo reading (READ_* bits, see note()) */
+    int open;             /* its key may call every service (T1-T4 grant "all") */
     uint64_t last_passed; /* the number of its last message passed to Python (see "Order") */
+    unsigned char *client_id; /* a frontend session's client_id (malloc'd, NULL: none) */
+    size_t client_id_len;
 } s0_entry;
+
+static void entry_free(s0_entry *e) {
+    if (e != NULL)
+        free(e->client_id);
+    free(e);
+}
 
 typedef struct {
     s0_table entries[2];
@@ -168,7 +306,7 @@ static void sessions_clear(s0_sessions *t) {
         s0_table *tab = &t->entries[c];
         if (tab->slots != NULL)
             for (size_t i = 0; i <= tab->mask; i++)
-                free(tab->slots[i]);
+                entry_free((s0_entry *)tab->slots[i]);
         free(tab->slots);
         tab->slots = NULL;
         tab->mask = 0;
@@ -200,7 +338,8 @@ typedef struct {
     size_t n, cap;
     s0_zmq_msg_t inline_frames[S0_LANE_INLINE_FRAMES];
     int fd;
-    int take;            /* taken by the lane: answered (frontend) and dropped */
+    int take;            /* taken by the lane: TAKE_BEAT (answered on the frontend, dropped),
+                            TAKE_REQUEST or TAKE_REPLY (already sent on, under the lock) */
     long long promise;   /* the answer's interval_ms (0: none) */
     char *header;        /* inline or heap */
     size_t header_len;
@@ -275,12 +414,25 @@ enum {
     ST_LOST,
     ST_ERRORS,
     ST_MARKS,
+    ST_REQUESTS,
+    ST_REPLIES,
+    ST_HANDED,
+    ST_QUEUED,
+    ST_LENT,
     ST_COUNT,
 };
 
+enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
+
+/* A Majordomo reading packed (scale0.core.majordomo.Reading; note()'s majordomo). */
+#define READ_V1 1        /* MDPC01 / MDPW01 */
+#define READ_V2 2        /* MDPC02 / MDPW02 */
+#define READ_DELIMITED 4 /* frame 0 is the empty delimiter */
+#define READ_MAJORTOMO 8 /* majortomo's client command numbers */
+
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
-    "lost", "errors", "marks",
+    "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent",
 };
 
 typedef struct {
@@ -300,11 +452,41 @@ typedef struct {
     int started, stopped, joined;
     pthread_t thread;
     pthread_mutex_t join_mutex; /* one stop() joins; a concurrent one waits for it */
-    pthread_mutex_t mutex;
+    pthread_mutex_t mutex; /* recursive: the one lock ("One lock" above) */
     s0_sessions sessions;
     uint64_t stats[ST_COUNT];
     int stop_flag;
+    int python_holds; /* lock() calls not yet unlocked (touched only with the GIL held) */
+    /* Below: guarded by `mutex`. The gates Python sets. */
+    int serving;
+    double timeout_s;
+    long long max_per_client;
+    unsigned char prefix[255];
+    size_t prefix_len;
+    long long max_queued;
+    int may_queue;
+    s0_table waits; /* service -> how many of its requests wait in Python (s0_count) */
+    s0_table holds; /* client_id -> how many of its requests Python holds (s0_count) */
+    /* The shared pool (attach_pool), NULL if none; pool_obj is our reference to it. */
+    PyObject *pool_obj;
+    struct s0_pool *pool;
+    /* The requests the lane holds. */
+    s0_table records;        /* by ticket */
+    struct s0_record **heap; /* every record, in flight or waiting, by (deadline, seq) */
+    size_t n_heap, heap_cap;
+    s0_table client_counts; /* client_id -> records of it */
+    s0_table rid_counts;    /* client routing id -> records of it */
+    uint64_t number;        /* the last request number given (request ids) */
+    uint64_t tickets;       /* the last lane ticket number given */
+    uint64_t seq;           /* the one numbering shared with Python (next_seq, seq_from) */
+    s0_table wqueues;       /* service -> s0_wq: the lane's waiting requests */
+    size_t n_waiting;       /* records in the wqueues */
+    /* What drain() hands over. */
+    s0_table svcs; /* service -> s0_svc */
+    uint64_t drain_requests, drain_replies;
 } LaneObject;
+
+static const s0_pool_api *pool_api; /* set by the first attach_pool (PyCapsule_Import) */
 
 static void count(LaneObject *self, int which, uint64_t n) {
     __atomic_fetch_add(&self->stats[which], n, __ATOMIC_RELAXED);
@@ -439,15 +621,716 @@ static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, doub
     return 1;
 }
 
+/* ---- the requests the lane holds (phase 3b: Majordomo client to Majordomo worker) ---------- */
+
+/* A key and a number: the per-client counts, and the gate sets (n unused). */
+typedef struct {
+    s0_key key;
+    long long n;
+} s0_count;
+
+static s0_count *count_find(const s0_table *t, const void *data, size_t len) {
+    return (s0_count *)table_find(t, data, len, hash_bytes(data, len));
+}
+
+static long long count_of(const s0_table *t, const void *data, size_t len) {
+    s0_count *c = count_find(t, data, len);
+    return c != NULL ? c->n : 0;
+}
+
+/* The record of `key`, made (n = 0) if it has none; NULL out of memory. */
+static s0_count *count_make(s0_table *t, const void *data, size_t len) {
+    uint64_t h = hash_bytes(data, len);
+    s0_count *c = (s0_count *)table_find(t, data, len, h);
+    if (c != NULL)
+        return c;
+    if (table_reserve(t, 1) < 0 || (c = record_new(sizeof(s0_count), data, len, h)) == NULL)
+        return NULL;
+    table_insert(t, &c->key);
+    return c;
+}
+
+/* Free the record if its count is 0 or less. */
+static void count_settle(s0_table *t, s0_count *c) {
+    if (c != NULL && c->n <= 0) {
+        table_remove(t, &c->key);
+        free(c);
+    }
+}
+
+static void count_add(s0_table *t, const void *data, size_t len, long long delta) {
+    s0_count *c = count_find(t, data, len);
+    if (c != NULL) {
+        c->n += delta;
+        count_settle(t, c);
+    }
+}
+
+/* Free every record of a table of plain records (no owned memory of their own). */
+static void table_free_all(s0_table *t) {
+    if (t->slots != NULL)
+        for (size_t i = 0; i <= t->mask; i++)
+            free(t->slots[i]);
+    free(t->slots);
+    t->slots = NULL;
+    t->mask = 0;
+    t->used = 0;
+}
+
+typedef struct s0_wq s0_wq;
+
+/* A request the lane took: everything Python needs to own it (adopt). One allocation: the
+ * record, its body msgs, then its byte strings. Its key is the ticket (len 0 while it waits in
+ * a queue), in ticket_buf or, for a longer ticket Python gives (dispatch_head), ticket_heap. */
+typedef struct s0_record {
+    s0_key key; /* the ticket */
+    const unsigned char *crid, *client_id, *caller, *service;
+    size_t wrid_len, crid_len, client_id_len, caller_len, service_len;
+    unsigned char wrid[256]; /* the worker's routing id (wrid_len 0 while waiting) */
+    unsigned char ticket_buf[255 + 8];
+    unsigned char *ticket_heap;
+    s0_zmq_msg_t *body; /* zmq_msg_copy's of the client's body frames */
+    size_t n_body;
+    double started, deadline;
+    int reading;     /* the client's */
+    uint64_t number; /* request_id b"mdp.L%d" */
+    uint64_t seq;    /* the shared numbering */
+    size_t heap_at;
+    s0_wq *queue; /* the queue it waits in, NULL when in flight */
+    struct s0_record *qprev, *qnext;
+} s0_record;
+
+/* One service's queue of waiting records, first in first out; freed when empty. */
+struct s0_wq {
+    s0_key key; /* the service, UTF-8 */
+    s0_record *head, *tail;
+    size_t n;
+};
+
+static void record_free(s0_record *r) {
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->n_body; i++)
+        p_msg_close(&r->body[i]);
+    free(r->ticket_heap);
+    free(r);
+}
+
+/* Give the record its ticket: 0, or -1 out of memory (nothing changed). */
+static int record_set_ticket(s0_record *r, const void *ticket, size_t len) {
+    unsigned char *to = r->ticket_buf;
+    if (len > sizeof(r->ticket_buf)) {
+        if ((to = malloc(len)) == NULL)
+            return -1;
+        free(r->ticket_heap);
+        r->ticket_heap = to;
+    }
+    if (len)
+        memcpy(to, ticket, len);
+    r->key.data = to;
+    r->key.len = len;
+    r->key.hash = hash_bytes(to, len);
+    return 0;
+}
+
+static void record_set_worker(s0_record *r, const void *rid, size_t len) { /* len <= 255 */
+    if (len)
+        memcpy(r->wrid, rid, len);
+    r->wrid_len = len;
+}
+
+static s0_wq *wq_find(const LaneObject *self, const void *service, size_t len) {
+    return (s0_wq *)table_find(&self->wqueues, service, len, hash_bytes(service, len));
+}
+
+static size_t wq_count(const LaneObject *self, const void *service, size_t len) {
+    s0_wq *q = wq_find(self, service, len);
+    return q != NULL ? q->n : 0;
+}
+
+/* The queue of `service`, made (empty) if none; NULL out of memory. */
+static s0_wq *wq_make(LaneObject *self, const void *service, size_t len) {
+    uint64_t h = hash_bytes(service, len);
+    s0_wq *q = (s0_wq *)table_find(&self->wqueues, service, len, h);
+    if (q != NULL)
+        return q;
+    if (table_reserve(&self->wqueues, 1) < 0 ||
+        (q = record_new(sizeof(s0_wq), service, len, h)) == NULL)
+        return NULL;
+    table_insert(&self->wqueues, &q->key);
+    return q;
+}
+
+/* Free the queue if it is empty. */
+static void wq_settle(LaneObject *self, s0_wq *q) {
+    if (q != NULL && q->n == 0) {
+        table_remove(&self->wqueues, &q->key);
+        free(q);
+    }
+}
+
+static void wq_push(LaneObject *self, s0_wq *q, s0_record *r) {
+    r->queue = q;
+    r->qnext = NULL;
+    r->qprev = q->tail;
+    if (q->tail)
+        q->tail->qnext = r;
+    else
+        q->head = r;
+    q->tail = r;
+    q->n++;
+    self->n_waiting++;
+}
+
+/* Out of its queue (the queue freed if now empty). */
+static void wq_unlink(LaneObject *self, s0_record *r) {
+    s0_wq *q = r->queue;
+    if (r->qprev)
+        r->qprev->qnext = r->qnext;
+    else
+        q->head = r->qnext;
+    if (r->qnext)
+        r->qnext->qprev = r->qprev;
+    else
+        q->tail = r->qprev;
+    r->queue = NULL;
+    r->qprev = r->qnext = NULL;
+    q->n--;
+    self->n_waiting--;
+    wq_settle(self, q);
+}
+
+static int record_before(const s0_record *a, const s0_record *b) {
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+static void heap_set(LaneObject *self, size_t i, s0_record *r) {
+    self->heap[i] = r;
+    r->heap_at = i;
+}
+
+static void heap_sift(LaneObject *self, size_t i) {
+    s0_record *r = self->heap[i];
+    while (i > 0) { /* up */
+        size_t parent = (i - 1) / 2;
+        if (!record_before(r, self->heap[parent]))
+            break;
+        heap_set(self, i, self->heap[parent]);
+        i = parent;
+    }
+    for (;;) { /* down */
+        size_t child = 2 * i + 1;
+        if (child >= self->n_heap)
+            break;
+        if (child + 1 < self->n_heap && record_before(self->heap[child + 1], self->heap[child]))
+            child++;
+        if (!record_before(self->heap[child], r))
+            break;
+        heap_set(self, i, self->heap[child]);
+        i = child;
+    }
+    heap_set(self, i, r);
+}
+
+static int heap_reserve(LaneObject *self) {
+    if (self->n_heap < self->heap_cap)
+        return 0;
+    size_t cap = self->heap_cap ? 2 * self->heap_cap : 64;
+    s0_record **grown = realloc(self->heap, cap * sizeof(*grown));
+    if (grown == NULL)
+        return -1;
+    self->heap = grown;
+    self->heap_cap = cap;
+    return 0;
+}
+
+static void heap_push(LaneObject *self, s0_record *r) { /* after heap_reserve */
+    heap_set(self, self->n_heap++, r);
+    heap_sift(self, r->heap_at);
+}
+
+static void heap_remove(LaneObject *self, s0_record *r) {
+    size_t i = r->heap_at;
+    s0_record *last = self->heap[--self->n_heap];
+    if (last != r) {
+        heap_set(self, i, last);
+        heap_sift(self, i);
+    }
+}
+
+/* A record leaves the lane (answered or handed to Python): out of every table (its queue if it
+ * waits), its client's
+ * counts down. Its pool slot is the caller's business. */
+static void record_out(LaneObject *self, s0_record *r) {
+    if (r->queue != NULL)
+        wq_unlink(self, r);
+    else
+        table_remove(&self->records, &r->key);
+    heap_remove(self, r);
+    count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
+    count_add(&self->rid_counts, r->crid, r->crid_len, -1);
+}
+
+/* scale0.core.metrics.LATENCY_BUCKETS_S (tests/net/test_lane_requests.py holds them equal). */
+#define S0_BUCKETS 14
+static const double BUCKETS_S[S0_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                             0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
+
+/* What the lane did to one service since the last drain(). */
+typedef struct {
+    s0_key key; /* the name, UTF-8 */
+    uint64_t counts[S0_BUCKETS + 1];
+    double sum_s;
+    int observed; /* a reply's latency is in counts */
+    int changed;  /* a request taken or answered */
+} s0_svc;
+
+static s0_svc *svc_make(LaneObject *self, const void *name, size_t len) {
+    uint64_t h = hash_bytes(name, len);
+    s0_svc *v = (s0_svc *)table_find(&self->svcs, name, len, h);
+    if (v != NULL)
+        return v;
+    if (table_reserve(&self->svcs, 1) < 0 || (v = record_new(sizeof(s0_svc), name, len, h)) == NULL)
+        return NULL;
+    table_insert(&self->svcs, &v->key);
+    return v;
+}
+
+/* bisect_left(LATENCY_BUCKETS_S, seconds): the first bound >= seconds, else the last (+Inf). */
+static size_t bucket_of(double seconds) {
+    size_t i = 0;
+    while (i < S0_BUCKETS && BUCKETS_S[i] < seconds)
+        i++;
+    return i;
+}
+
+/* Whether frames 1.. of m are exactly a Majordomo client REQUEST as scale0.wire.registry decodes
+ * it to MdpClientRequest (from a frontend: FRONTEND_SIGNATURES): [b"", MDPC01, service, body..],
+ * [b"", MDPC02, 0x01 | 0x02 (majortomo), service, body..], or 18/MDP's undelimited
+ * [MDPC02, 0x01 | 0x02, service, body..]; every frame at most max_frame_bytes. *reading: its
+ * READ_* bits; *at: the service frame's index. (The service name is checked by the caller.) */
+static int mdp_client_request(s0_message *m, Py_ssize_t max_frame_bytes, int *reading, size_t *at) {
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 4)
+        return 0;
+    if (frame_is(&f[1], "", 0)) {
+        if (frame_is(&f[2], "MDPC01", 6)) {
+            *at = 3;
+            *reading = READ_V1 | READ_DELIMITED;
+        } else if (frame_is(&f[2], "MDPC02", 6) &&
+                   (frame_is(&f[3], "\x01", 1) || frame_is(&f[3], "\x02", 1))) {
+            *at = 4;
+            *reading = READ_V2 | READ_DELIMITED |
+                       (((const char *)p_msg_data(&f[3]))[0] == 2 ? READ_MAJORTOMO : 0);
+        } else {
+            return 0;
+        }
+    } else if (frame_is(&f[1], "MDPC02", 6) &&
+               (frame_is(&f[2], "\x01", 1) || frame_is(&f[2], "\x02", 1))) {
+        *at = 3;
+        *reading = READ_V2 | (((const char *)p_msg_data(&f[2]))[0] == 2 ? READ_MAJORTOMO : 0);
+    } else {
+        return 0;
+    }
+    if (n <= *at)
+        return 0; /* no service frame: malformed */
+    for (size_t i = 1; i < n; i++)
+        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
+            return 0;
+    return 1;
+}
+
+/* Whether frames 1.. of m are exactly a Majordomo worker final reply as the registry decodes it
+ * to MdpWorkerReply (from a backend): [b"", MDPW01, 0x03, ticket, b"", body..],
+ * [b"", MDPW02, 0x04, ticket, b"", body..] or [MDPW02, 0x04, ticket, b"", body..]; the ticket
+ * 1..255 bytes, every frame at most max_frame_bytes. *at: the ticket frame's index. */
+static int mdp_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, size_t *at) {
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n >= 6 && frame_is(&f[1], "", 0) &&
+        ((frame_is(&f[2], "MDPW01", 6) && frame_is(&f[3], "\x03", 1)) ||
+         (frame_is(&f[2], "MDPW02", 6) && frame_is(&f[3], "\x04", 1))))
+        *at = 4;
+    else if (n >= 5 && frame_is(&f[1], "MDPW02", 6) && frame_is(&f[2], "\x04", 1))
+        *at = 3;
+    else
+        return 0;
+    size_t ticket = p_msg_size(&f[*at]);
+    if (ticket == 0 || ticket > 255 || p_msg_size(&f[*at + 1]) != 0)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
+            return 0;
+    return 1;
+}
+
+/* A service name the lane may route: 1..255 bytes of strict UTF-8 with no ASCII control
+ * character (scale0.wire.frames.name_problem for ASCII; a non-ASCII name is routed only when
+ * the pool offers it, and every name in the pool came through name_frame), and not reserved
+ * (is_reserved_service: "mmi." or "scale0."). */
+static int service_ok(const unsigned char *s, size_t n) {
+    if (n == 0 || n > 255 || !utf8_valid(s, n))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    if ((n >= 4 && memcmp(s, "mmi.", 4) == 0) || (n >= 7 && memcmp(s, "scale0.", 7) == 0))
+        return 0;
+    return 1;
+}
+
+/* A worker's reading the lane can write a REQUEST in: MDPW01 (delimited), MDPW02 delimited or
+ * not. (majordomo=True, 1, says only "it speaks Majordomo": not one of these.) */
+static int worker_reading(int r) {
+    return r == (READ_V1 | READ_DELIMITED) || r == (READ_V2 | READ_DELIMITED) || r == READ_V2;
+}
+
+/* Send one message on `router` without blocking: its routing id, `n_head` frames made here,
+ * then `n_body` msgs moved (zmq_msg_send). 0, or the errno of the first frame refused. */
+static int send_message(void *router, const void *rid, size_t rid_len, const char *const *head,
+                        const size_t *head_len, size_t n_head, s0_zmq_msg_t *body,
+                        size_t n_body) {
+    size_t total = 1 + n_head + n_body;
+    size_t k = 0;
+    int err = send_frame(router, rid, rid_len, S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0));
+    for (size_t i = 0; err == 0 && i < n_head; i++)
+        err = send_frame(router, head[i], head_len[i],
+                         S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0));
+    for (size_t i = 0; err == 0 && i < n_body; i++) {
+        int flags = S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0);
+        for (;;) {
+            if (p_msg_send(&body[i], router, flags) >= 0)
+                break;
+            err = p_errno();
+            if (err != EINTR)
+                break;
+            err = 0;
+        }
+    }
+    return err;
+}
+
+/* The lane's next ticket (not given yet): ticket_prefix + 8 bytes big-endian of 2**63 | n. */
+static size_t next_ticket(const LaneObject *self, unsigned char *ticket) {
+    memcpy(ticket, self->prefix, self->prefix_len);
+    uint64_t v = (self->tickets + 1) | ((uint64_t)1 << 63);
+    for (int k = 0; k < 8; k++)
+        ticket[self->prefix_len + (size_t)k] = (unsigned char)(v >> (56 - 8 * k));
+    return self->prefix_len + 8;
+}
+
+/* Send `wrid` (its session `we`) MdpWorkerRequest(ticket, body, protocol, delimited) of its
+ * reading, the body msgs moved. 0 or the errno. */
+static int send_request(LaneObject *self, const s0_record *r, const s0_entry *we,
+                        s0_zmq_msg_t *body, size_t n_body) {
+    const char *head[5];
+    size_t head_len[5], n_head = 0;
+    if (we->majordomo & READ_DELIMITED) {
+        head[n_head] = "";
+        head_len[n_head++] = 0;
+    }
+    head[n_head] = (we->majordomo & READ_V1) ? "MDPW01" : "MDPW02";
+    head_len[n_head++] = 6;
+    head[n_head] = "\x02";
+    head_len[n_head++] = 1;
+    head[n_head] = (const char *)r->key.data;
+    head_len[n_head++] = r->key.len;
+    head[n_head] = "";
+    head_len[n_head++] = 0;
+    return send_message(self->ch[1].router, r->wrid, r->wrid_len, head, head_len, n_head, body,
+                        n_body);
+}
+
+/* The take rule for a frontend REQUEST (the mutex held): 1 when taken (dispatched: the
+ * worker's REQUEST is sent; or queued), 0 when it goes to Python (nothing changed but the
+ * request and seq counters, as tests/core/test_lane_requests.py's RequestLane). */
+static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now) {
+    s0_sessions *t = &self->sessions;
+    if (!self->serving || self->pool == NULL)
+        return 0;
+    int reading;
+    size_t at;
+    if (!mdp_client_request(m, self->max_frame_bytes, &reading, &at))
+        return 0;
+    s0_zmq_msg_t *f = m->frames;
+    const unsigned char *svc = p_msg_data(&f[at]);
+    size_t svc_len = p_msg_size(&f[at]);
+    if (!service_ok(svc, svc_len))
+        return 0;
+    if (e->majordomo != reading || !e->open || e->promise_ms != 0 || !is_negotiated(t, 0, m->fd))
+        return 0;
+    if (t->ordered[0] && e->last_passed > t->done_seq[0])
+        return 0; /* Order */
+    const unsigned char *cid = e->client_id != NULL ? e->client_id : (const unsigned char *)"";
+    size_t cid_len = e->client_id_len;
+    if (count_of(&self->client_counts, cid, cid_len) + count_of(&self->holds, cid, cid_len) >=
+        self->max_per_client)
+        return 0;
+    uint64_t number = ++self->number, seq = ++self->seq; /* (the model's: given, even if passed) */
+    long long waits = count_of(&self->waits, svc, svc_len);
+    size_t wrid_len = 0;
+    const unsigned char *wrid = pool_api->peek(self->pool, svc, svc_len, &wrid_len);
+    s0_entry *we = NULL;
+    if (wrid != NULL) {
+        we = entry_find(t, 1, wrid, wrid_len);
+        if (waits > 0 || we == NULL || !worker_reading(we->majordomo) || we->promise_ms != 0 ||
+            wrid_len > 255)
+            return 0;
+    } else if (!self->may_queue || pool_api->offered(self->pool, svc, svc_len) <= 0 ||
+               waits + (long long)wq_count(self, svc, svc_len) >= self->max_queued) {
+        return 0;
+    }
+
+    /* Everything that can fail, before the first change. */
+    const unsigned char *crid = p_msg_data(&f[0]);
+    size_t crid_len = p_msg_size(&f[0]);
+    const unsigned char *caller = (const unsigned char *)m->header + 4;
+    size_t caller_len = m->header_len - 4;
+    size_t n_body = m->n - at - 1;
+    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + cid_len + caller_len + svc_len;
+    s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
+    if (r == NULL)
+        return 0;
+    record_set_ticket(r, NULL, 0);
+    unsigned char *p = (unsigned char *)r + sizeof(s0_record);
+    r->body = (s0_zmq_msg_t *)p;
+    p += n_body * sizeof(s0_zmq_msg_t);
+#define S0_PUT(field, data, len)                                                                  \
+    do {                                                                                          \
+        if (len)                                                                                  \
+            memcpy(p, data, len);                                                                 \
+        r->field = p;                                                                             \
+        r->field##_len = len;                                                                     \
+        p += len;                                                                                 \
+    } while (0)
+    S0_PUT(crid, crid, crid_len);
+    S0_PUT(client_id, cid, cid_len);
+    S0_PUT(caller, caller, caller_len);
+    S0_PUT(service, svc, svc_len);
+#undef S0_PUT
+    for (size_t i = 0; i < n_body; i++) {
+        p_msg_init(&r->body[i]);
+        if (p_msg_copy(&r->body[i], &f[at + 1 + i]) != 0) {
+            r->n_body = i + 1;
+            record_free(r);
+            return 0;
+        }
+    }
+    r->n_body = n_body;
+    r->started = now;
+    r->deadline = now + self->timeout_s;
+    r->reading = reading;
+    r->number = number;
+    r->seq = seq;
+    s0_count *cc = NULL, *rc = NULL;
+    s0_svc *sv = NULL;
+    s0_wq *q = NULL;
+    if (heap_reserve(self) < 0 || (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
+        (rc = count_make(&self->rid_counts, crid, crid_len)) == NULL)
+        goto undo;
+    if (wrid != NULL) {
+        if (table_reserve(&self->records, 1) < 0 || (sv = svc_make(self, svc, svc_len)) == NULL)
+            goto undo;
+        unsigned char ticket[255 + 8];
+        size_t ticket_len = next_ticket(self, ticket);
+        record_set_ticket(r, ticket, ticket_len); /* (fits ticket_buf) */
+        record_set_worker(r, wrid, wrid_len);
+        size_t took_len;
+        const unsigned char *took = pool_api->take(self->pool, svc, svc_len, &took_len);
+        /* (peek named it; nothing changed the pool since: the same worker) */
+        if (took == NULL || took_len != wrid_len || memcmp(took, r->wrid, wrid_len) != 0)
+            goto undo;
+        if (pool_api->hold(self->pool, r->wrid, wrid_len, ticket, ticket_len) != 0) {
+            pool_api->list_ready(self->pool, r->wrid, wrid_len); /* back where take found it */
+            goto undo;
+        }
+    } else if ((q = wq_make(self, svc, svc_len)) == NULL) {
+        goto undo;
+    }
+    /* Nothing below fails. */
+    heap_push(self, r);
+    cc->n++;
+    rc->n++;
+    self->drain_requests++;
+    count(self, ST_REQUESTS, 1);
+    heard_add(t, e);
+    if (q != NULL) { /* queued: no ticket, no worker, the service not marked changed */
+        wq_push(self, q, r);
+        count(self, ST_QUEUED, 1);
+        return 1;
+    }
+    self->tickets++;
+    table_insert(&self->records, &r->key);
+    sv->changed = 1;
+    if (send_request(self, r, we, &f[at + 1], n_body) != 0)
+        count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it to Python */
+    return 1;
+
+undo:
+    count_settle(&self->client_counts, cc);
+    count_settle(&self->rid_counts, rc);
+    record_free(r);
+    return 0;
+}
+
+#define S0_SERVICES_INLINE 32
+
+/* The take rule for a backend final REPLY, and its answer (the mutex held): 1 when taken (the
+ * client's reply is sent, and the worker the head of a lane queue if it got one), 0 when it
+ * goes to Python (nothing changed). */
+static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) {
+    s0_sessions *t = &self->sessions;
+    if (!self->serving || self->pool == NULL || self->records.used == 0)
+        return 0;
+    size_t at;
+    if (!mdp_worker_reply(m, self->max_frame_bytes, &at))
+        return 0;
+    s0_zmq_msg_t *f = m->frames;
+    const unsigned char *ticket = p_msg_data(&f[at]);
+    size_t ticket_len = p_msg_size(&f[at]);
+    s0_record *r = (s0_record *)table_find(&self->records, ticket, ticket_len,
+                                           hash_bytes(ticket, ticket_len));
+    if (r == NULL || r->wrid_len != p_msg_size(&f[0]) ||
+        (r->wrid_len && memcmp(r->wrid, p_msg_data(&f[0]), r->wrid_len) != 0))
+        return 0;
+    if (!is_negotiated(t, 1, m->fd) || (t->ordered[1] && e->last_passed > t->done_seq[1]))
+        return 0;
+    /* What the worker serves now (a READY since may have changed it), in its order: one of
+     * them waiting in Python is Python's to give it; else the first of the lane's queues that
+     * holds a request, if the worker still speaks a Majordomo the lane writes. */
+    const unsigned char *inline_names[S0_SERVICES_INLINE];
+    size_t inline_lens[S0_SERVICES_INLINE];
+    const unsigned char **names = inline_names;
+    size_t *lens = inline_lens;
+    size_t n_svc = pool_api->services_of(self->pool, r->wrid, r->wrid_len, names, lens,
+                                         S0_SERVICES_INLINE);
+    if (n_svc > S0_SERVICES_INLINE) {
+        names = malloc(n_svc * sizeof(*names));
+        lens = malloc(n_svc * sizeof(*lens));
+        if (names == NULL || lens == NULL) {
+            if (names != inline_names)
+                free((void *)names);
+            if (lens != inline_lens)
+                free(lens);
+            return 0; /* out of memory: Python answers it */
+        }
+        pool_api->services_of(self->pool, r->wrid, r->wrid_len, names, lens, n_svc);
+    }
+    s0_wq *q = NULL;
+    int pass = 0;
+    for (size_t i = 0; i < n_svc && !pass; i++) {
+        if (count_of(&self->waits, names[i], lens[i]) > 0)
+            pass = 1;
+        else if (q == NULL)
+            q = wq_find(self, names[i], lens[i]);
+    }
+    if (names != inline_names) {
+        free((void *)names);
+        free(lens);
+    }
+    if (pass || (q != NULL && (!worker_reading(e->majordomo) || e->promise_ms != 0)))
+        return 0;
+    s0_svc *sv = svc_make(self, r->service, r->service_len);
+    s0_svc *qsv = NULL;
+    s0_record *next = q != NULL ? q->head : NULL;
+    if (sv == NULL)
+        return 0; /* out of memory: Python answers it (it adopts the record) */
+    if (next != NULL) {
+        if (table_reserve(&self->records, 1) < 0 ||
+            (qsv = svc_make(self, q->key.data, q->key.len)) == NULL)
+            return 0;
+        unsigned char next_ticket_bytes[255 + 8];
+        size_t next_len = next_ticket(self, next_ticket_bytes);
+        if (pool_api->hold(self->pool, r->wrid, r->wrid_len, next_ticket_bytes, next_len) != 0)
+            return 0;
+        record_set_ticket(next, next_ticket_bytes, next_len); /* (fits ticket_buf) */
+    }
+    /* Nothing below fails. */
+    record_out(self, r);
+    pool_api->release(self->pool, r->wrid, r->wrid_len, r->key.data, r->key.len);
+    if (next != NULL) { /* the queue's head to this worker at once (its deadline unchanged) */
+        wq_unlink(self, next);
+        record_set_worker(next, r->wrid, r->wrid_len);
+        self->tickets++;
+        table_insert(&self->records, &next->key);
+        qsv->changed = 1;
+    } else {
+        pool_api->list_ready(self->pool, r->wrid, r->wrid_len);
+    }
+    double latency = now - r->started;
+    if (!(latency > 0))
+        latency = 0.0;
+    sv->counts[bucket_of(latency)]++;
+    sv->sum_s += latency;
+    sv->observed = 1;
+    sv->changed = 1;
+    self->drain_replies++;
+    count(self, ST_REPLIES, 1);
+    heard_add(t, e);
+
+    /* MdpClientReply(service, body, protocol, delimited, majortomo) of the client's reading. */
+    const char *head[4];
+    size_t head_len[4], n_head = 0;
+    if (r->reading & READ_DELIMITED) {
+        head[n_head] = "";
+        head_len[n_head++] = 0;
+    }
+    if (r->reading & READ_V1) {
+        head[n_head] = "MDPC01";
+        head_len[n_head++] = 6;
+    } else {
+        head[n_head] = "MDPC02";
+        head_len[n_head++] = 6;
+        head[n_head] = (r->reading & READ_MAJORTOMO) ? "\x04" : "\x03";
+        head_len[n_head++] = 1;
+    }
+    if (!(r->reading & READ_MAJORTOMO)) { /* majortomo's reply has no service frame */
+        head[n_head] = (const char *)r->service;
+        head_len[n_head++] = r->service_len;
+    }
+    int err = send_message(self->ch[0].router, r->crid, r->crid_len, head, head_len, n_head,
+                           &f[at + 2], m->n - at - 2);
+    if (err != 0)
+        count(self, ST_SEND_DROPPED, 1);
+    record_free(r);
+    if (next != NULL) { /* then the worker's REQUEST: copies of the body the record keeps */
+        s0_zmq_msg_t inline_body[S0_LANE_INLINE_FRAMES];
+        s0_zmq_msg_t *body = inline_body;
+        size_t n = next->n_body, made = 0;
+        if (n > S0_LANE_INLINE_FRAMES && (body = malloc(n * sizeof(*body))) == NULL)
+            n = 0;
+        for (; made < n; made++) {
+            p_msg_init(&body[made]);
+            if (p_msg_copy(&body[made], &next->body[made]) != 0) {
+                p_msg_close(&body[made]);
+                break;
+            }
+        }
+        if (body == NULL || made < next->n_body ||
+            send_request(self, next, e, body, made) != 0)
+            count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it over */
+        for (size_t i = 0; i < made; i++)
+            p_msg_close(&body[i]); /* (sent ones are empty now) */
+        if (body != inline_body)
+            free(body);
+    }
+    return 1;
+}
+
 /* Take the message or number it for Python (the mutex held). */
 static void classify(LaneObject *self, int channel, s0_message *m, double now, double wall) {
     s0_sessions *t = &self->sessions;
     s0_zmq_msg_t *rid = &m->frames[0];
     s0_entry *e = entry_find(t, channel, p_msg_data(rid), p_msg_size(rid));
     if (e != NULL && takes(self, channel, m, e, now, wall)) {
-        m->take = 1;
+        m->take = TAKE_BEAT;
         m->promise = e->promise_ms;
         heard_add(t, e);
+        return;
+    }
+    if (e != NULL && (channel == 0 ? take_request(self, m, e, now) : take_reply(self, m, e, now))) {
+        m->take = channel == 0 ? TAKE_REQUEST : TAKE_REPLY;
         return;
     }
     uint64_t seq = ++t->passed_seq[channel];
@@ -560,6 +1443,10 @@ static void read_router(LaneObject *self, int channel) {
     for (size_t i = 0; i < n; i++) {
         s0_message *m = &c->batch[i];
         if (m->take) {
+            if (m->take != TAKE_BEAT) { /* a REQUEST or REPLY: sent on under the lock */
+                message_close(m);
+                continue;
+            }
             beats++;
             if (channel == 0) {
                 if (number[0] == '\0')
@@ -695,6 +1582,17 @@ static void *lane_main(void *arg) {
 
 /* ---- Python methods ------------------------------------------------------------------------ */
 
+/* Take the lane's lock from Python (the GIL held): at once if free (or ours: it is recursive),
+ * else the GIL released while waiting, so the thread holding it (Python's or the lane's) is
+ * never stuck behind the GIL. */
+static void py_lock(LaneObject *self) {
+    if (pthread_mutex_trylock(&self->mutex) == 0)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mutex);
+    Py_END_ALLOW_THREADS
+}
+
 static int parse_channel(int channel) {
     if (channel != 0 && channel != 1) {
         PyErr_Format(PyExc_ValueError, "channel must be 0 (frontend) or 1 (backend), not %d",
@@ -758,7 +1656,11 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         }
     }
     self->max_frame_bytes = max_frame_bytes;
-    pthread_mutex_init(&self->mutex, NULL);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&self->mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
     pthread_mutex_init(&self->join_mutex, NULL);
     self->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (self->wake_fd < 0) {
@@ -788,8 +1690,32 @@ static void lane_join(LaneObject *self) {
     Py_END_ALLOW_THREADS
 }
 
+static void records_free(LaneObject *self) {
+    for (size_t i = 0; i < self->n_heap; i++)
+        record_free(self->heap[i]);
+    free(self->heap);
+    self->heap = NULL;
+    self->n_heap = self->heap_cap = 0;
+    free(self->records.slots); /* (its records were the heap's) */
+    memset(&self->records, 0, sizeof(self->records));
+}
+
 static void lane_dealloc(LaneObject *self) {
+    /* A lane dropped inside lock(): release this thread's holds, or the join would wait on it */
+    while (self->python_holds > 0 && pthread_mutex_unlock(&self->mutex) == 0)
+        self->python_holds--;
     lane_join(self);
+    if (self->pool != NULL)
+        pool_api->set_guard(self->pool, NULL);
+    self->pool = NULL;
+    Py_CLEAR(self->pool_obj);
+    records_free(self);
+    table_free_all(&self->waits);
+    table_free_all(&self->holds);
+    table_free_all(&self->client_counts);
+    table_free_all(&self->rid_counts);
+    table_free_all(&self->svcs);
+    table_free_all(&self->wqueues); /* (their records were the heap's) */
     if (self->wake_fd >= 0)
         close(self->wake_fd);
     for (int k = 0; k < 2; k++)
@@ -825,6 +1751,12 @@ static PyObject *lane_start(LaneObject *self, PyObject *unused) {
 
 static PyObject *lane_stop(LaneObject *self, PyObject *unused) {
     (void)unused;
+    if (self->python_holds > 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Lane.stop: Python holds the lane's lock (lock() without unlock()); the "
+                        "thread may be waiting for it, so joining it would deadlock");
+        return NULL;
+    }
     self->stopped = 1;
     lane_join(self);
     Py_RETURN_NONE;
@@ -840,7 +1772,7 @@ static PyObject *lane_configure(LaneObject *self, PyObject *args) {
                      PyTuple_GET_ITEM(args, 1));
         return NULL;
     }
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     self->sessions.configured = 1;
     self->sessions.config_version = version;
     self->sessions.max_skew_s = skew;
@@ -848,17 +1780,29 @@ static PyObject *lane_configure(LaneObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *lane_note(LaneObject *self, PyObject *args) {
+static PyObject *lane_note(LaneObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"channel",   "routing_id", "promise_ms", "gap_s", "last_seen",
+                             "majordomo", "client_id",  "open",       NULL};
     int channel;
     const char *rid;
     Py_ssize_t rid_len;
     long long promise;
     double gap, last_seen;
-    int majordomo = 0;
-    if (!PyArg_ParseTuple(args, "iy#Ldd|p:note", &channel, &rid, &rid_len, &promise, &gap,
-                          &last_seen, &majordomo) ||
+    int majordomo = 0, open = 1;
+    const char *cid = "";
+    Py_ssize_t cid_len = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy#Ldd|iy#p:note", kwlist, &channel, &rid,
+                                     &rid_len, &promise, &gap, &last_seen, &majordomo, &cid,
+                                     &cid_len, &open) ||
         parse_channel(channel) < 0)
         return NULL;
+    if (majordomo < 0 || majordomo > 15) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.note: majordomo must be 0 (S0P) or a Majordomo reading packed in 4 "
+                     "bits (1..15), not %d",
+                     majordomo);
+        return NULL;
+    }
     if (isnan(gap) || gap < 0) {
         PyErr_Format(PyExc_ValueError, "Lane.note: gap_s must be >= 0 (0 or inf: no check), not %R",
                      PyTuple_GET_ITEM(args, 3));
@@ -871,8 +1815,15 @@ static PyObject *lane_note(LaneObject *self, PyObject *args) {
     const unsigned char *data = (const unsigned char *)rid;
     size_t len = (size_t)rid_len;
     uint64_t hash = hash_bytes(data, len);
+    unsigned char *client_id = NULL;
+    if (cid_len > 0) {
+        client_id = malloc((size_t)cid_len);
+        if (client_id == NULL)
+            return PyErr_NoMemory();
+        memcpy(client_id, cid, (size_t)cid_len);
+    }
     int failed = 0;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_table *t = &self->sessions.entries[channel];
     s0_entry *e = (s0_entry *)table_find(t, data, len, hash);
     if (e == NULL) {
@@ -890,13 +1841,26 @@ static PyObject *lane_note(LaneObject *self, PyObject *args) {
         e->promise_ms = promise;
         e->gap_s = gap;
         e->majordomo = majordomo;
+        e->open = open;
+        free(e->client_id);
+        e->client_id = client_id;
+        e->client_id_len = (size_t)cid_len;
+        client_id = NULL;
         if (last_seen > e->last_seen)
             e->last_seen = last_seen;
         /* Python may be handling one of its messages now (its note says so): Order */
         if (self->sessions.passed_seq[channel] > e->last_passed)
             e->last_passed = self->sessions.passed_seq[channel];
+        /* The core answers in the reading spoken last: so do the lane's records of it */
+        if (channel == 0 && majordomo != 0 && count_of(&self->rid_counts, data, len) > 0)
+            for (size_t i = 0; i < self->n_heap; i++) {
+                s0_record *r = self->heap[i];
+                if (r->crid_len == len && (len == 0 || memcmp(r->crid, data, len) == 0))
+                    r->reading = majordomo;
+            }
     }
     pthread_mutex_unlock(&self->mutex);
+    free(client_id); /* (not kept: out of memory) */
     if (failed)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
@@ -909,12 +1873,12 @@ static PyObject *lane_forget(LaneObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iy#:forget", &channel, &rid, &rid_len) ||
         parse_channel(channel) < 0)
         return NULL;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_entry *e = entry_find(&self->sessions, channel, (const unsigned char *)rid, (size_t)rid_len);
     if (e != NULL) {
         heard_drop(&self->sessions, e);
         table_remove(&self->sessions.entries[channel], &e->key);
-        free(e);
+        entry_free(e);
     }
     pthread_mutex_unlock(&self->mutex);
     Py_RETURN_NONE;
@@ -922,7 +1886,7 @@ static PyObject *lane_forget(LaneObject *self, PyObject *args) {
 
 static PyObject *lane_clear(LaneObject *self, PyObject *unused) {
     (void)unused;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     sessions_clear(&self->sessions);
     pthread_mutex_unlock(&self->mutex);
     Py_RETURN_NONE;
@@ -944,7 +1908,7 @@ static PyObject *lane_negotiated(LaneObject *self, PyObject *args) {
     if (parse_fd(args, "ii:negotiated", &channel, &fd) < 0)
         return NULL;
     int failed = 0;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_sessions *t = &self->sessions;
     if ((size_t)fd >= t->negotiated_cap[channel]) {
         size_t cap = t->negotiated_cap[channel] ? t->negotiated_cap[channel] : 256;
@@ -971,7 +1935,7 @@ static PyObject *lane_gone(LaneObject *self, PyObject *args) {
     int channel, fd;
     if (parse_fd(args, "ii:gone", &channel, &fd) < 0)
         return NULL;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_sessions *t = &self->sessions;
     if ((size_t)fd < t->negotiated_cap[channel])
         t->negotiated[channel][fd] = 0;
@@ -1005,7 +1969,7 @@ static PyObject *lane_heard(LaneObject *self, PyObject *unused) {
     unsigned char *block = NULL;
     size_t n = 0;
     int failed = 0;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_sessions *t = &self->sessions;
     n = t->n_heard;
     if (n > 0) {
@@ -1067,7 +2031,7 @@ static PyObject *lane_last_seen(LaneObject *self, PyObject *args) {
         return NULL;
     int found = 0;
     double seen = 0.0;
-    pthread_mutex_lock(&self->mutex);
+    py_lock(self);
     s0_entry *e = entry_find(&self->sessions, channel, (const unsigned char *)rid, (size_t)rid_len);
     if (e != NULL) {
         found = 1;
@@ -1096,7 +2060,662 @@ static PyObject *lane_stats(LaneObject *self, PyObject *unused) {
         }
         Py_DECREF(v);
     }
+    py_lock(self);
+    size_t waiting = self->n_waiting;
+    pthread_mutex_unlock(&self->mutex);
+    PyObject *v = PyLong_FromSize_t(waiting);
+    if (v == NULL || PyDict_SetItemString(out, "waiting", v) < 0) {
+        Py_XDECREF(v);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(v);
     return out;
+}
+
+/* ---- phase 3b: the lock, the pool, the gates, the records ----------------------------------- */
+
+static PyObject *lane_lock(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    self->python_holds++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_unlock(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->python_holds <= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "Lane.unlock: the lock is not held (unlock() without "
+                                            "a matching lock())");
+        return NULL;
+    }
+    if (pthread_mutex_unlock(&self->mutex) != 0) { /* EPERM: another thread holds it */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Lane.unlock: this thread does not hold the lock (another one's lock())");
+        return NULL;
+    }
+    self->python_holds--;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_attach_pool(LaneObject *self, PyObject *arg) {
+    struct s0_pool *pool = NULL;
+    if (arg != Py_None) {
+        if (pool_api == NULL) {
+            /* (PyCapsule_Import, but through sys.modules: a test may load another build) */
+            PyObject *module = PyImport_ImportModule("scale0.core._pool");
+            PyObject *capsule = module ? PyObject_GetAttrString(module, "_C_API") : NULL;
+            const s0_pool_api *api =
+                capsule ? PyCapsule_GetPointer(capsule, S0_POOL_CAPSULE) : NULL;
+            Py_XDECREF(capsule);
+            Py_XDECREF(module);
+            if (api == NULL)
+                return NULL;
+            if (api->version != S0_POOL_API_VERSION) {
+                PyErr_Format(PyExc_ImportError,
+                             "Lane.attach_pool: scale0.core._pool's C API is version %d, this "
+                             "lane speaks %d (rebuild both)",
+                             api->version, S0_POOL_API_VERSION);
+                return NULL;
+            }
+            pool_api = api;
+        }
+        pool = pool_api->pool_of(arg);
+        if (pool == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "Lane.attach_pool: pool must be a scale0.core._pool.Pool or None, not "
+                         "%.100s",
+                         Py_TYPE(arg)->tp_name);
+            return NULL;
+        }
+    }
+    py_lock(self);
+    PyObject *old = self->pool_obj;
+    if (self->pool != NULL)
+        pool_api->set_guard(self->pool, NULL);
+    self->pool = pool;
+    self->pool_obj = NULL;
+    if (pool != NULL) {
+        Py_INCREF(arg);
+        self->pool_obj = arg;
+        pool_api->set_guard(pool, &self->python_holds);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_serve(LaneObject *self, PyObject *args) {
+    int on;
+    double timeout;
+    long long cap;
+    const char *prefix;
+    Py_ssize_t prefix_len;
+    long long max_queued;
+    int may_queue;
+    if (!PyArg_ParseTuple(args, "pdLy#Lp:serve", &on, &timeout, &cap, &prefix, &prefix_len,
+                          &max_queued, &may_queue))
+        return NULL;
+    if (max_queued < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.serve: max_queued must be >= 0, not %lld",
+                     max_queued);
+        return NULL;
+    }
+    if (isnan(timeout) || timeout < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.serve: timeout_s must be >= 0, not %R",
+                     PyTuple_GET_ITEM(args, 1));
+        return NULL;
+    }
+    if (cap < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.serve: max_per_client must be >= 0, not %lld", cap);
+        return NULL;
+    }
+    if (prefix_len > 255 - 8) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.serve: ticket_prefix is %zd bytes; a ticket (it and 8 more) must fit "
+                     "in 255",
+                     prefix_len);
+        return NULL;
+    }
+    py_lock(self);
+    self->serving = on;
+    self->timeout_s = timeout;
+    self->max_per_client = cap;
+    memcpy(self->prefix, prefix, (size_t)prefix_len);
+    self->prefix_len = (size_t)prefix_len;
+    self->max_queued = max_queued;
+    self->may_queue = may_queue;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+/* Set `data`'s count in the gate table `t` (0 removes it; the lock taken here). */
+static PyObject *gate_set(LaneObject *self, s0_table *t, const void *data, size_t len,
+                          long long n) {
+    int failed = 0;
+    py_lock(self);
+    s0_count *c = n > 0 ? count_make(t, data, len) : count_find(t, data, len);
+    if (c == NULL) {
+        failed = n > 0;
+    } else {
+        c->n = n;
+        count_settle(t, c);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_python_waits(LaneObject *self, PyObject *args) {
+    PyObject *service;
+    long long waits;
+    if (!PyArg_ParseTuple(args, "UL:python_waits", &service, &waits))
+        return NULL;
+    if (waits < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.python_waits: count must be >= 0, not %lld", waits);
+        return NULL;
+    }
+    PyObject *utf8 = PyUnicode_AsEncodedString(service, "utf-8", "surrogatepass");
+    if (utf8 == NULL)
+        return NULL;
+    PyObject *out = gate_set(self, &self->waits, PyBytes_AS_STRING(utf8),
+                             (size_t)PyBytes_GET_SIZE(utf8), waits);
+    Py_DECREF(utf8);
+    return out;
+}
+
+static PyObject *lane_python_holds(LaneObject *self, PyObject *args) {
+    const char *cid;
+    Py_ssize_t len;
+    long long holds;
+    if (!PyArg_ParseTuple(args, "y#L:python_holds", &cid, &len, &holds))
+        return NULL;
+    if (holds < 0) {
+        PyErr_Format(PyExc_ValueError, "Lane.python_holds: count must be >= 0, not %lld", holds);
+        return NULL;
+    }
+    return gate_set(self, &self->holds, cid, (size_t)len, holds);
+}
+
+/* (ticket, worker_rid, client_rid, client_id, caller, service, body, started, deadline,
+ * request_id, seq) of a record handed over (ticket and worker_rid b"" while it waits). */
+static PyObject *record_tuple(s0_record *r) {
+    PyObject *body = PyTuple_New((Py_ssize_t)r->n_body);
+    if (body == NULL)
+        return NULL;
+    for (size_t i = 0; i < r->n_body; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)p_msg_data(&r->body[i]),
+                                                (Py_ssize_t)p_msg_size(&r->body[i]));
+        if (b == NULL) {
+            Py_DECREF(body);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(body, (Py_ssize_t)i, b);
+    }
+    char request_id[32];
+    int id_len = snprintf(request_id, sizeof(request_id), "mdp.L%llu",
+                          (unsigned long long)r->number);
+    return Py_BuildValue("(y#y#y#y#s#s#Nddy#K)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
+                         (const char *)r->wrid, (Py_ssize_t)r->wrid_len, (const char *)r->crid,
+                         (Py_ssize_t)r->crid_len, (const char *)r->client_id,
+                         (Py_ssize_t)r->client_id_len, (const char *)r->caller,
+                         (Py_ssize_t)r->caller_len, (const char *)r->service,
+                         (Py_ssize_t)r->service_len, body, r->started, r->deadline, request_id,
+                         (Py_ssize_t)id_len, (unsigned long long)r->seq);
+}
+
+static int seq_order(const void *a, const void *b) {
+    const s0_record *x = *(s0_record *const *)a, *y = *(s0_record *const *)b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* In flight (a ticket) by ticket, then waiting (none) by seq. */
+static int ticket_order(const void *a, const void *b) {
+    const s0_record *x = *(s0_record *const *)a, *y = *(s0_record *const *)b;
+    if ((x->queue == NULL) != (y->queue == NULL))
+        return x->queue == NULL ? -1 : 1;
+    if (x->queue != NULL)
+        return seq_order(a, b);
+    size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
+    int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
+    if (c != 0)
+        return c;
+    return x->key.len < y->key.len ? -1 : x->key.len > y->key.len;
+}
+
+/* The records in `got` (out of the lane already, the lock released) as a list, freed. */
+static PyObject *handed_list(s0_record **got, size_t n) {
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; i < n; i++) {
+        if (out != NULL) {
+            PyObject *item = record_tuple(got[i]);
+            if (item == NULL)
+                Py_CLEAR(out); /* (the records are lost with the MemoryError) */
+            else
+                PyList_SET_ITEM(out, (Py_ssize_t)i, item);
+        }
+        record_free(got[i]);
+    }
+    free(got);
+    return out;
+}
+
+enum { ADOPT_WORKER, ADOPT_ALL, ADOPT_DUE };
+
+/* Hand Python the records `which` selects (the lock taken here; built after it is released). */
+static PyObject *adopt_many(LaneObject *self, int which, const void *rid, size_t rid_len,
+                            double now) {
+    s0_record **got = NULL;
+    size_t n = 0;
+    int failed = 0;
+    py_lock(self);
+    size_t most = self->n_heap;
+    if (most > 0 && (got = malloc(most * sizeof(*got))) == NULL)
+        failed = 1;
+    if (!failed && which == ADOPT_DUE) {
+        while (self->n_heap > 0 && self->heap[0]->deadline <= now) {
+            s0_record *r = self->heap[0];
+            record_out(self, r);
+            got[n++] = r;
+        }
+    } else if (!failed) {
+        for (size_t i = 0; i < self->n_heap; i++) {
+            s0_record *r = self->heap[i];
+            if (which == ADOPT_ALL ||
+                (r->queue == NULL && r->wrid_len == rid_len &&
+                 (rid_len == 0 || memcmp(r->wrid, rid, rid_len) == 0)))
+                got[n++] = r;
+        }
+        if (n > 1) /* (ordered before they leave: the order reads whether they wait) */
+            qsort(got, n, sizeof(*got), ticket_order);
+        for (size_t i = 0; i < n; i++)
+            record_out(self, got[i]);
+    }
+    if (n > 0)
+        count(self, ST_HANDED, n);
+    pthread_mutex_unlock(&self->mutex);
+    if (failed)
+        return PyErr_NoMemory();
+    return handed_list(got, n);
+}
+
+static PyObject *lane_adopt(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.adopt: ticket must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const void *data = PyBytes_AS_STRING(arg);
+    size_t len = (size_t)PyBytes_GET_SIZE(arg);
+    py_lock(self);
+    s0_record *r = (s0_record *)table_find(&self->records, data, len, hash_bytes(data, len));
+    if (r != NULL) {
+        record_out(self, r);
+        count(self, ST_HANDED, 1);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    if (r == NULL)
+        Py_RETURN_NONE;
+    PyObject *out = record_tuple(r);
+    record_free(r);
+    return out;
+}
+
+static PyObject *lane_adopt_worker(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.adopt_worker: routing_id must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    return adopt_many(self, ADOPT_WORKER, PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg),
+                      0.0);
+}
+
+static PyObject *lane_adopt_all(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    return adopt_many(self, ADOPT_ALL, NULL, 0, 0.0);
+}
+
+static PyObject *lane_adopt_due(LaneObject *self, PyObject *arg) {
+    double now = PyFloat_AsDouble(arg);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (isnan(now)) {
+        PyErr_SetString(PyExc_ValueError, "Lane.adopt_due: now is NaN");
+        return NULL;
+    }
+    return adopt_many(self, ADOPT_DUE, NULL, 0, now);
+}
+
+static PyObject *lane_next_due(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    int any;
+    double due = 0.0;
+    py_lock(self);
+    any = self->n_heap > 0;
+    if (any)
+        due = self->heap[0]->deadline;
+    pthread_mutex_unlock(&self->mutex);
+    if (!any)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(due);
+}
+
+static PyObject *lane_held(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.held: client_id must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    py_lock(self);
+    long long n = count_of(&self->client_counts, PyBytes_AS_STRING(arg),
+                           (size_t)PyBytes_GET_SIZE(arg));
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *lane_busy(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.busy: client_rid must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    py_lock(self);
+    long long n = count_of(&self->rid_counts, PyBytes_AS_STRING(arg),
+                           (size_t)PyBytes_GET_SIZE(arg));
+    pthread_mutex_unlock(&self->mutex);
+    return PyBool_FromLong(n > 0);
+}
+
+static PyObject *lane_in_flight(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->records.used;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+static int svc_order(const void *a, const void *b) {
+    const s0_svc *x = *(s0_svc *const *)a, *y = *(s0_svc *const *)b;
+    size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
+    int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
+    if (c != 0)
+        return c;
+    return x->key.len < y->key.len ? -1 : x->key.len > y->key.len;
+}
+
+static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    s0_table svcs = self->svcs; /* taken whole: the lane starts a new one */
+    memset(&self->svcs, 0, sizeof(self->svcs));
+    uint64_t requests = self->drain_requests, replies = self->drain_replies;
+    self->drain_requests = self->drain_replies = 0;
+    pthread_mutex_unlock(&self->mutex);
+    PyObject *out = NULL, *hist = NULL, *changed = NULL;
+    size_t n = 0;
+    s0_svc **all = svcs.used ? malloc(svcs.used * sizeof(*all)) : NULL;
+    if (svcs.used && all == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (svcs.slots != NULL)
+        for (size_t i = 0; i <= svcs.mask; i++)
+            if (svcs.slots[i] != NULL)
+                all[n++] = (s0_svc *)svcs.slots[i];
+    if (n > 1)
+        qsort(all, n, sizeof(*all), svc_order);
+    hist = PyList_New(0);
+    changed = PyList_New(0);
+    if (hist == NULL || changed == NULL)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        s0_svc *v = all[i];
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)v->key.data, (Py_ssize_t)v->key.len,
+                                              "surrogatepass");
+        if (name == NULL)
+            goto done;
+        int bad = 0;
+        if (v->changed)
+            bad = PyList_Append(changed, name) < 0;
+        if (!bad && v->observed) {
+            PyObject *counts = PyList_New(S0_BUCKETS + 1);
+            PyObject *item = NULL;
+            if (counts != NULL) {
+                for (int k = 0; k <= S0_BUCKETS; k++) {
+                    PyObject *c = PyLong_FromUnsignedLongLong(v->counts[k]);
+                    if (c == NULL) {
+                        Py_CLEAR(counts);
+                        break;
+                    }
+                    PyList_SET_ITEM(counts, k, c);
+                }
+            }
+            if (counts != NULL)
+                item = Py_BuildValue("(ONd)", name, counts, v->sum_s);
+            bad = item == NULL || PyList_Append(hist, item) < 0;
+            Py_XDECREF(item);
+        }
+        Py_DECREF(name);
+        if (bad)
+            goto done;
+    }
+    out = Py_BuildValue("(KKOO)", (unsigned long long)requests, (unsigned long long)replies, hist,
+                        changed);
+done:
+    Py_XDECREF(hist);
+    Py_XDECREF(changed);
+    free(all);
+    table_free_all(&svcs);
+    return out;
+}
+
+/* ---- phase 3b, second step: the lane's queues, the one numbering ---------------------------- */
+
+/* `service` (str) as UTF-8 bytes (a new reference), NULL with an error set. */
+static PyObject *service_bytes(PyObject *service, const char *method) {
+    if (!PyUnicode_Check(service)) {
+        PyErr_Format(PyExc_TypeError, "Lane.%s: service must be str, not %.100s", method,
+                     Py_TYPE(service)->tp_name);
+        return NULL;
+    }
+    return PyUnicode_AsEncodedString(service, "utf-8", "surrogatepass");
+}
+
+static PyObject *lane_waiting_head(LaneObject *self, PyObject *arg) {
+    PyObject *name = service_bytes(arg, "waiting_head");
+    if (name == NULL)
+        return NULL;
+    py_lock(self);
+    s0_wq *q = wq_find(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    PyObject *out = q != NULL ? record_tuple(q->head) : Py_NewRef(Py_None);
+    pthread_mutex_unlock(&self->mutex);
+    Py_DECREF(name);
+    return out;
+}
+
+static PyObject *lane_adopt_next_waiting(LaneObject *self, PyObject *arg) {
+    PyObject *name = service_bytes(arg, "adopt_next_waiting");
+    if (name == NULL)
+        return NULL;
+    py_lock(self);
+    s0_wq *q = wq_find(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    s0_record *r = q != NULL ? q->head : NULL;
+    if (r != NULL) {
+        record_out(self, r);
+        count(self, ST_HANDED, 1);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    Py_DECREF(name);
+    if (r == NULL)
+        Py_RETURN_NONE;
+    PyObject *out = record_tuple(r);
+    record_free(r);
+    return out;
+}
+
+static PyObject *lane_adopt_waiting(LaneObject *self, PyObject *arg) {
+    PyObject *name = service_bytes(arg, "adopt_waiting");
+    if (name == NULL)
+        return NULL;
+    s0_record **got = NULL;
+    size_t n = 0;
+    int failed = 0;
+    py_lock(self);
+    s0_wq *q = wq_find(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    if (q != NULL) {
+        if ((got = malloc(q->n * sizeof(*got))) == NULL) {
+            failed = 1;
+        } else {
+            for (s0_record *r = q->head; r != NULL; r = r->qnext)
+                got[n++] = r;
+            for (size_t i = 0; i < n; i++)
+                record_out(self, got[i]); /* (the last one frees q) */
+            count(self, ST_HANDED, n);
+        }
+    }
+    pthread_mutex_unlock(&self->mutex);
+    Py_DECREF(name);
+    if (failed)
+        return PyErr_NoMemory();
+    return handed_list(got, n);
+}
+
+static PyObject *lane_dispatch_head(LaneObject *self, PyObject *args) {
+    PyObject *service;
+    const char *ticket, *wrid;
+    Py_ssize_t ticket_len, wrid_len;
+    if (!PyArg_ParseTuple(args, "Uy#y#:dispatch_head", &service, &ticket, &ticket_len, &wrid,
+                          &wrid_len))
+        return NULL;
+    if (wrid_len < 1 || wrid_len > 255) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.dispatch_head: worker_rid must be 1..255 bytes, not %zd", wrid_len);
+        return NULL;
+    }
+    PyObject *name = service_bytes(service, "dispatch_head");
+    if (name == NULL)
+        return NULL;
+    const char *problem = NULL;
+    py_lock(self);
+    s0_wq *q = wq_find(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    s0_record *r = q != NULL ? q->head : NULL;
+    if (r == NULL)
+        problem = "empty";
+    else if (table_find(&self->records, (const unsigned char *)ticket, (size_t)ticket_len,
+                        hash_bytes((const unsigned char *)ticket, (size_t)ticket_len)) != NULL)
+        problem = "ticket";
+    else if (table_reserve(&self->records, 1) < 0 ||
+             record_set_ticket(r, ticket, (size_t)ticket_len) < 0)
+        problem = "memory";
+    if (problem == NULL) {
+        wq_unlink(self, r);
+        record_set_worker(r, wrid, (size_t)wrid_len);
+        table_insert(&self->records, &r->key);
+        count(self, ST_LENT, 1);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    if (problem == NULL) {
+        Py_DECREF(name);
+        Py_RETURN_NONE;
+    }
+    if (problem[0] == 'e')
+        PyErr_Format(PyExc_KeyError, "Lane.dispatch_head: no request of %R waits in the lane",
+                     service);
+    else if (problem[0] == 't')
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.dispatch_head: ticket %R is already one of the lane's in flight",
+                     PyTuple_GET_ITEM(args, 1));
+    else
+        PyErr_NoMemory();
+    Py_DECREF(name);
+    return NULL;
+}
+
+static PyObject *lane_waiting(LaneObject *self, PyObject *arg) {
+    PyObject *name = service_bytes(arg, "waiting");
+    if (name == NULL)
+        return NULL;
+    py_lock(self);
+    size_t n = wq_count(self, PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    pthread_mutex_unlock(&self->mutex);
+    Py_DECREF(name);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *lane_waiting_total(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->n_waiting;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+/* A count table as {bytes: int} (the lock held; the GIL too). */
+static PyObject *counts_dict(const s0_table *t) {
+    PyObject *out = PyDict_New();
+    if (out == NULL || t->slots == NULL)
+        return out;
+    for (size_t i = 0; i <= t->mask; i++) {
+        const s0_count *c = (const s0_count *)t->slots[i];
+        if (c == NULL)
+            continue;
+        PyObject *k = PyBytes_FromStringAndSize((const char *)c->key.data, (Py_ssize_t)c->key.len);
+        PyObject *v = k != NULL ? PyLong_FromLongLong(c->n) : NULL;
+        if (v == NULL || PyDict_SetItem(out, k, v) < 0) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+    }
+    return out;
+}
+
+static PyObject *lane_open_by_connection(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    PyObject *out = counts_dict(&self->rid_counts);
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
+static PyObject *lane_held_by_client(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    PyObject *out = counts_dict(&self->client_counts);
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
+static PyObject *lane_next_seq(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    uint64_t n = ++self->seq;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+static PyObject *lane_seq_from(LaneObject *self, PyObject *arg) {
+    if (!PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.seq_from: n must be int, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "Lane.seq_from: n must be 0..2**64-1, not %R", arg);
+        return NULL;
+    }
+    py_lock(self);
+    if (n > self->seq)
+        self->seq = n;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef lane_methods[] = {
@@ -1105,9 +2724,9 @@ static PyMethodDef lane_methods[] = {
      "stop(): idempotent; forward Python's pending sends, stop and join the thread"},
     {"configure", (PyCFunction)lane_configure, METH_VARARGS,
      "configure(config_version, max_skew_s): the running config's version and R12 limit"},
-    {"note", (PyCFunction)lane_note, METH_VARARGS,
-     "note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=False): insert or "
-     "update a session"},
+    {"note", (PyCFunction)(void (*)(void))lane_note, METH_VARARGS | METH_KEYWORDS,
+     "note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b'', "
+     "open=True): insert or update a session; majordomo: 0 (S0P) or its Majordomo reading"},
     {"forget", (PyCFunction)lane_forget, METH_VARARGS, "forget(channel, routing_id)"},
     {"clear", (PyCFunction)lane_clear, METH_NOARGS, "clear(): forget every session"},
     {"negotiated", (PyCFunction)lane_negotiated, METH_VARARGS,
@@ -1118,12 +2737,62 @@ static PyMethodDef lane_methods[] = {
     {"last_seen", (PyCFunction)lane_last_seen, METH_VARARGS,
      "last_seen(channel, routing_id) -> float | None"},
     {"stats", (PyCFunction)lane_stats, METH_NOARGS, "stats() -> dict of counters"},
+    {"lock", (PyCFunction)lane_lock, METH_NOARGS,
+     "lock(): take the lane's lock (recursive), the GIL released while waiting"},
+    {"unlock", (PyCFunction)lane_unlock, METH_NOARGS,
+     "unlock(): release one lock(); RuntimeError without one"},
+    {"attach_pool", (PyCFunction)lane_attach_pool, METH_O,
+     "attach_pool(pool): share a scale0.core._pool.Pool with the lane (None detaches)"},
+    {"serve", (PyCFunction)lane_serve, METH_VARARGS,
+     "serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue): whether and "
+     "how the lane takes "
+     "Majordomo requests"},
+    {"python_waits", (PyCFunction)lane_python_waits, METH_VARARGS,
+     "python_waits(service, count): how many requests of service wait in Python (R6)"},
+    {"python_holds", (PyCFunction)lane_python_holds, METH_VARARGS,
+     "python_holds(client_id, count): how many requests of this client Python holds"},
+    {"adopt", (PyCFunction)lane_adopt, METH_O, "adopt(ticket) -> record | None"},
+    {"adopt_worker", (PyCFunction)lane_adopt_worker, METH_O,
+     "adopt_worker(routing_id) -> [record]: the worker's, in ticket order"},
+    {"adopt_all", (PyCFunction)lane_adopt_all, METH_NOARGS,
+     "adopt_all() -> [record]: in flight in ticket order, then waiting in seq order"},
+    {"adopt_due", (PyCFunction)lane_adopt_due, METH_O,
+     "adopt_due(now) -> [record]: those with deadline <= now, in (deadline, seq) order"},
+    {"next_due", (PyCFunction)lane_next_due, METH_NOARGS,
+     "next_due() -> float | None: the earliest deadline the lane holds"},
+    {"held", (PyCFunction)lane_held, METH_O, "held(client_id) -> int: the lane's requests of it"},
+    {"busy", (PyCFunction)lane_busy, METH_O,
+     "busy(client_rid) -> bool: the lane holds a request from this routing id"},
+    {"in_flight", (PyCFunction)lane_in_flight, METH_NOARGS,
+     "in_flight() -> int: the lane's requests in flight (not waiting)"},
+    {"waiting_head", (PyCFunction)lane_waiting_head, METH_O,
+     "waiting_head(service) -> record | None: the head of the lane's queue, not removed"},
+    {"dispatch_head", (PyCFunction)lane_dispatch_head, METH_VARARGS,
+     "dispatch_head(service, ticket, worker_rid): the queue's head is in flight there under "
+     "Python's ticket (KeyError if the queue is empty)"},
+    {"adopt_next_waiting", (PyCFunction)lane_adopt_next_waiting, METH_O,
+     "adopt_next_waiting(service) -> record | None: the queue's head, handed over"},
+    {"adopt_waiting", (PyCFunction)lane_adopt_waiting, METH_O,
+     "adopt_waiting(service) -> [record]: the whole queue, in order"},
+    {"waiting", (PyCFunction)lane_waiting, METH_O, "waiting(service) -> int"},
+    {"waiting_total", (PyCFunction)lane_waiting_total, METH_NOARGS, "waiting_total() -> int"},
+    {"open_by_connection", (PyCFunction)lane_open_by_connection, METH_NOARGS,
+     "open_by_connection() -> {client_rid: requests}: in flight and waiting"},
+    {"held_by_client", (PyCFunction)lane_held_by_client, METH_NOARGS,
+     "held_by_client() -> {client_id: requests}: in flight and waiting"},
+    {"next_seq", (PyCFunction)lane_next_seq, METH_NOARGS,
+     "next_seq() -> int: the shared request numbering's next value"},
+    {"seq_from", (PyCFunction)lane_seq_from, METH_O,
+     "seq_from(n): raise the numbering to at least n"},
+    {"drain", (PyCFunction)lane_drain, METH_NOARGS,
+     "drain() -> (requests, replies, [(service, counts, sum_s)], changed): since the last one"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scale0.net._zmqio.Lane",
-    .tp_doc = "The C lane: owns the broker's ROUTERs, answers plain HEARTBEATs "
+    .tp_doc = "The C lane: owns the broker's ROUTERs, answers plain HEARTBEATs, dispatches "
+              "Majordomo requests "
               "(see scale0/net/_lane.c)",
     .tp_basicsize = sizeof(LaneObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,

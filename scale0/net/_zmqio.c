@@ -77,6 +77,7 @@ void *(*p_msg_data)(s0_zmq_msg_t *);
 size_t (*p_msg_size)(const s0_zmq_msg_t *);
 int (*p_msg_more)(const s0_zmq_msg_t *);
 int (*p_msg_close)(s0_zmq_msg_t *);
+int (*p_msg_copy)(s0_zmq_msg_t *, s0_zmq_msg_t *);
 int (*p_msg_get)(const s0_zmq_msg_t *, int);
 const char *(*p_msg_gets)(const s0_zmq_msg_t *, const char *);
 int (*p_send)(void *, const void *, size_t, int);
@@ -146,6 +147,7 @@ static int load_libzmq(void) {
         resolve(lib, "zmq_msg_size", (void **)&p_msg_size) < 0 ||
         resolve(lib, "zmq_msg_more", (void **)&p_msg_more) < 0 ||
         resolve(lib, "zmq_msg_close", (void **)&p_msg_close) < 0 ||
+        resolve(lib, "zmq_msg_copy", (void **)&p_msg_copy) < 0 ||
         resolve(lib, "zmq_msg_get", (void **)&p_msg_get) < 0 ||
         resolve(lib, "zmq_msg_gets", (void **)&p_msg_gets) < 0 ||
         resolve(lib, "zmq_send", (void **)&p_send) < 0 ||

@@ -37,6 +37,7 @@ S0_HIDDEN extern void *(*p_msg_data)(s0_zmq_msg_t *);
 S0_HIDDEN extern size_t (*p_msg_size)(const s0_zmq_msg_t *);
 S0_HIDDEN extern int (*p_msg_more)(const s0_zmq_msg_t *);
 S0_HIDDEN extern int (*p_msg_close)(s0_zmq_msg_t *);
+S0_HIDDEN extern int (*p_msg_copy)(s0_zmq_msg_t *, s0_zmq_msg_t *);
 S0_HIDDEN extern int (*p_msg_get)(const s0_zmq_msg_t *, int);
 S0_HIDDEN extern const char *(*p_msg_gets)(const s0_zmq_msg_t *, const char *);
 S0_HIDDEN extern int (*p_send)(void *, const void *, size_t, int);

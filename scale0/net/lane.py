@@ -75,11 +75,15 @@ class LaneMirror:
         promise_ms: int,
         gap_s: float,
         last_seen: float,
-        majordomo: bool,
+        majordomo: int,
+        client_id: bytes,
+        open: bool,
     ) -> None:
         number = _NUMBER.get(channel)
         if number is not None:
-            self._lane.note(number, routing_id, promise_ms, gap_s, last_seen, majordomo)
+            self._lane.note(
+                number, routing_id, promise_ms, gap_s, last_seen, majordomo, client_id, open
+            )
 
     def forget(self, channel: Channel, routing_id: bytes) -> None:
         number = _NUMBER.get(channel)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import zmq
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -70,6 +70,7 @@ from scale0.core.effects import (
     Subscribe,
     Tick,
 )
+from scale0.core.ledger import CPoolLedger
 from scale0.core.replica import Offer
 from scale0.crypto.curve import CurveKeyPair
 from scale0.net.admin import ManagementBridge
@@ -128,6 +129,8 @@ from scale0.wire.registry import (
 )
 
 __all__ = ["BindError", "BrokerNode", "inbound_size_limit"]
+
+T = TypeVar("T")
 
 #: Messages read per wake-up (all sockets together) before the loop lets other work run.
 DEFAULT_BATCH_SIZE: Final = 512
@@ -340,6 +343,10 @@ class BrokerNode:
         self._mirror: LaneMirror | None = None
         self._lane_sockets: list[zmq.Socket[bytes]] = []
         self._lane_told: tuple[int, float] | None = None
+        # What the lane was last told it may do with requests (Broker.lane_serves), None: never
+        # (a lane on a Python pool takes only HEARTBEATs)
+        self._lane_serving: tuple[bool, float, int, bytes, int, bool] | None = None
+        self._lane_requests = False
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -366,11 +373,32 @@ class BrokerNode:
 
     def stats(self) -> dict[str, int]:
         """The core's counters plus the node's own, prefixed ``net_``."""
-        merged = dict(self.broker.stats())
+        lane = self._lane
+        if lane is not None:
+            lane.lock()
+            try:
+                merged = dict(self.broker.stats())
+            finally:
+                lane.unlock()
+        else:
+            merged = dict(self.broker.stats())
         merged.update({f"net_{key}": value for key, value in self._counters.items()})
         if self._lane is not None:
             merged.update({f"lane_{key}": value for key, value in self._lane.stats().items()})
         return merged
+
+    def with_core(self, read: Callable[[Broker], T]) -> T:
+        """``read(broker)`` on the loop thread, with the lane's lock held while a lane shares
+        the core's pool (what the core reads is then what the lane has done, and the pool may
+        be read: docs/architecture.md "Phase 3b")."""
+        lane = self._lane
+        if lane is None:
+            return read(self.broker)
+        lane.lock()
+        try:
+            return read(self.broker)
+        finally:
+            lane.unlock()
 
     def add_sink(self, channel: Channel, sink: Callable[[bytes, Message], None]) -> None:
         """Deliver the core's sends on ``channel`` (not a socket) to ``sink(routing_id, msg)``."""
@@ -441,6 +469,7 @@ class BrokerNode:
                 "io": IMPLEMENTATION,  # "c" or "pyzmq" (scale0.net.frames_io)
                 "pool": self.broker.ledger.pool,  # "c" or "python" (scale0.core.ledger)
                 "lane": self._lane_state(),
+                "lane_requests": self._lane_requests,  # it dispatches Majordomo requests
             },
         )
         self._feed(Start())
@@ -911,6 +940,15 @@ class BrokerNode:
         self._lane_config()
         self.broker.mirror_sessions(self._mirror)
         self.broker.core.lane = lane.stats  # its counters in status and /metrics
+        ledger = self.broker.ledger
+        if isinstance(ledger, CPoolLedger):  # the lane dispatches Majordomo requests too
+            lane.attach_pool(ledger.cpool)
+            lane.lock()
+            try:
+                self.broker.attach_lane(lane)
+            finally:
+                lane.unlock()  # (not told it may serve yet: at the end of the first entry)
+            self._lane_requests = True
         lane.start()
 
     def _stop_lane(self) -> None:
@@ -922,6 +960,14 @@ class BrokerNode:
         lane.stop()
         self.broker.mirror_sessions(None)
         self.broker.core.lane = None
+        if self._lane_requests:  # what it still holds is the ledger's now, the pool its own
+            lane.lock()
+            try:
+                self.broker.attach_lane(None)
+                lane.attach_pool(None)
+            finally:
+                lane.unlock()
+            self._lane_requests = False
 
     def _lane_state(self) -> str:
         """What broker_ready says of the lane: "c" (running), "off" or "not built"."""
@@ -938,11 +984,31 @@ class BrokerNode:
             self._lane.configure(*told)
 
     def _lane_heard(self) -> None:
-        """The HEARTBEATs the lane took since the last call, to the core before anything else."""
+        """The HEARTBEATs the lane took since the last call, to the core before anything else;
+        and what it did with requests (counters, metrics, the table the peers read)."""
         assert self._mirror is not None
         heard = self._mirror.heard()
         if heard:
             self.broker.heard_elsewhere(heard)
+        if self._lane_requests:
+            requests, replies, latencies, changed = self._lane.drain()
+            if requests or replies or changed:
+                self.broker.lane_did(requests, replies, latencies, changed, time.monotonic())
+
+    def _lane_unlock(self, lane: Any) -> None:
+        """The end of an entry into the core while the lane is locked: tell the lane what it
+        may do with requests now (what the core just did may have changed it: the broker's
+        state, draining, the config), then let it go on."""
+        try:
+            if self._lane_requests:
+                serving = self.broker.lane_serves()
+                if serving != self._lane_serving:
+                    if not serving[0]:  # what the lane holds is the core's to move or answer
+                        self.broker.adopt_lane()
+                    lane.serve(*serving)
+                    self._lane_serving = serving
+        finally:
+            lane.unlock()
 
     def _lane_marks(self, outbox: list[tuple[IoKey, bytes, list[bytes]]]) -> int:
         """Last in a round's sends: tell the lane, on each pipe read from, how many messages
@@ -979,6 +1045,19 @@ class BrokerNode:
         self._pump()
 
     def _pump(self) -> None:
+        """:meth:`_pump_rounds`, holding the lane's lock while it runs (if a lane shares the
+        ledger's pool, every decision of the core is atomic against the lane's)."""
+        lane = self._lane
+        if lane is None:
+            self._pump_rounds()
+            return
+        lane.lock()
+        try:
+            self._pump_rounds()
+        finally:
+            self._lane_unlock(lane)
+
+    def _pump_rounds(self) -> None:
         """Rounds over the dirty ports until none is dirty, or the budget is spent.
 
         The loop watches each port's ZMQ FD level-triggered, and libzmq keeps that FD readable
@@ -1411,13 +1490,34 @@ class BrokerNode:
         if self._stopped:
             return
         self._counters["ticks"] += 1
-        if self._lane is not None:
+        lane = self._lane
+        if lane is not None:
             self._lane_heard()  # before the sweep reads last_seen
+            if self._lane_requests:  # the lane's requests past their deadline: answered now
+                lane.lock()
+                try:
+                    self.broker.adopt_due(time.monotonic())
+                    self._feed(Tick())
+                finally:
+                    self._lane_unlock(lane)
+                self._pump()
+                return
         self._feed(Tick())
         # The tick's sends may have swallowed a socket's FD edge: a pump reads the ports sent on.
         self._pump()
 
     def _feed(self, event: Event) -> None:
+        lane = self._lane
+        if lane is None:
+            self._feed_locked(event)
+            return
+        lane.lock()
+        try:
+            self._feed_locked(event)
+        finally:
+            self._lane_unlock(lane)
+
+    def _feed_locked(self, event: Event) -> None:
         try:
             self._perform(self.broker.handle(event, time.monotonic(), time.time()))
         except Exception:

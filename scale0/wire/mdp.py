@@ -38,6 +38,22 @@ W02_DISCONNECT: Final = b"\x06"
 # numbers the client commands like the worker's and answers without the service frame
 # (``majortomo=True``). A broker answers each peer in the reading it spoke.
 MAJORTOMO_REQUEST: Final = b"\x02"
+
+
+def reading_code(reading: tuple[bytes, bool, bool]) -> int:
+    """A peer's reading (signature, delimited, majortomo) as the one int the C lane is told
+    (scale0/net/_lane.c, ``note``): bit 0 version 1 (MDP*01), bit 1 version 2 (MDP*02), bit 2
+    frame 0 is the empty delimiter, bit 3 majortomo's client command numbers. Never 0 (0
+    means "speaks S0P")."""
+    protocol, delimited, majortomo = reading
+    code = 1 if protocol.endswith(b"01") else 2
+    if delimited:
+        code |= 4
+    if majortomo:
+        code |= 8
+    return code
+
+
 MAJORTOMO_PARTIAL: Final = b"\x03"
 MAJORTOMO_FINAL: Final = b"\x04"
 

@@ -164,11 +164,19 @@ def test_unknown_results_are_printed_generically() -> None:
 def test_status_says_what_the_lane_did_only_while_it_runs() -> None:
     status: dict[str, Any] = {"broker": "b1", "state": "active", "lane": None}
     assert not [line for line in human_lines("status", status) if line.startswith("lane:")]
-    status["lane"] = {"beats": 1200, "answers": 600, "passed": 7, "stalled": 0}
-    (line,) = [line for line in human_lines("status", status) if line.startswith("lane:")]
-    assert line.split() == [
+    status["lane"] = {
+        "beats": 1200, "answers": 600, "passed": 7, "stalled": 0,
+        "requests": 900, "replies": 880, "waiting": 12, "handed": 8,
+    }  # fmt: skip
+    lines = human_lines("status", status)
+    (at,) = [n for n, line in enumerate(lines) if line.startswith("lane:")]
+    assert lines[at].split() == [
         "lane:", "HEARTBEATs", "taken", "1200", "answered", "600", "passed", "to", "the",
         "loop", "7", "stalled", "0",
+    ]  # fmt: skip
+    assert lines[at + 1].split() == [
+        "requests", "taken", "900", "answered", "880", "waiting", "12", "handed", "to", "the",
+        "loop", "8",
     ]  # fmt: skip
 
 

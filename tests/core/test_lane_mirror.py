@@ -77,12 +77,14 @@ class ModelLane:
         promise_ms: int,
         gap_s: float,
         last_seen: float,
-        majordomo: bool,
+        majordomo: int,
+        client_id: bytes,
+        open: bool,
     ) -> None:
         self.notes += 1
         old = self.table.get((channel, routing_id))
         seen = last_seen if old is None else max(old.last_seen, last_seen)
-        self.table[(channel, routing_id)] = Entry(promise_ms, gap_s, seen, majordomo)
+        self.table[(channel, routing_id)] = Entry(promise_ms, gap_s, seen, bool(majordomo))
 
     def forget(self, channel: Channel, routing_id: bytes) -> None:
         self.table.pop((channel, routing_id), None)

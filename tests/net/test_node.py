@@ -415,12 +415,20 @@ def test_a_port_sent_on_after_its_batch_is_read_again(
                 # its REQUEST waits in the outbox for the backend, the round's reads are done.
                 if not signalled and any(item[0] == backend.io for item in broker_node._outbox):
                     worker.send(WorkerReply(first.ticket, 200, (b"a",)))
+                    # With a lane the REPLY reaches the pipe through its thread, which reads
+                    # a ROUTER only under the lock the loop holds for the round: let it go
+                    # while this stands in for the REPLY's arrival in the round
+                    lane = broker_node._lane
+                    if lane is not None:
+                        lane.unlock()
                     deadline = time.monotonic() + WAIT_S
                     ready: list[int] = []
                     while not ready and time.monotonic() < deadline:
                         ready = select.select([backend.fd], [], [], 0.1)[0]  # libzmq signalled
                     signalled.append(bool(ready))
                     time.sleep(0.01)  # past libzmq's ~1 ms throttle: the send processes commands
+                    if lane is not None:
+                        lane.lock()
                 flush()
 
             thread.call(lambda: setattr(broker_node, "_flush", reply_arrives_before_the_send))

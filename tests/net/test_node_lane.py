@@ -29,7 +29,18 @@ from scale0.wire import (
     WorkerReply,
     WorkerRequest,
 )
-from scale0.wire.mdp import MDPW01, MDPW02
+from scale0.wire.mdp import (
+    MDPC01,
+    MDPC02,
+    MDPW01,
+    MDPW02,
+    MdpClientReply,
+    MdpClientRequest,
+    MdpWorkerReady,
+    MdpWorkerReply,
+    MdpWorkerRequest,
+)
+from scale0.wire.registry import decode_from_broker
 from tests.net import s0p
 from tests.net.test_node import WAIT_S, NodeThread, _network, _signature, ctx, signing
 
@@ -115,7 +126,9 @@ def test_a_clients_plain_heartbeats_are_answered_by_the_lane_and_keep_its_sessio
         # status and /metrics say what the lane did (docs/protocol.md, docs/management.md)
         node = laned.node
         assert node is not None
-        status = laned.call(lambda: node.broker.status(time.monotonic(), time.time()))
+        status = laned.call(
+            lambda: node.with_core(lambda broker: broker.status(time.monotonic(), time.time()))
+        )
         assert status["lane"]["beats"] >= beats and status["lane"]["answers"] >= beats
         text = render_metrics(status)
         taken = [
@@ -254,3 +267,96 @@ def test_majordomo_workers_plain_heartbeats_are_taken_by_the_lane_and_keep_their
     finally:
         for dealer in workers.values():
             dealer.close(0)
+
+
+def _mdp_client(ctx: zmq.Context[Any], endpoint: str) -> zmq.Socket[Any]:
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.connect(endpoint)
+    return dealer
+
+
+def test_majordomo_requests_are_dispatched_queued_and_answered_by_the_lane(
+    laned: NodeThread, ctx: zmq.Context[Any]
+) -> None:
+    """Phase 3b: two Majordomo clients keep 20 requests each outstanding against two
+    Majordomo workers (18/MDP and 7/MDP). After the clients' first requests (which open their
+    sessions in the core) the lane takes, queues, dispatches and answers them without the
+    loop; the core still counts and measures every one (status and /metrics), and every
+    answer is the request's own, in the reading its client spoke."""
+    frontend, backend = laned.endpoint(Channel.FRONTEND), laned.endpoint(Channel.BACKEND)
+    readings = ((MDPW02, True), (MDPW01, True))
+    workers = [_mdp_client(ctx, backend) for _ in readings]
+    clients = [_mdp_client(ctx, frontend) for _ in range(2)]
+    try:
+        for dealer, (protocol, delimited) in zip(workers, readings, strict=True):
+            ready = MdpWorkerReady("echo", protocol=protocol, delimited=delimited)
+            dealer.send_multipart(ready.to_frames())
+        _until(laned, "the workers' sessions", lambda s: s["workers"] == 2)
+        client_readings = ((MDPC02, True), (MDPC01, True))
+        sent = {0: 0, 1: 0}
+        total = 400
+
+        def ask(index: int) -> None:
+            protocol, delimited = client_readings[index]
+            body = (b"%d" % index, b"%d" % sent[index])
+            request = MdpClientRequest("echo", body, protocol=protocol, delimited=delimited)
+            clients[index].send_multipart(request.to_frames())
+            sent[index] += 1
+
+        for index in (0, 1):
+            for _ in range(20):
+                ask(index)
+        answered = {0: 0, 1: 0}
+        poller = zmq.Poller()
+        for sock in (*workers, *clients):
+            poller.register(sock, zmq.POLLIN)
+        deadline = time.monotonic() + 4 * WAIT_S
+        while sum(answered.values()) < total:
+            assert time.monotonic() < deadline, f"answered {answered} of {total}"
+            for sock, _ in poller.poll(100):
+                frames = sock.recv_multipart()
+                if sock in workers:
+                    protocol, delimited = readings[workers.index(sock)]
+                    message = decode_from_broker(
+                        frames, signature=protocol, max_frame_bytes=1 << 20
+                    )
+                    if isinstance(message, MdpWorkerRequest):
+                        reply = MdpWorkerReply(
+                            message.ticket, message.body, protocol=protocol, delimited=delimited
+                        )
+                        sock.send_multipart(reply.to_frames())
+                    continue
+                index = clients.index(sock)
+                protocol, delimited = client_readings[index]
+                reply = decode_from_broker(frames, signature=protocol, max_frame_bytes=1 << 20)
+                assert isinstance(reply, MdpClientReply) and reply.protocol == protocol
+                assert reply.body[0] == b"%d" % index  # its own request's answer
+                answered[index] += 1
+                if sent[index] < total // 2:
+                    ask(index)
+        stats = _until(laned, "the lane drained", lambda s: s["replies"] == total)
+        assert stats["requests"] == total and stats["in_flight"] == 0 and stats["queued"] == 0
+        assert stats["lane_replies"] >= total - 40  # all but the first window's, at most
+        assert stats["lane_queued"] > 0
+        node = laned.node
+        assert node is not None
+        status = laned.call(
+            lambda: node.with_core(lambda broker: broker.status(time.monotonic(), time.time()))
+        )
+        echo = laned.call(lambda: node.broker.core.metrics.services["echo"])
+        assert echo.replies == {200: total} and echo.latency.count == total
+        lane = status["lane"]
+        assert isinstance(lane, dict) and lane["requests"] >= total - 40
+        text = render_metrics(status).splitlines()
+        (answered,) = [
+            line
+            for line in text
+            if line.startswith("scale0_lane_requests_total{") and 'outcome="answered"' in line
+        ]
+        (waiting,) = [line for line in text if line.startswith("scale0_lane_waiting")]
+        assert float(answered.rsplit(" ", 1)[1]) == lane["replies"]
+        assert float(waiting.rsplit(" ", 1)[1]) == 0
+    finally:
+        for sock in (*workers, *clients):
+            sock.close(0)
