@@ -189,10 +189,11 @@ def _no_due(deadline: float, key: RequestDue) -> None:
     raise RuntimeError("no lane attached: nothing to adopt")
 
 
-def _lent(record: LaneRecord) -> Pending:
-    """The head of the lane's queue, as the Pending a worker the core freed is given (its
-    REQUEST built as for any other); never opened here: ``dispatched`` puts it in flight in the
-    lane, which answers it (``lane`` set)."""
+def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
+    """One of the lane's requests as a Pending, not in flight (a Majordomo request: its ids
+    are the lane's, D1). ``lane``: the head of the lane's queue, lent to a worker the core
+    freed (its REQUEST built as for any other); never opened here: ``dispatched`` puts it in
+    flight in the lane, which answers it."""
     _, _, client, client_id, caller, service, body, started, deadline, rid, seq = record
     return Pending(
         RequestDue(seq),
@@ -205,7 +206,7 @@ def _lent(record: LaneRecord) -> Pending:
         started=started,
         caller=caller,
         ids=False,
-        lane=True,
+        lane=lane,
     )
 
 
@@ -480,7 +481,7 @@ class Ledger:
             if pending is None:  # the lane's queue is behind ours: its head is next
                 if lend:  # for a worker freed here: it stays the lane's (see dispatched)
                     record = lane.waiting_head(service)
-                    return None if record is None else _lent(record)
+                    return None if record is None else _pending_of(record, lane=True)
                 record = lane.adopt_next_waiting(service)
                 if record is not None:
                     return self._adopt_one(record)
@@ -571,26 +572,13 @@ class Ledger:
     def _adopt_one(self, record: LaneRecord) -> Pending:
         """A Pending for one of the lane's requests, opened, its deadline in the heap; in flight
         if the lane dispatched it (the pool's slot is held already), else in no queue yet."""
-        ticket, worker, client, client_id, caller, service, body, started, deadline, rid, seq = (
-            record
-        )
-        pending = Pending(
-            RequestDue(seq),
-            client,
-            (client_id, rid),
-            service,
-            rid,
-            body,
-            deadline,
-            started=started,
-            caller=caller,
-            ids=False,  # a Majordomo request: its ids are the lane's (D1)
-        )
+        pending = _pending_of(record)
+        ticket, worker = record[0], record[1]
         self.open(pending)
         if ticket:
             pending.ticket, pending.worker, pending.attempt = ticket, worker, 1
             self._inflight[ticket] = pending
-        self._due(deadline, pending.seq)
+        self._due(pending.deadline, pending.seq)
         return pending
 
     def _tell_waits(self, service: str) -> None:
