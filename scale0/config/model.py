@@ -185,8 +185,9 @@ class BrokerConfig:
         default=False,
         metadata=doc(
             "Run the frontend and backend sockets in the lane, a C thread that answers plain "
-            "HEARTBEATs without waking the broker's loop (docs/architecture.md); where the C "
-            "extension is not built the broker runs without it and broker_ready says so."
+            "HEARTBEATs and dispatches, queues and answers Majordomo clients' requests to "
+            "Majordomo workers without waking the broker's loop (docs/architecture.md); where "
+            "the C extension is not built the broker runs without it and broker_ready says so."
         ),
     )
 
