@@ -373,15 +373,7 @@ class BrokerNode:
 
     def stats(self) -> dict[str, int]:
         """The core's counters plus the node's own, prefixed ``net_``."""
-        lane = self._lane
-        if lane is not None:
-            lane.lock()
-            try:
-                merged = dict(self.broker.stats())
-            finally:
-                lane.unlock()
-        else:
-            merged = dict(self.broker.stats())
+        merged = dict(self.with_core(Broker.stats))
         merged.update({f"net_{key}": value for key, value in self._counters.items()})
         if self._lane is not None:
             merged.update({f"lane_{key}": value for key, value in self._lane.stats().items()})
