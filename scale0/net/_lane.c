@@ -52,6 +52,13 @@
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
  *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
  *   drain() -> (requests, replies, [(service, counts, sum_s)], changed)   ("Records")
+ *   python_key(client_id, request_id, live); python_keys() -> int;
+ *   adopt_key(client_id, request_id) -> record | None            ("R10's keys")
+ *   cache_limits(max_entries, max_bytes, max_age_s);
+ *   cache_put(client_id, request_id, service, status, body, expires);
+ *   cache_get(client_id, request_id, now) -> (service, status, body) | None;
+ *   cache_prune(now); cache_count() -> int; cache_bytes() -> int;
+ *   cache_take() -> [(client_id, request_id, service, status, body, expires)]  ("The reply cache")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
  *
@@ -207,6 +214,30 @@
  * changed) since the last drain, services sorted. At stop() the records stay, adoptable.
  * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
  * tables by what Python tells, drain's table by the services taken between two drains.
+ *
+ * R10's keys. A request's key is (client_id, request_id), the core's RequestKey (the client's
+ * client_id as UTF-8 bytes, its own request_id). python_key(client_id, request_id, live): the
+ * core holds (True) / no longer holds (False) a request not answered yet under that key (a set:
+ * inserting twice is one, removing an absent key is no error); the ledger tells it on every
+ * open and retire of a request with the client's ids, under the lock. python_keys(): how many.
+ * Every record the lane holds of an S0P request is also found by its key in O(1) (a second
+ * table over the records); adopt_key(client_id, request_id) hands that record over (in flight
+ * or waiting) exactly as adopt(ticket) does, None if the lane has none.
+ *
+ * The reply cache (the twin of scale0.core.requests.ReplyCache, the lane's own, under the
+ * lock). Entries by key -> (expires (monotonic), size (the sum of the body frames' lengths),
+ * service, status, body (copied into the entry's own memory, not zmq msgs: a cached body never
+ * pins a receive buffer)); first in, first out: insertion order is expiry order, a hit does not
+ * refresh. cache_limits(max_entries, max_bytes, max_age_s): defaults 10000, 64 MiB, 60.0
+ * (scale0.core.ledger's REPLY_CACHE_*), ValueError on a negative (or NaN); new limits apply from
+ * the next put (as ReplyCache's attributes). cache_put(..., expires): ReplyCache.put with
+ * now + max_age_s replaced by expires: a body larger than max_bytes is not stored and an entry
+ * of that key stays; else an entry of the key is dropped first, the new one goes to the back,
+ * then the oldest are evicted while entries > max_entries or bytes > max_bytes (status 100..599,
+ * body a tuple of bytes: checked before any change). cache_get(key, now): None if absent; an
+ * entry whose expires < now is dropped and None returned. cache_prune(now): drop from the
+ * oldest while expires < now. cache_take(): every entry, oldest first, the cache emptied (the
+ * ledger takes them back when the lane detaches). Bounded by its limits; freed at dealloc.
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
@@ -400,6 +431,204 @@ static int utf8_valid(const unsigned char *s, size_t n) {
     return 1;
 }
 
+/* ---- R10's keys and the reply cache -------------------------------------------------------- */
+
+/* A request's key (client_id, request_id) as one byte string: 4 bytes little-endian of
+ * len(client_id), the client_id, the request_id. */
+typedef struct {
+    unsigned char *data;
+    size_t len;
+    unsigned char inline_buf[4 + 255 + 255];
+} s0_rkey;
+
+/* 0, or -1 out of memory. */
+static int rkey_make(s0_rkey *k, const void *cid, size_t cid_len, const void *rq, size_t rq_len) {
+    k->len = 4 + cid_len + rq_len;
+    k->data = k->len <= sizeof(k->inline_buf) ? k->inline_buf : malloc(k->len);
+    if (k->data == NULL || cid_len > UINT32_MAX) {
+        if (k->data != k->inline_buf)
+            free(k->data);
+        k->data = k->inline_buf;
+        return -1;
+    }
+    uint32_t n = (uint32_t)cid_len;
+    for (int i = 0; i < 4; i++)
+        k->data[i] = (unsigned char)(n >> (8 * i));
+    if (cid_len)
+        memcpy(k->data + 4, cid, cid_len);
+    if (rq_len)
+        memcpy(k->data + 4 + cid_len, rq, rq_len);
+    return 0;
+}
+
+static void rkey_free(s0_rkey *k) {
+    if (k->data != k->inline_buf)
+        free(k->data);
+    k->data = k->inline_buf;
+}
+
+/* The client_id and request_id of a key made by rkey_make. */
+static void rkey_split(const unsigned char *key, size_t len, const unsigned char **cid,
+                       size_t *cid_len, const unsigned char **rq, size_t *rq_len) {
+    uint32_t n = 0;
+    for (int i = 3; i >= 0; i--)
+        n = (n << 8) | key[i];
+    *cid = key + 4;
+    *cid_len = n;
+    *rq = key + 4 + n;
+    *rq_len = len - 4 - n;
+}
+
+/* One final reply kept (scale0.core.requests.ReplyCache's entry): one allocation, the record,
+ * its body lengths, its service, its body bytes end to end, then its key. */
+typedef struct s0_cent {
+    s0_key key; /* (client_id, request_id) as rkey_make writes it */
+    struct s0_cent *prev, *next; /* oldest first */
+    double expires;
+    size_t size; /* the sum of the body frames' lengths */
+    int status;
+    const unsigned char *service;
+    size_t service_len;
+    size_t n_body;
+    size_t *lens;
+    const unsigned char *data;
+} s0_cent;
+
+/* The reply cache: first in, first out (a hit does not refresh), bounded by entries, body
+ * bytes and age (the lane's own; guarded by the lock). */
+typedef struct {
+    s0_table t;
+    s0_cent *head, *tail;
+    size_t bytes;
+    long long max_entries, max_bytes;
+    double max_age_s;
+} s0_cache;
+
+/* A new entry, in no table, NULL out of memory; with room for it in the cache's table. */
+static s0_cent *cache_entry(s0_cache *c, const unsigned char *key, size_t key_len,
+                            const void *service, size_t service_len, int status, size_t n_body,
+                            const unsigned char *const *body, const size_t *lens,
+                            double expires) {
+    size_t size = 0;
+    for (size_t i = 0; i < n_body; i++)
+        size += lens[i];
+    size_t head = sizeof(s0_cent) + n_body * sizeof(size_t) + service_len + size;
+    if (table_reserve(&c->t, 1) < 0)
+        return NULL;
+    s0_cent *e = record_new(head, key, key_len, hash_bytes(key, key_len));
+    if (e == NULL)
+        return NULL;
+    unsigned char *p = (unsigned char *)e + sizeof(s0_cent);
+    e->lens = (size_t *)p;
+    p += n_body * sizeof(size_t);
+    if (service_len)
+        memcpy(p, service, service_len);
+    e->service = p;
+    e->service_len = service_len;
+    p += service_len;
+    e->data = p;
+    for (size_t i = 0; i < n_body; i++) {
+        e->lens[i] = lens[i];
+        if (lens[i])
+            memcpy(p, body[i], lens[i]);
+        p += lens[i];
+    }
+    e->n_body = n_body;
+    e->size = size;
+    e->status = status;
+    e->expires = expires;
+    return e;
+}
+
+static void cache_drop(s0_cache *c, s0_cent *e) {
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        c->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        c->tail = e->prev;
+    table_remove(&c->t, &e->key);
+    c->bytes -= e->size;
+    free(e);
+}
+
+static s0_cent *cache_find(const s0_cache *c, const unsigned char *key, size_t len) {
+    return (s0_cent *)table_find(&c->t, key, len, hash_bytes(key, len));
+}
+
+/* ReplyCache.put with an entry made by cache_entry (never fails): a body larger than max_bytes
+ * is not stored (an entry of that key stays); else an entry of the key is dropped first, this
+ * one goes to the back, then the oldest are evicted while there are too many or too many
+ * bytes. 1 stored, 0 not (e freed). */
+static int cache_commit(s0_cache *c, s0_cent *e) {
+    if ((long long)e->size > c->max_bytes) {
+        free(e);
+        return 0;
+    }
+    s0_cent *old = cache_find(c, e->key.data, e->key.len);
+    if (old != NULL)
+        cache_drop(c, old);
+    e->next = NULL;
+    e->prev = c->tail;
+    if (c->tail)
+        c->tail->next = e;
+    else
+        c->head = e;
+    c->tail = e;
+    table_insert(&c->t, &e->key); /* (cache_entry reserved room, and one may have left) */
+    c->bytes += e->size;
+    while (c->head != NULL &&
+           ((long long)c->t.used > c->max_entries || (long long)c->bytes > c->max_bytes))
+        cache_drop(c, c->head);
+    return 1;
+}
+
+/* ReplyCache.get's lookup: the entry of `key`, NULL if none; an expired one (expires < now) is
+ * dropped and NULL returned. */
+static s0_cent *cache_lookup(s0_cache *c, const unsigned char *key, size_t len, double now) {
+    s0_cent *e = cache_find(c, key, len);
+    if (e != NULL && e->expires < now) {
+        cache_drop(c, e);
+        return NULL;
+    }
+    return e;
+}
+
+/* A copy of the entry (in no table, pointers into itself), NULL out of memory. */
+static s0_cent *cache_clone(const s0_cent *e) {
+    size_t size = sizeof(s0_cent) + e->n_body * sizeof(size_t) + e->service_len + e->size;
+    s0_cent *copy = malloc(size + e->key.len);
+    if (copy == NULL)
+        return NULL;
+    memcpy(copy, e, size + e->key.len);
+    unsigned char *base = (unsigned char *)copy;
+    const unsigned char *from = (const unsigned char *)e;
+    copy->key.data = base + (e->key.data - from);
+    copy->lens = (size_t *)(base + ((const unsigned char *)e->lens - from));
+    copy->service = base + (e->service - from);
+    copy->data = base + (e->data - from);
+    copy->prev = copy->next = NULL;
+    return copy;
+}
+
+static void cache_prune(s0_cache *c, double now) {
+    while (c->head != NULL && c->head->expires < now)
+        cache_drop(c, c->head);
+}
+
+static void cache_free(s0_cache *c) {
+    for (s0_cent *e = c->head, *next; e != NULL; e = next) {
+        next = e->next;
+        free(e);
+    }
+    free(c->t.slots);
+    memset(&c->t, 0, sizeof(c->t));
+    c->head = c->tail = NULL;
+    c->bytes = 0;
+}
+
 /* ---- the lane ------------------------------------------------------------------------------ */
 
 enum {
@@ -419,6 +648,7 @@ enum {
     ST_HANDED,
     ST_QUEUED,
     ST_LENT,
+    ST_CACHED,
     ST_COUNT,
 };
 
@@ -432,7 +662,7 @@ enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
 
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
-    "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent",
+    "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent", "cached",
 };
 
 typedef struct {
@@ -481,6 +711,9 @@ typedef struct {
     uint64_t seq;           /* the one numbering shared with Python (next_seq, seq_from) */
     s0_table wqueues;       /* service -> s0_wq: the lane's waiting requests */
     size_t n_waiting;       /* records in the wqueues */
+    s0_table lkeys; /* (client_id, request_id) -> the S0P record of that key (its ikey) */
+    s0_table pkeys; /* (client_id, request_id): Python's requests not answered yet (s0_count) */
+    s0_cache cache; /* the reply cache (R10) */
     /* What drain() hands over. */
     s0_table svcs; /* service -> s0_svc */
     uint64_t drain_requests, drain_replies;
@@ -679,6 +912,8 @@ static void table_free_all(s0_table *t) {
 
 typedef struct s0_wq s0_wq;
 
+#define RECORD_OF_IKEY(k) ((s0_record *)((char *)(k) - offsetof(s0_record, ikey)))
+
 /* A request the lane took: everything Python needs to own it (adopt). One allocation: the
  * record, its body msgs, then its byte strings. Its key is the ticket (len 0 while it waits in
  * a queue), in ticket_buf or, for a longer ticket Python gives (dispatch_head), ticket_heap. */
@@ -692,8 +927,12 @@ typedef struct s0_record {
     s0_zmq_msg_t *body; /* zmq_msg_copy's of the client's body frames */
     size_t n_body;
     double started, deadline;
-    int reading;     /* the client's */
-    uint64_t number; /* request_id b"mdp.L%d" */
+    int reading;     /* the client's Majordomo reading; 0 for an S0P client */
+    int s0p;         /* an S0P client's request: request_id is the client's own, ikey its key */
+    const unsigned char *request_id; /* (S0P) the client's request_id */
+    size_t request_id_len;
+    s0_key ikey;     /* (S0P) (client_id, request_id) as rkey_make writes it, in lkeys */
+    uint64_t number; /* request_id b"mdp.L%d" (Majordomo) */
     uint64_t seq;    /* the shared numbering */
     size_t heap_at;
     s0_wq *queue; /* the queue it waits in, NULL when in flight */
@@ -866,6 +1105,8 @@ static void record_out(LaneObject *self, s0_record *r) {
         wq_unlink(self, r);
     else
         table_remove(&self->records, &r->key);
+    if (r->s0p)
+        table_remove(&self->lkeys, &r->ikey);
     heap_remove(self, r);
     count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
     count_add(&self->rid_counts, r->crid, r->crid_len, -1);
@@ -1656,6 +1897,10 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         }
     }
     self->max_frame_bytes = max_frame_bytes;
+    /* scale0.core.ledger's REPLY_CACHE_ENTRIES, REPLY_CACHE_BYTES, REPLY_CACHE_AGE_S */
+    self->cache.max_entries = 10000;
+    self->cache.max_bytes = 64LL << 20;
+    self->cache.max_age_s = 60.0;
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
@@ -1716,6 +1961,9 @@ static void lane_dealloc(LaneObject *self) {
     table_free_all(&self->rid_counts);
     table_free_all(&self->svcs);
     table_free_all(&self->wqueues); /* (their records were the heap's) */
+    free(self->lkeys.slots);        /* (its keys were in the heap's records) */
+    table_free_all(&self->pkeys);
+    cache_free(&self->cache);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
     for (int k = 0; k < 2; k++)
@@ -2718,6 +2966,280 @@ static PyObject *lane_seq_from(LaneObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+
+/* ---- S0P requests: R10's keys and the reply cache --------------------------------------------- */
+
+static PyObject *lane_python_key(LaneObject *self, PyObject *args) {
+    const char *cid, *rq;
+    Py_ssize_t cid_len, rq_len;
+    int live;
+    if (!PyArg_ParseTuple(args, "y#y#p:python_key", &cid, &cid_len, &rq, &rq_len, &live))
+        return NULL;
+    s0_rkey k;
+    if (rkey_make(&k, cid, (size_t)cid_len, rq, (size_t)rq_len) < 0)
+        return PyErr_NoMemory();
+    int failed = 0;
+    py_lock(self);
+    if (live) {
+        s0_count *c = count_make(&self->pkeys, k.data, k.len);
+        if (c == NULL)
+            failed = 1;
+        else
+            c->n = 1;
+    } else {
+        s0_count *c = count_find(&self->pkeys, k.data, k.len);
+        if (c != NULL) {
+            c->n = 0;
+            count_settle(&self->pkeys, c);
+        }
+    }
+    pthread_mutex_unlock(&self->mutex);
+    rkey_free(&k);
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_python_keys(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->pkeys.used;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *lane_adopt_key(LaneObject *self, PyObject *args) {
+    const char *cid, *rq;
+    Py_ssize_t cid_len, rq_len;
+    if (!PyArg_ParseTuple(args, "y#y#:adopt_key", &cid, &cid_len, &rq, &rq_len))
+        return NULL;
+    s0_rkey k;
+    if (rkey_make(&k, cid, (size_t)cid_len, rq, (size_t)rq_len) < 0)
+        return PyErr_NoMemory();
+    py_lock(self);
+    s0_key *found = table_find(&self->lkeys, k.data, k.len, hash_bytes(k.data, k.len));
+    s0_record *r = found != NULL ? RECORD_OF_IKEY(found) : NULL;
+    if (r != NULL) {
+        record_out(self, r);
+        count(self, ST_HANDED, 1);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    rkey_free(&k);
+    if (r == NULL)
+        Py_RETURN_NONE;
+    PyObject *out = record_tuple(r);
+    record_free(r);
+    return out;
+}
+
+static PyObject *lane_cache_limits(LaneObject *self, PyObject *args) {
+    long long entries, bytes;
+    double age;
+    if (!PyArg_ParseTuple(args, "LLd:cache_limits", &entries, &bytes, &age))
+        return NULL;
+    if (entries < 0 || bytes < 0 || isnan(age) || age < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.cache_limits: max_entries, max_bytes and max_age_s must be >= 0, not "
+                     "%R",
+                     args);
+        return NULL;
+    }
+    py_lock(self);
+    self->cache.max_entries = entries;
+    self->cache.max_bytes = bytes;
+    self->cache.max_age_s = age;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_cache_put(LaneObject *self, PyObject *args) {
+    const char *cid, *rq;
+    Py_ssize_t cid_len, rq_len;
+    PyObject *service, *body;
+    int status;
+    double expires;
+    if (!PyArg_ParseTuple(args, "y#y#UiOd:cache_put", &cid, &cid_len, &rq, &rq_len, &service,
+                          &status, &body, &expires))
+        return NULL;
+    if (status < 100 || status > 599) {
+        PyErr_Format(PyExc_ValueError, "Lane.cache_put: status must be 100..599, not %d", status);
+        return NULL;
+    }
+    if (isnan(expires)) {
+        PyErr_SetString(PyExc_ValueError, "Lane.cache_put: expires is NaN");
+        return NULL;
+    }
+    if (!PyTuple_Check(body)) {
+        PyErr_Format(PyExc_TypeError, "Lane.cache_put: body must be a tuple of bytes, not %.100s",
+                     Py_TYPE(body)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(body);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(body, i))) {
+            PyErr_Format(PyExc_TypeError, "Lane.cache_put: body[%zd] must be bytes, not %.100s",
+                         i, Py_TYPE(PyTuple_GET_ITEM(body, i))->tp_name);
+            return NULL;
+        }
+    PyObject *name = PyUnicode_AsEncodedString(service, "utf-8", "surrogatepass");
+    if (name == NULL)
+        return NULL;
+    const unsigned char **ptrs = PyMem_Malloc(((size_t)n + 1) * sizeof(*ptrs));
+    size_t *lens = PyMem_Malloc(((size_t)n + 1) * sizeof(*lens));
+    s0_rkey k;
+    int made = 0, failed = 0;
+    if (ptrs != NULL && lens != NULL)
+        made = rkey_make(&k, cid, (size_t)cid_len, rq, (size_t)rq_len) == 0;
+    if (!made) {
+        failed = 1;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *b = PyTuple_GET_ITEM(body, i);
+            ptrs[i] = (const unsigned char *)PyBytes_AS_STRING(b);
+            lens[i] = (size_t)PyBytes_GET_SIZE(b);
+        }
+        py_lock(self);
+        s0_cent *e = cache_entry(&self->cache, k.data, k.len, PyBytes_AS_STRING(name),
+                                 (size_t)PyBytes_GET_SIZE(name), status, (size_t)n, ptrs, lens,
+                                 expires);
+        if (e == NULL)
+            failed = 1;
+        else
+            cache_commit(&self->cache, e);
+        pthread_mutex_unlock(&self->mutex);
+    }
+    if (made)
+        rkey_free(&k);
+    PyMem_Free(ptrs);
+    PyMem_Free(lens);
+    Py_DECREF(name);
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* An entry's (service, status, body) (the lock held; only bytes and str are made). */
+static PyObject *cache_tuple(const s0_cent *e) {
+    PyObject *body = PyTuple_New((Py_ssize_t)e->n_body);
+    if (body == NULL)
+        return NULL;
+    const unsigned char *p = e->data;
+    for (size_t i = 0; i < e->n_body; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)e->lens[i]);
+        if (b == NULL) {
+            Py_DECREF(body);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(body, (Py_ssize_t)i, b);
+        p += e->lens[i];
+    }
+    PyObject *service = PyUnicode_DecodeUTF8((const char *)e->service,
+                                             (Py_ssize_t)e->service_len, "surrogatepass");
+    if (service == NULL) {
+        Py_DECREF(body);
+        return NULL;
+    }
+    return Py_BuildValue("(NiN)", service, e->status, body);
+}
+
+static PyObject *lane_cache_get(LaneObject *self, PyObject *args) {
+    const char *cid, *rq;
+    Py_ssize_t cid_len, rq_len;
+    double now;
+    if (!PyArg_ParseTuple(args, "y#y#d:cache_get", &cid, &cid_len, &rq, &rq_len, &now))
+        return NULL;
+    if (isnan(now)) {
+        PyErr_SetString(PyExc_ValueError, "Lane.cache_get: now is NaN");
+        return NULL;
+    }
+    s0_rkey k;
+    if (rkey_make(&k, cid, (size_t)cid_len, rq, (size_t)rq_len) < 0)
+        return PyErr_NoMemory();
+    int failed = 0;
+    py_lock(self);
+    s0_cent *e = cache_lookup(&self->cache, k.data, k.len, now);
+    /* a copy, built into objects once the lock is released (a tuple's allocation may run the
+     * collector, so any Python code, this lane's methods included) */
+    s0_cent *copy = e != NULL ? cache_clone(e) : NULL;
+    failed = e != NULL && copy == NULL;
+    pthread_mutex_unlock(&self->mutex);
+    rkey_free(&k);
+    if (failed)
+        return PyErr_NoMemory();
+    if (copy == NULL)
+        Py_RETURN_NONE;
+    PyObject *out = cache_tuple(copy);
+    free(copy);
+    return out;
+}
+
+static PyObject *lane_cache_prune(LaneObject *self, PyObject *arg) {
+    double now = PyFloat_AsDouble(arg);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (isnan(now)) {
+        PyErr_SetString(PyExc_ValueError, "Lane.cache_prune: now is NaN");
+        return NULL;
+    }
+    py_lock(self);
+    cache_prune(&self->cache, now);
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_cache_count(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->cache.t.used;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *lane_cache_bytes(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->cache.bytes;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *lane_cache_take(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    s0_cent *head = self->cache.head; /* taken whole: the cache starts empty */
+    size_t n = self->cache.t.used;
+    free(self->cache.t.slots);
+    memset(&self->cache.t, 0, sizeof(self->cache.t));
+    self->cache.head = self->cache.tail = NULL;
+    self->cache.bytes = 0;
+    pthread_mutex_unlock(&self->mutex);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    size_t i = 0;
+    for (s0_cent *e = head, *next; e != NULL; e = next, i++) {
+        next = e->next;
+        if (out != NULL) {
+            const unsigned char *c, *r;
+            size_t c_len, r_len;
+            rkey_split(e->key.data, e->key.len, &c, &c_len, &r, &r_len);
+            PyObject *three = cache_tuple(e);
+            PyObject *item =
+                three == NULL
+                    ? NULL
+                    : Py_BuildValue("(y#y#OOOd)", (const char *)c, (Py_ssize_t)c_len,
+                                    (const char *)r, (Py_ssize_t)r_len,
+                                    PyTuple_GET_ITEM(three, 0), PyTuple_GET_ITEM(three, 1),
+                                    PyTuple_GET_ITEM(three, 2), e->expires);
+            Py_XDECREF(three);
+            if (item == NULL)
+                Py_CLEAR(out); /* (the entries are lost with the MemoryError) */
+            else
+                PyList_SET_ITEM(out, (Py_ssize_t)i, item);
+        }
+        free(e);
+    }
+    return out;
+}
+
 static PyMethodDef lane_methods[] = {
     {"start", (PyCFunction)lane_start, METH_NOARGS, "start(): spawn the lane thread (once)"},
     {"stop", (PyCFunction)lane_stop, METH_NOARGS,
@@ -2786,6 +3308,27 @@ static PyMethodDef lane_methods[] = {
      "seq_from(n): raise the numbering to at least n"},
     {"drain", (PyCFunction)lane_drain, METH_NOARGS,
      "drain() -> (requests, replies, [(service, counts, sum_s)], changed): since the last one"},
+    {"python_key", (PyCFunction)lane_python_key, METH_VARARGS,
+     "python_key(client_id, request_id, live): Python holds (True) / no longer holds (False) a "
+     "request not answered yet under this key (R10)"},
+    {"python_keys", (PyCFunction)lane_python_keys, METH_NOARGS,
+     "python_keys() -> int: how many keys Python told as live"},
+    {"adopt_key", (PyCFunction)lane_adopt_key, METH_VARARGS,
+     "adopt_key(client_id, request_id) -> record | None: the lane's S0P record of that key"},
+    {"cache_limits", (PyCFunction)lane_cache_limits, METH_VARARGS,
+     "cache_limits(max_entries, max_bytes, max_age_s): the reply cache's bounds"},
+    {"cache_put", (PyCFunction)lane_cache_put, METH_VARARGS,
+     "cache_put(client_id, request_id, service, status, body, expires): ReplyCache.put"},
+    {"cache_get", (PyCFunction)lane_cache_get, METH_VARARGS,
+     "cache_get(client_id, request_id, now) -> (service, status, body) | None"},
+    {"cache_prune", (PyCFunction)lane_cache_prune, METH_O,
+     "cache_prune(now): drop from the oldest while expired"},
+    {"cache_count", (PyCFunction)lane_cache_count, METH_NOARGS, "cache_count() -> int"},
+    {"cache_bytes", (PyCFunction)lane_cache_bytes, METH_NOARGS,
+     "cache_bytes() -> int: the body bytes the cache holds"},
+    {"cache_take", (PyCFunction)lane_cache_take, METH_NOARGS,
+     "cache_take() -> [(client_id, request_id, service, status, body, expires)]: every entry, "
+     "oldest first; the cache emptied"},
     {NULL, NULL, 0, NULL},
 };
 
