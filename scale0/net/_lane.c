@@ -715,7 +715,8 @@ typedef struct {
     s0_table pkeys; /* (client_id, request_id): Python's requests not answered yet (s0_count) */
     s0_cache cache; /* the reply cache (R10) */
     /* What drain() hands over. */
-    s0_table svcs; /* service -> s0_svc */
+    s0_table svcs;  /* service -> s0_svc */
+    s0_table hists; /* (service, status) -> s0_hist */
     uint64_t drain_requests, drain_replies;
 } LaneObject;
 
@@ -1119,12 +1120,42 @@ static const double BUCKETS_S[S0_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 
 
 /* What the lane did to one service since the last drain(). */
 typedef struct {
-    s0_key key; /* the name, UTF-8 */
+    s0_key key;  /* the name, UTF-8 */
+    int changed; /* a request taken or answered */
+} s0_svc;
+
+/* The latencies of the replies of one (service, status) the lane answered since the last
+ * drain(): its key the name (UTF-8) then the status, 2 bytes big-endian. */
+typedef struct {
+    s0_key key;
+    size_t service_len;
+    int status;
+    int observed; /* a reply's latency is in counts */
     uint64_t counts[S0_BUCKETS + 1];
     double sum_s;
-    int observed; /* a reply's latency is in counts */
-    int changed;  /* a request taken or answered */
-} s0_svc;
+} s0_hist;
+
+static s0_hist *hist_make(LaneObject *self, const void *name, size_t len, int status) {
+    unsigned char inline_key[255 + 2];
+    unsigned char *key = len <= 255 ? inline_key : malloc(len + 2);
+    if (key == NULL)
+        return NULL;
+    if (len)
+        memcpy(key, name, len);
+    key[len] = (unsigned char)(status >> 8);
+    key[len + 1] = (unsigned char)(status & 0xff);
+    uint64_t h = hash_bytes(key, len + 2);
+    s0_hist *v = (s0_hist *)table_find(&self->hists, key, len + 2, h);
+    if (v == NULL && table_reserve(&self->hists, 1) == 0 &&
+        (v = record_new(sizeof(s0_hist), key, len + 2, h)) != NULL) {
+        v->service_len = len;
+        v->status = status;
+        table_insert(&self->hists, &v->key);
+    }
+    if (key != inline_key)
+        free(key);
+    return v;
+}
 
 static s0_svc *svc_make(LaneObject *self, const void *name, size_t len) {
     uint64_t h = hash_bytes(name, len);
@@ -1261,39 +1292,113 @@ static size_t next_ticket(const LaneObject *self, unsigned char *ticket) {
     return self->prefix_len + 8;
 }
 
-/* Send `wrid` (its session `we`) MdpWorkerRequest(ticket, body, protocol, delimited) of its
- * reading, the body msgs moved. 0 or the errno. */
+/* Send the record's worker its REQUEST, the body msgs moved; `we` is the worker's session.
+ * A Majordomo record: MdpWorkerRequest(ticket, body, protocol, delimited) of the worker's
+ * reading. An S0P one: WorkerRequest [b"", S0W1, REQUEST, ticket, service, body..] or, when
+ * the pool says the worker asked for ids, WorkerIdRequest [b"", S0W1, IDREQUEST, ticket,
+ * service, client_id, request_id, body..]. 0 or the errno. */
 static int send_request(LaneObject *self, const s0_record *r, const s0_entry *we,
                         s0_zmq_msg_t *body, size_t n_body) {
-    const char *head[5];
-    size_t head_len[5], n_head = 0;
-    if (we->majordomo & READ_DELIMITED) {
-        head[n_head] = "";
-        head_len[n_head++] = 0;
+    const char *head[7];
+    size_t head_len[7], n_head = 0;
+#define S0_HEAD(data, len)                                                                        \
+    do {                                                                                          \
+        head[n_head] = (const char *)(data);                                                      \
+        head_len[n_head++] = (len);                                                               \
+    } while (0)
+    if (r->s0p) {
+        int ids = pool_api->ids_of(self->pool, r->wrid, r->wrid_len);
+        S0_HEAD("", 0);
+        S0_HEAD(SIGNATURES[1], 4);
+        if (ids)
+            S0_HEAD("IDREQUEST", 9);
+        else
+            S0_HEAD("REQUEST", 7);
+        S0_HEAD(r->key.data, r->key.len);
+        S0_HEAD(r->service, r->service_len);
+        if (ids) {
+            S0_HEAD(r->client_id, r->client_id_len);
+            S0_HEAD(r->request_id, r->request_id_len);
+        }
+    } else {
+        if (we->majordomo & READ_DELIMITED)
+            S0_HEAD("", 0);
+        S0_HEAD((we->majordomo & READ_V1) ? "MDPW01" : "MDPW02", 6);
+        S0_HEAD("\x02", 1);
+        S0_HEAD(r->key.data, r->key.len);
+        S0_HEAD("", 0);
     }
-    head[n_head] = (we->majordomo & READ_V1) ? "MDPW01" : "MDPW02";
-    head_len[n_head++] = 6;
-    head[n_head] = "\x02";
-    head_len[n_head++] = 1;
-    head[n_head] = (const char *)r->key.data;
-    head_len[n_head++] = r->key.len;
-    head[n_head] = "";
-    head_len[n_head++] = 0;
+#undef S0_HEAD
     return send_message(self->ch[1].router, r->wrid, r->wrid_len, head, head_len, n_head, body,
                         n_body);
 }
 
+/* Whether the worker of session `we` can be written a REQUEST of this family: an S0P record to
+ * a worker speaking S0P, a Majordomo one to a worker whose reading the lane writes; and
+ * promise_ms 0 either way. */
+static int worker_fits(const s0_entry *we, int s0p) {
+    return we != NULL && we->promise_ms == 0 &&
+           (s0p ? we->majordomo == 0 : worker_reading(we->majordomo));
+}
+
+/* Whether frames 1.. of m are exactly an S0P client REQUEST (scale0.wire.client.ClientRequest):
+ * [b"", S0C1, REQUEST, service, request_id, body..], the request_id 1..255 bytes (opaque_id),
+ * every frame at most max_frame_bytes. (The service name is checked by the caller.) */
+static int s0p_client_request(s0_message *m, Py_ssize_t max_frame_bytes) {
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 6 || !frame_is(&f[1], "", 0) || !frame_is(&f[2], "S0C1", 4) ||
+        !frame_is(&f[3], "REQUEST", 7))
+        return 0;
+    size_t rq = p_msg_size(&f[5]);
+    if (rq == 0 || rq > 255)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
+            return 0;
+    return 1;
+}
+
+/* Whether frames 1.. of m are exactly an S0P worker final REPLY (scale0.wire.worker.WorkerReply):
+ * [b"", S0W1, REPLY, ticket, status, body..], the ticket 1..255 bytes, the status exactly 3
+ * ASCII digits 100..599 (status_frame), every frame at most max_frame_bytes; *status set. */
+static int s0p_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, int *status) {
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 6 || !frame_is(&f[1], "", 0) || !frame_is(&f[2], "S0W1", 4) ||
+        !frame_is(&f[3], "REPLY", 5))
+        return 0;
+    size_t ticket = p_msg_size(&f[4]);
+    if (ticket == 0 || ticket > 255 || p_msg_size(&f[5]) != 3)
+        return 0;
+    const unsigned char *d = p_msg_data(&f[5]);
+    if (d[0] < '1' || d[0] > '5' || d[1] < '0' || d[1] > '9' || d[2] < '0' || d[2] > '9')
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
+            return 0;
+    *status = (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
+    return 1;
+}
+
 /* The take rule for a frontend REQUEST (the mutex held): 1 when taken (dispatched: the
  * worker's REQUEST is sent; or queued), 0 when it goes to Python (nothing changed but the
- * request and seq counters, as tests/core/test_lane_requests.py's RequestLane). */
+ * request and seq counters, as tests/core/test_lane_requests.py's RequestLane, and an expired
+ * reply cache entry of an S0P request's key dropped). */
 static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now) {
     s0_sessions *t = &self->sessions;
     if (!self->serving || self->pool == NULL)
         return 0;
-    int reading;
-    size_t at;
-    if (!mdp_client_request(m, self->max_frame_bytes, &reading, &at))
+    int reading = 0, s0p = 0;
+    size_t at; /* the service frame */
+    if (mdp_client_request(m, self->max_frame_bytes, &reading, &at)) {
+    } else if (s0p_client_request(m, self->max_frame_bytes)) {
+        s0p = 1;
+        at = 4;
+    } else {
         return 0;
+    }
+    size_t body_at = at + 1 + (size_t)s0p; /* (an S0P REQUEST has its request_id first) */
     s0_zmq_msg_t *f = m->frames;
     const unsigned char *svc = p_msg_data(&f[at]);
     size_t svc_len = p_msg_size(&f[at]);
@@ -1308,6 +1413,24 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     if (count_of(&self->client_counts, cid, cid_len) + count_of(&self->holds, cid, cid_len) >=
         self->max_per_client)
         return 0;
+    const unsigned char *rq = NULL;
+    size_t rq_len = 0;
+    s0_rkey k;
+    k.len = 0;
+    k.data = k.inline_buf;
+    if (s0p) { /* R10: a key Python holds, the lane holds, or the cache answers is Python's */
+        rq = p_msg_data(&f[5]);
+        rq_len = p_msg_size(&f[5]);
+        if (rkey_make(&k, cid, cid_len, rq, rq_len) < 0)
+            return 0;
+        uint64_t h = hash_bytes(k.data, k.len);
+        if (table_find(&self->pkeys, k.data, k.len, h) != NULL ||
+            table_find(&self->lkeys, k.data, k.len, h) != NULL ||
+            cache_lookup(&self->cache, k.data, k.len, now) != NULL) {
+            rkey_free(&k);
+            return 0;
+        }
+    }
     uint64_t number = ++self->number, seq = ++self->seq; /* (the model's: given, even if passed) */
     long long waits = count_of(&self->waits, svc, svc_len);
     size_t wrid_len = 0;
@@ -1315,12 +1438,11 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     s0_entry *we = NULL;
     if (wrid != NULL) {
         we = entry_find(t, 1, wrid, wrid_len);
-        if (waits > 0 || we == NULL || !worker_reading(we->majordomo) || we->promise_ms != 0 ||
-            wrid_len > 255)
-            return 0;
+        if (waits > 0 || !worker_fits(we, s0p) || wrid_len > 255)
+            goto pass;
     } else if (!self->may_queue || pool_api->offered(self->pool, svc, svc_len) <= 0 ||
                waits + (long long)wq_count(self, svc, svc_len) >= self->max_queued) {
-        return 0;
+        goto pass;
     }
 
     /* Everything that can fail, before the first change. */
@@ -1328,11 +1450,12 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     size_t crid_len = p_msg_size(&f[0]);
     const unsigned char *caller = (const unsigned char *)m->header + 4;
     size_t caller_len = m->header_len - 4;
-    size_t n_body = m->n - at - 1;
-    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + cid_len + caller_len + svc_len;
+    size_t n_body = m->n - body_at;
+    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + cid_len + caller_len + svc_len +
+                   rq_len + (s0p ? k.len : 0);
     s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
     if (r == NULL)
-        return 0;
+        goto pass;
     record_set_ticket(r, NULL, 0);
     unsigned char *p = (unsigned char *)r + sizeof(s0_record);
     r->body = (s0_zmq_msg_t *)p;
@@ -1349,10 +1472,19 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     S0_PUT(client_id, cid, cid_len);
     S0_PUT(caller, caller, caller_len);
     S0_PUT(service, svc, svc_len);
+    S0_PUT(request_id, rq, rq_len);
 #undef S0_PUT
+    if (s0p) {
+        memcpy(p, k.data, k.len);
+        r->ikey.data = p;
+        r->ikey.len = k.len;
+        r->ikey.hash = hash_bytes(p, k.len);
+        r->s0p = 1;
+    }
+    rkey_free(&k);
     for (size_t i = 0; i < n_body; i++) {
         p_msg_init(&r->body[i]);
-        if (p_msg_copy(&r->body[i], &f[at + 1 + i]) != 0) {
+        if (p_msg_copy(&r->body[i], &f[body_at + i]) != 0) {
             r->n_body = i + 1;
             record_free(r);
             return 0;
@@ -1367,7 +1499,8 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     s0_count *cc = NULL, *rc = NULL;
     s0_svc *sv = NULL;
     s0_wq *q = NULL;
-    if (heap_reserve(self) < 0 || (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
+    if (heap_reserve(self) < 0 || (s0p && table_reserve(&self->lkeys, 1) < 0) ||
+        (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
         (rc = count_make(&self->rid_counts, crid, crid_len)) == NULL)
         goto undo;
     if (wrid != NULL) {
@@ -1391,6 +1524,8 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     }
     /* Nothing below fails. */
     heap_push(self, r);
+    if (s0p)
+        table_insert(&self->lkeys, &r->ikey);
     cc->n++;
     rc->n++;
     self->drain_requests++;
@@ -1404,9 +1539,13 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     self->tickets++;
     table_insert(&self->records, &r->key);
     sv->changed = 1;
-    if (send_request(self, r, we, &f[at + 1], n_body) != 0)
+    if (send_request(self, r, we, &f[body_at], n_body) != 0)
         count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it to Python */
     return 1;
+
+pass:
+    rkey_free(&k);
+    return 0;
 
 undo:
     count_settle(&self->client_counts, cc);
@@ -1424,22 +1563,29 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     s0_sessions *t = &self->sessions;
     if (!self->serving || self->pool == NULL || self->records.used == 0)
         return 0;
-    size_t at;
-    if (!mdp_worker_reply(m, self->max_frame_bytes, &at))
+    size_t at; /* the ticket frame */
+    int s0p = 0, status = 200;
+    if (mdp_worker_reply(m, self->max_frame_bytes, &at)) {
+    } else if (s0p_worker_reply(m, self->max_frame_bytes, &status)) {
+        s0p = 1;
+        at = 4;
+    } else {
         return 0;
+    }
+    size_t body_at = at + 2; /* (after the empty frame, or the status) */
     s0_zmq_msg_t *f = m->frames;
     const unsigned char *ticket = p_msg_data(&f[at]);
     size_t ticket_len = p_msg_size(&f[at]);
     s0_record *r = (s0_record *)table_find(&self->records, ticket, ticket_len,
                                            hash_bytes(ticket, ticket_len));
-    if (r == NULL || r->wrid_len != p_msg_size(&f[0]) ||
+    if (r == NULL || r->s0p != s0p || r->wrid_len != p_msg_size(&f[0]) ||
         (r->wrid_len && memcmp(r->wrid, p_msg_data(&f[0]), r->wrid_len) != 0))
-        return 0;
+        return 0; /* (a reply of the other family to a record: Python adopts and answers it) */
     if (!is_negotiated(t, 1, m->fd) || (t->ordered[1] && e->last_passed > t->done_seq[1]))
         return 0;
     /* What the worker serves now (a READY since may have changed it), in its order: one of
      * them waiting in Python is Python's to give it; else the first of the lane's queues that
-     * holds a request, if the worker still speaks a Majordomo the lane writes. */
+     * holds a request, if the worker can be written its head (same family, promise_ms 0). */
     const unsigned char *inline_names[S0_SERVICES_INLINE];
     size_t inline_lens[S0_SERVICES_INLINE];
     const unsigned char **names = inline_names;
@@ -1470,21 +1616,49 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         free((void *)names);
         free(lens);
     }
-    if (pass || (q != NULL && (!worker_reading(e->majordomo) || e->promise_ms != 0)))
+    if (pass || (q != NULL && !worker_fits(e, q->head->s0p)))
         return 0;
     s0_svc *sv = svc_make(self, r->service, r->service_len);
+    s0_hist *hv = sv != NULL ? hist_make(self, r->service, r->service_len, status) : NULL;
     s0_svc *qsv = NULL;
     s0_record *next = q != NULL ? q->head : NULL;
-    if (sv == NULL)
+    if (hv == NULL)
         return 0; /* out of memory: Python answers it (it adopts the record) */
+    s0_cent *cached = NULL; /* an S0P reply's entry in the cache, made before any change */
+    if (s0p) {
+        size_t n_body = m->n - body_at;
+        const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
+        size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
+        const unsigned char **ptrs = inline_ptrs;
+        size_t *sizes = inline_sizes;
+        if (n_body > S0_LANE_INLINE_FRAMES) {
+            ptrs = malloc(n_body * sizeof(*ptrs));
+            sizes = malloc(n_body * sizeof(*sizes));
+        }
+        if (ptrs != NULL && sizes != NULL) {
+            for (size_t i = 0; i < n_body; i++) {
+                ptrs[i] = p_msg_data(&f[body_at + i]);
+                sizes[i] = p_msg_size(&f[body_at + i]);
+            }
+            cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service,
+                                 r->service_len, status, n_body, ptrs, sizes,
+                                 now + self->cache.max_age_s);
+        }
+        if (ptrs != inline_ptrs)
+            free((void *)ptrs);
+        if (sizes != inline_sizes)
+            free(sizes);
+        if (cached == NULL)
+            return 0; /* out of memory: Python answers it */
+    }
     if (next != NULL) {
         if (table_reserve(&self->records, 1) < 0 ||
             (qsv = svc_make(self, q->key.data, q->key.len)) == NULL)
-            return 0;
+            goto nomem;
         unsigned char next_ticket_bytes[255 + 8];
         size_t next_len = next_ticket(self, next_ticket_bytes);
         if (pool_api->hold(self->pool, r->wrid, r->wrid_len, next_ticket_bytes, next_len) != 0)
-            return 0;
+            goto nomem;
         record_set_ticket(next, next_ticket_bytes, next_len); /* (fits ticket_buf) */
     }
     /* Nothing below fails. */
@@ -1502,36 +1676,45 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     double latency = now - r->started;
     if (!(latency > 0))
         latency = 0.0;
-    sv->counts[bucket_of(latency)]++;
-    sv->sum_s += latency;
-    sv->observed = 1;
+    hv->counts[bucket_of(latency)]++;
+    hv->sum_s += latency;
+    hv->observed = 1;
     sv->changed = 1;
     self->drain_replies++;
     count(self, ST_REPLIES, 1);
     heard_add(t, e);
+    if (cached != NULL && cache_commit(&self->cache, cached)) /* (the body copied: sent below) */
+        count(self, ST_CACHED, 1);
 
-    /* MdpClientReply(service, body, protocol, delimited, majortomo) of the client's reading. */
-    const char *head[4];
-    size_t head_len[4], n_head = 0;
-    if (r->reading & READ_DELIMITED) {
-        head[n_head] = "";
-        head_len[n_head++] = 0;
+    const char *head[6];
+    size_t head_len[6], n_head = 0;
+#define S0_HEAD(data, len)                                                                        \
+    do {                                                                                          \
+        head[n_head] = (const char *)(data);                                                      \
+        head_len[n_head++] = (len);                                                               \
+    } while (0)
+    if (s0p) { /* ClientReply: [b"", S0C1, REPLY, service, request_id, status (as received)] */
+        S0_HEAD("", 0);
+        S0_HEAD(SIGNATURES[0], 4);
+        S0_HEAD("REPLY", 5);
+        S0_HEAD(r->service, r->service_len);
+        S0_HEAD(r->request_id, r->request_id_len);
+        S0_HEAD(p_msg_data(&f[at + 1]), 3);
+    } else { /* MdpClientReply(service, body, protocol, delimited, majortomo) of its reading */
+        if (r->reading & READ_DELIMITED)
+            S0_HEAD("", 0);
+        if (r->reading & READ_V1) {
+            S0_HEAD("MDPC01", 6);
+        } else {
+            S0_HEAD("MDPC02", 6);
+            S0_HEAD((r->reading & READ_MAJORTOMO) ? "\x04" : "\x03", 1);
+        }
+        if (!(r->reading & READ_MAJORTOMO)) /* majortomo's reply has no service frame */
+            S0_HEAD(r->service, r->service_len);
     }
-    if (r->reading & READ_V1) {
-        head[n_head] = "MDPC01";
-        head_len[n_head++] = 6;
-    } else {
-        head[n_head] = "MDPC02";
-        head_len[n_head++] = 6;
-        head[n_head] = (r->reading & READ_MAJORTOMO) ? "\x04" : "\x03";
-        head_len[n_head++] = 1;
-    }
-    if (!(r->reading & READ_MAJORTOMO)) { /* majortomo's reply has no service frame */
-        head[n_head] = (const char *)r->service;
-        head_len[n_head++] = r->service_len;
-    }
+#undef S0_HEAD
     int err = send_message(self->ch[0].router, r->crid, r->crid_len, head, head_len, n_head,
-                           &f[at + 2], m->n - at - 2);
+                           &f[body_at], m->n - body_at);
     if (err != 0)
         count(self, ST_SEND_DROPPED, 1);
     record_free(r);
@@ -1557,6 +1740,10 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
             free(body);
     }
     return 1;
+
+nomem:
+    free(cached);
+    return 0;
 }
 
 /* Take the message or number it for Python (the mutex held). */
@@ -1960,6 +2147,7 @@ static void lane_dealloc(LaneObject *self) {
     table_free_all(&self->client_counts);
     table_free_all(&self->rid_counts);
     table_free_all(&self->svcs);
+    table_free_all(&self->hists);
     table_free_all(&self->wqueues); /* (their records were the heap's) */
     free(self->lkeys.slots);        /* (its keys were in the heap's records) */
     table_free_all(&self->pkeys);
@@ -2103,8 +2291,9 @@ static PyObject *lane_note(LaneObject *self, PyObject *args, PyObject *kwds) {
         if (channel == 0 && majordomo != 0 && count_of(&self->rid_counts, data, len) > 0)
             for (size_t i = 0; i < self->n_heap; i++) {
                 s0_record *r = self->heap[i];
-                if (r->crid_len == len && (len == 0 || memcmp(r->crid, data, len) == 0))
-                    r->reading = majordomo;
+                if (!r->s0p && r->crid_len == len &&
+                    (len == 0 || memcmp(r->crid, data, len) == 0))
+                    r->reading = majordomo; /* (an S0P record's client stays S0P) */
             }
     }
     pthread_mutex_unlock(&self->mutex);
@@ -2487,7 +2676,8 @@ static PyObject *lane_python_holds(LaneObject *self, PyObject *args) {
 }
 
 /* (ticket, worker_rid, client_rid, client_id, caller, service, body, started, deadline,
- * request_id, seq) of a record handed over (ticket and worker_rid b"" while it waits). */
+ * request_id, seq, ids) of a record handed over (ticket and worker_rid b"" while it waits;
+ * ids: an S0P client's, its request_id the client's own). */
 static PyObject *record_tuple(s0_record *r) {
     PyObject *body = PyTuple_New((Py_ssize_t)r->n_body);
     if (body == NULL)
@@ -2501,16 +2691,22 @@ static PyObject *record_tuple(s0_record *r) {
         }
         PyTuple_SET_ITEM(body, (Py_ssize_t)i, b);
     }
-    char request_id[32];
-    int id_len = snprintf(request_id, sizeof(request_id), "mdp.L%llu",
-                          (unsigned long long)r->number);
-    return Py_BuildValue("(y#y#y#y#s#s#Nddy#K)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
+    char mdp_id[32];
+    const char *request_id = mdp_id;
+    Py_ssize_t id_len;
+    if (r->s0p) {
+        request_id = (const char *)r->request_id;
+        id_len = (Py_ssize_t)r->request_id_len;
+    } else {
+        id_len = snprintf(mdp_id, sizeof(mdp_id), "mdp.L%llu", (unsigned long long)r->number);
+    }
+    return Py_BuildValue("(y#y#y#y#s#s#Nddy#KN)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
                          (const char *)r->wrid, (Py_ssize_t)r->wrid_len, (const char *)r->crid,
                          (Py_ssize_t)r->crid_len, (const char *)r->client_id,
                          (Py_ssize_t)r->client_id_len, (const char *)r->caller,
                          (Py_ssize_t)r->caller_len, (const char *)r->service,
                          (Py_ssize_t)r->service_len, body, r->started, r->deadline, request_id,
-                         (Py_ssize_t)id_len, (unsigned long long)r->seq);
+                         id_len, (unsigned long long)r->seq, PyBool_FromLong(r->s0p));
 }
 
 static int seq_order(const void *a, const void *b) {
@@ -2693,59 +2889,94 @@ static int svc_order(const void *a, const void *b) {
     return x->key.len < y->key.len ? -1 : x->key.len > y->key.len;
 }
 
+/* (service, status): the service's bytes, then the status. */
+static int hist_order(const void *a, const void *b) {
+    const s0_hist *x = *(s0_hist *const *)a, *y = *(s0_hist *const *)b;
+    size_t n = x->service_len < y->service_len ? x->service_len : y->service_len;
+    int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
+    if (c != 0)
+        return c;
+    if (x->service_len != y->service_len)
+        return x->service_len < y->service_len ? -1 : 1;
+    return (x->status > y->status) - (x->status < y->status);
+}
+
+/* Every record of `t` in a malloc'd array (*n set; NULL and n 0 if none), -1 out of memory. */
+static int table_list(const s0_table *t, void ***out, size_t *n) {
+    *n = 0;
+    *out = NULL;
+    if (t->used == 0)
+        return 0;
+    void **all = malloc(t->used * sizeof(*all));
+    if (all == NULL)
+        return -1;
+    for (size_t i = 0; i <= t->mask; i++)
+        if (t->slots[i] != NULL)
+            all[(*n)++] = t->slots[i];
+    *out = all;
+    return 0;
+}
+
 static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
     (void)unused;
     py_lock(self);
-    s0_table svcs = self->svcs; /* taken whole: the lane starts a new one */
+    s0_table svcs = self->svcs; /* taken whole: the lane starts new ones */
+    s0_table hists = self->hists;
     memset(&self->svcs, 0, sizeof(self->svcs));
+    memset(&self->hists, 0, sizeof(self->hists));
     uint64_t requests = self->drain_requests, replies = self->drain_replies;
     self->drain_requests = self->drain_replies = 0;
     pthread_mutex_unlock(&self->mutex);
     PyObject *out = NULL, *hist = NULL, *changed = NULL;
-    size_t n = 0;
-    s0_svc **all = svcs.used ? malloc(svcs.used * sizeof(*all)) : NULL;
-    if (svcs.used && all == NULL) {
+    size_t n = 0, n_hists = 0;
+    s0_svc **all = NULL;
+    s0_hist **by = NULL;
+    if (table_list(&svcs, (void ***)&all, &n) < 0 || table_list(&hists, (void ***)&by, &n_hists) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    if (svcs.slots != NULL)
-        for (size_t i = 0; i <= svcs.mask; i++)
-            if (svcs.slots[i] != NULL)
-                all[n++] = (s0_svc *)svcs.slots[i];
     if (n > 1)
         qsort(all, n, sizeof(*all), svc_order);
+    if (n_hists > 1)
+        qsort(by, n_hists, sizeof(*by), hist_order);
     hist = PyList_New(0);
     changed = PyList_New(0);
     if (hist == NULL || changed == NULL)
         goto done;
     for (size_t i = 0; i < n; i++) {
         s0_svc *v = all[i];
+        if (!v->changed)
+            continue;
         PyObject *name = PyUnicode_DecodeUTF8((const char *)v->key.data, (Py_ssize_t)v->key.len,
                                               "surrogatepass");
-        if (name == NULL)
+        int bad = name == NULL || PyList_Append(changed, name) < 0;
+        Py_XDECREF(name);
+        if (bad)
             goto done;
-        int bad = 0;
-        if (v->changed)
-            bad = PyList_Append(changed, name) < 0;
-        if (!bad && v->observed) {
-            PyObject *counts = PyList_New(S0_BUCKETS + 1);
-            PyObject *item = NULL;
-            if (counts != NULL) {
-                for (int k = 0; k <= S0_BUCKETS; k++) {
-                    PyObject *c = PyLong_FromUnsignedLongLong(v->counts[k]);
-                    if (c == NULL) {
-                        Py_CLEAR(counts);
-                        break;
-                    }
-                    PyList_SET_ITEM(counts, k, c);
+    }
+    for (size_t i = 0; i < n_hists; i++) {
+        s0_hist *v = by[i];
+        if (!v->observed)
+            continue;
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)v->key.data,
+                                              (Py_ssize_t)v->service_len, "surrogatepass");
+        PyObject *counts = name != NULL ? PyList_New(S0_BUCKETS + 1) : NULL;
+        PyObject *item = NULL;
+        if (counts != NULL) {
+            for (int k = 0; k <= S0_BUCKETS; k++) {
+                PyObject *c = PyLong_FromUnsignedLongLong(v->counts[k]);
+                if (c == NULL) {
+                    Py_CLEAR(counts);
+                    break;
                 }
+                PyList_SET_ITEM(counts, k, c);
             }
-            if (counts != NULL)
-                item = Py_BuildValue("(ONd)", name, counts, v->sum_s);
-            bad = item == NULL || PyList_Append(hist, item) < 0;
-            Py_XDECREF(item);
         }
-        Py_DECREF(name);
+        if (counts != NULL)
+            item = Py_BuildValue("(OiNd)", name, v->status, counts, v->sum_s);
+        Py_XDECREF(name);
+        int bad = item == NULL || PyList_Append(hist, item) < 0;
+        Py_XDECREF(item);
         if (bad)
             goto done;
     }
@@ -2755,7 +2986,9 @@ done:
     Py_XDECREF(hist);
     Py_XDECREF(changed);
     free(all);
+    free(by);
     table_free_all(&svcs);
+    table_free_all(&hists);
     return out;
 }
 
