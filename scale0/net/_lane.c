@@ -3,10 +3,11 @@
  * and takes plain HEARTBEATs, S0P and Majordomo workers', without waking Python (phase 3a of
  * the C lane, docs/architecture.md
  * "Decided, being built: the data plane moves to a C lane"; issue 14), and dispatches
- * Majordomo client REQUESTs to Majordomo workers (or queues them, behind Python's queue) and
- * returns their final REPLYs, sharing the worker pool (scale0/core/_pool.c) with the Python core
- * under one lock (phase 3b, steps 1 and 2: "Requests" below; the rule's Python twin is
- * RequestLane in tests/core/test_lane_requests.py).
+ * Majordomo client REQUESTs to Majordomo workers and S0P client REQUESTs to S0P workers (or
+ * queues them, behind Python's queue) and returns their final REPLYs (an S0P one into the
+ * lane's reply cache too), sharing the worker pool (scale0/core/_pool.c) with the Python core
+ * under one lock (phase 3b: "Requests", "S0P requests", "R10's keys" and "The reply cache"
+ * below; the rule's Python twin is RequestLane in tests/core/test_lane_requests.py).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
@@ -35,9 +36,10 @@
  *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
  *       libzmq refused), answers, stalled (a pipe was full), lost (held at stop, or out of
  *       memory), errors (socket errors), marks (Python's "done" marks, see "Order"), requests
- *       and replies (Majordomo REQUESTs, dispatched or queued, and final REPLYs the lane took),
- *       handed (records adopted by Python), queued (requests the lane put in its queue, in
- *       all), lent (dispatch_head calls), waiting (records in its queues now). After stop():
+ *       and replies (REQUESTs, dispatched or queued, and final REPLYs the lane took, both
+ *       families), handed (records adopted by Python), queued (requests the lane put in its
+ *       queue, in all), lent (dispatch_head calls), waiting (records in its queues now), cached
+ *       (S0P replies the lane put in its reply cache, in all). After stop():
  *       received == beats + requests + replies + passed + lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
@@ -51,7 +53,7 @@
  *   waiting(service) -> int; waiting_total() -> int;
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
  *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
- *   drain() -> (requests, replies, [(service, counts, sum_s)], changed)   ("Records")
+ *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed)   ("Records")
  *   python_key(client_id, request_id, live); python_keys() -> int;
  *   adopt_key(client_id, request_id) -> record | None            ("R10's keys")
  *   cache_limits(max_entries, max_bytes, max_age_s);
@@ -129,7 +131,8 @@
  * a lane: call it under lane.lock()") when Python does not hold the lock. Detaching, or the
  * lane's dealloc, clears it.
  *
- * Requests (only Majordomo clients to Majordomo workers; S0P REQUEST/REPLY go to Python).
+ * Requests (Majordomo clients to Majordomo workers here; S0P clients to S0P workers the same
+ * way, with the differences in "S0P requests" below).
  * Gates, set by Python: serve(on, timeout_s, max_per_client, ticket_prefix, max_queued,
  * may_queue) (off at start: the node turns it on only when the broker is ACTIVE, not draining,
  * with no event log, no `routes` and a C pool attached; ticket_prefix at most 247 bytes;
@@ -171,8 +174,9 @@
  * rid (a lane ticket, or Python's given by dispatch_head); the session (1, rid) exists, its fd is
  * negotiated (or < 0), and Order allows it; and, with `services` the worker's services now in
  * the pool (services_of: a READY since may have changed them; in its order), no service of
- * `services` has python_waits > 0, and if one has a non-empty lane queue the worker's session
- * has a reading a REQUEST can be written in and promise_ms 0. Then: the record out,
+ * `services` has python_waits > 0, and if one has a non-empty lane queue the worker can be
+ * written the head of the first such queue (same family as that head: for a Majordomo head a
+ * reading a REQUEST can be written in; promise_ms 0). Then: the record out,
  * release(wrid, ticket); the first service of `services` whose lane queue is non-empty gives
  * its head to this worker at once (a lane ticket, hold, the service marked changed, the record
  * in flight, its deadline unchanged), else list_ready(wrid); the client's counts - 1, replies +
@@ -187,11 +191,12 @@
  *
  * Records. One per request the lane holds, in flight (ticket and worker) or waiting (neither):
  * (ticket, worker_rid, client_rid, client_id, caller (the header's CURVE key, "" without),
- * service, body, started (the batch's monotonic clock), deadline (started + timeout_s), the
- * client's reading, request_id b"mdp.L%d" % n (the request counter), seq). The record owns its
- * body msgs (closed when answered, adopted, or at dealloc). note() of a frontend entry with a
- * nonzero majordomo sets that reading on every record of that routing id (the core answers in
- * the reading spoken last). A record adopted leaves the lane (a waiting one its queue): an in
+ * service, body, started (the batch's monotonic clock), deadline (started + timeout_s), its
+ * client's family: Majordomo (its reading) or S0P (reading 0), request_id (a Majordomo one's
+ * b"mdp.L%d" % n, n the request counter; an S0P one's the client's own), seq). The record owns
+ * its body msgs (closed when answered, adopted, or at dealloc). note() of a frontend entry with
+ * a nonzero majordomo sets that reading on the Majordomo records of that routing id only (the
+ * core answers in the reading spoken last; an S0P record's client stays S0P). A record adopted leaves the lane (a waiting one its queue): an in
  * flight one's slot stays held in the pool under its ticket; its client's count leaves the
  * lane's (Python counts it now); handed + 1. Python adopts with the lock held: adopt(ticket)
  * (in flight only), adopt_worker(routing_id) (in flight, ticket order), adopt_all() (in flight
@@ -199,7 +204,9 @@
  * waiting, in (deadline, seq) order), adopt_next_waiting(service) (its queue's head),
  * adopt_waiting(service) (its whole queue, in order); each record is the tuple (ticket,
  * worker_rid, client_rid, client_id (bytes), caller (str), service (str), body (tuple of
- * bytes), started, deadline, request_id, seq), ticket and worker_rid b"" for a waiting one.
+ * bytes), started, deadline, request_id, seq, ids (bool: True for an S0P client's request,
+ * its request_id the client's own; False for a Majordomo one)), ticket and worker_rid b"" for a
+ * waiting one.
  * waiting_head(service): the head's tuple, not removed. dispatch_head(service, ticket,
  * worker_rid): Python freed the worker, took it from the pool and hold(worker_rid, ticket)
  * (any bytes): the head is in flight there under that ticket and stays the lane's (its REPLY is
@@ -210,10 +217,43 @@
  * record takes the next value when the lane takes it. next_due(): the earliest deadline held,
  * waiting ones too (a heap); held(client_id), busy(client_rid), open_by_connection(),
  * held_by_client(): in flight and waiting; in_flight(): in flight only; waiting(service),
- * waiting_total(). drain(): (requests, replies, [(service, counts (len(buckets) + 1), sum_s)],
- * changed) since the last drain, services sorted. At stop() the records stay, adoptable.
+ * waiting_total(). drain(): (requests, replies, [(service, status, counts (len(buckets) + 1),
+ * sum_s)], changed) since the last drain: one histogram per (service, status) the lane
+ * answered, sorted by (service, status) (a Majordomo answer is status 200); changed: the
+ * services taken or answered, sorted. At stop() the records stay, adoptable.
  * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
- * tables by what Python tells, drain's table by the services taken between two drains.
+ * tables by what Python tells, drain's tables by the services (and statuses) between two drains.
+ *
+ * S0P requests. Families must match: the lane dispatches (a take, or a freed worker's next
+ * head) an S0P record only to a worker whose session speaks S0P (majordomo 0) and a Majordomo
+ * record only to one with a reading a REQUEST can be written in; promise_ms 0 either way.
+ * A frontend message is also taken iff: serve is on and a pool attached; it is exactly
+ * [b"", b"S0C1", b"REQUEST", service, request_id, body..] (scale0.wire.client.ClientRequest),
+ * every frame <= max_frame_bytes, the service as for Majordomo (service_ok), the request_id
+ * 1..255 bytes (opaque_id); the session (0, rid) has majordomo == 0, open, promise_ms 0, a
+ * negotiated fd (or < 0), and Order allows it; R20's cap as for Majordomo; and the key
+ * (the entry's client_id, request_id) is not one of Python's keys, not a record of the lane's,
+ * and not in the reply cache (cache_get's rule at the batch's clock: an expired entry is
+ * dropped and counts as absent). Then the request counter and seq each give it their next
+ * number (the counter's only names Majordomo ids; an S0P record keeps the client's request_id),
+ * and it is dispatched or queued exactly as a Majordomo one, the LRU ready worker's session
+ * speaking S0P with promise_ms 0 (else passed). The worker is sent
+ * [b"", b"S0W1", b"REQUEST", ticket, service, body..] (WorkerRequest), or when the pool's
+ * ids_of(wrid) says its READY asked for request_ids [b"", b"S0W1", b"IDREQUEST", ticket, service,
+ * client_id, request_id, body..] (WorkerIdRequest), the body msgs moved.
+ * A backend message is also taken iff it is exactly [b"", b"S0W1", b"REPLY", ticket, status,
+ * body..] (WorkerReply; the ticket 1..255 bytes, the status exactly 3 ASCII digits 100..599:
+ * status_frame's rule), every frame <= max_frame_bytes, the ticket is a record of the lane in
+ * flight at this rid whose client is S0P, and the rest of the Majordomo REPLY rule holds, where
+ * "the worker's session has a reading a REQUEST can be written in" now reads "the worker can
+ * be written that queue's head" (same family, promise_ms 0). A Majordomo REPLY to an S0P record
+ * or an S0P REPLY to a Majordomo one goes to Python (which adopts the record and answers it).
+ * Then as a Majordomo REPLY (the record out, release, the next head or list_ready, counts, the
+ * latency into the (service, status) histogram, the worker heard), the client is sent
+ * [b"", b"S0C1", b"REPLY", service, request_id, status, body..] (ClientReply.to_frames, the
+ * status frame as received) and the reply is put in the reply cache under (client_id,
+ * request_id), expires = now + max_age_s (its entry made, the body copied, before any change:
+ * out of memory, the REPLY goes to Python); cached + 1 when stored.
  *
  * R10's keys. A request's key is (client_id, request_id), the core's RequestKey (the client's
  * client_id as UTF-8 bytes, its own request_id). python_key(client_id, request_id, live): the
