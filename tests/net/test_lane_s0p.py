@@ -296,6 +296,7 @@ class S0P:
         self.net = net
         self.lane = net.lane
         self.ids = itertools.count(1)
+        self.client_ids: dict[bytes, bytes] = {}  # routing id -> the client_id last noted
 
     def worker(
         self, rid: bytes, service: str = "echo", capacity: int = 1, ids: bool = False
@@ -318,6 +319,7 @@ class S0P:
 
     def note_client(self, rid: bytes, **kw: Any) -> None:
         kw.setdefault("client_id", b"b." + rid)
+        self.client_ids[rid] = kw["client_id"]
         self.lane.note(FRONT, rid, 0, 0.0, time.monotonic(), 0, **kw)
 
     def request_id(self) -> bytes:
@@ -363,7 +365,7 @@ class S0P:
         got = recv(worker.dealer)
         ticket = got[3]
         expect: Any = (
-            WorkerIdRequest(ticket, service, "b." + client.rid.decode(), rq, body)
+            WorkerIdRequest(ticket, service, self.client_ids[client.rid].decode(), rq, body)
             if ids
             else WorkerRequest(ticket, service, body)
         )
@@ -821,3 +823,200 @@ def test_drain_has_one_histogram_per_service_and_status(net: Net, s0p: S0P) -> N
         ("beta", 200, 1),
     ]
     assert net.lane.stats()["cached"] == 3  # (Majordomo replies are not cached)
+
+
+# ---- a state machine: S0P clients sharing client_ids, S0P workers, R10 and the cache ---------
+
+
+class S0pLaneMachine(RuleBasedStateMachine):
+    """Random S0P requests (request_ids from a small set, clients sharing client_ids, so keys
+    collide), replies, adoptions, Python's keys and the cache, against a model of the rule."""
+
+    SERVICES = ("echo", "other")
+    REQUEST_IDS = (b"a", b"b", b"c")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rig = Rig()
+        self.net = Net(self.rig)
+        self.s = S0P(self.net)
+        self.lane = self.net.lane
+        self.cap = 3
+        self.serving = True
+        self.max_queued = 2
+        self.lane.serve(True, TIMEOUT_S, self.cap, PREFIX, self.max_queued, True)
+        self.waits: dict[str, int] = {}
+        self.workers = [
+            self.s.worker(b"w0", "echo", 2, ids=True),
+            self.s.worker(b"w1", "echo", 1),
+            self.s.worker(b"w2", "other", 1, ids=True),
+        ]
+        self.ids = {b"w0": True, b"w1": False, b"w2": True}
+        self.service_of = {b"w0": "echo", b"w1": "echo", b"w2": "other"}
+        self.clients = [self.s.client(b"c%d" % n) for n in range(4)]
+        self.client_id = {c.rid: b"id-%d" % (n % 3) for n, c in enumerate(self.clients)}
+        for c in self.clients:
+            self.s.note_client(c.rid, client_id=self.client_id[c.rid])
+        # in flight: ticket -> (worker, client, service, request_id, body)
+        self.records: dict[bytes, tuple[Peer, Peer, str, bytes, tuple[bytes, ...]]] = {}
+        # waiting, per service: (client, request_id, body), first in first out
+        self.queues: dict[str, list[tuple[Peer, bytes, tuple[bytes, ...]]]] = {
+            s: [] for s in self.SERVICES
+        }
+        self.python: dict[bytes, bytes] = {}  # adopted in flight: ticket -> worker rid
+        self.python_keys: set[tuple[bytes, bytes]] = set()
+        self.cache: dict[tuple[bytes, bytes], tuple[str, int, tuple[bytes, ...]]] = {}
+        self.tickets = 0
+        self.bodies = itertools.count()
+
+    def teardown(self) -> None:
+        self.rig.close()
+
+    def key(self, client: Peer, rq: bytes) -> tuple[bytes, bytes]:
+        return (self.client_id[client.rid], rq)
+
+    def lane_keys(self) -> set[tuple[bytes, bytes]]:
+        held = [(r[1], r[3]) for r in self.records.values()]
+        held += [(c, rq) for q in self.queues.values() for c, rq, _b in q]
+        return {self.key(c, rq) for c, rq in held}
+
+    def held(self, cid: bytes) -> int:
+        clients = [r[1] for r in self.records.values()]
+        clients += [c for q in self.queues.values() for c, _rq, _b in q]
+        return sum(1 for c in clients if self.client_id[c.rid] == cid)
+
+    @rule(
+        n=st.integers(0, 3),
+        rq=st.sampled_from(REQUEST_IDS),
+        service=st.sampled_from(SERVICES),
+    )
+    def request(self, n: int, rq: bytes, service: str) -> None:
+        client = self.clients[n]
+        key = self.key(client, rq)
+        body = (b"body-%d" % next(self.bodies),)
+        with locked(self.lane):
+            ready = self.net.pool.queue(service)
+        waits = self.waits.get(service, 0)
+        if not (
+            self.serving
+            and self.held(key[0]) < self.cap
+            and key not in self.python_keys
+            and key not in self.lane_keys()
+            and key not in self.cache
+        ):
+            self.s.ask(client, rq, body, service)
+        elif ready:
+            if waits:
+                self.s.ask(client, rq, body, service)
+                return
+            worker = next(w for w in self.workers if w.rid == ready[0])
+            ticket, _ = self.s.dispatch(client, worker, rq, body, service, self.ids[worker.rid])
+            self.tickets += 1
+            assert ticket == ticket_of(self.tickets)
+            self.records[ticket] = (worker, client, service, rq, body)
+        elif waits + len(self.queues[service]) < self.max_queued:
+            frames = ClientRequest(service, rq, body).to_frames()
+            assert self.net.send(client, frames, FRONT) == []
+            self.queues[service].append((client, rq, body))
+        else:
+            self.s.ask(client, rq, body, service)
+
+    @rule(data=st.data(), w=st.integers(0, 2), status=st.sampled_from([200, 404, 599]))
+    def reply(self, data: st.DataObject, w: int, status: int) -> None:
+        worker = self.workers[w]
+        ticket = data.draw(st.sampled_from([*sorted([*self.records, *self.python]), b"nope"]))
+        record = self.records.get(ticket)
+        service = self.service_of[worker.rid]
+        body = (b"answer-%d" % next(self.bodies),)
+        if (
+            record is not None
+            and record[0] is worker
+            and self.serving
+            and not self.waits.get(service, 0)
+        ):
+            _, client, rservice, rq, _body = self.records.pop(ticket)
+            self.s.answered(worker, client, ticket, rq, body, status, rservice)
+            key = self.key(client, rq)
+            self.cache.pop(key, None)
+            self.cache[key] = (rservice, status, body)
+            queue = self.queues[service]
+            if queue:
+                client, rq, qbody = queue.pop(0)
+                self.tickets += 1
+                got = self.s.received(worker, client, rq, qbody, service, self.ids[worker.rid])
+                assert got == ticket_of(self.tickets)
+                self.records[got] = (worker, client, service, rq, qbody)
+            return
+        self.s.passed_reply(worker, WorkerReply(ticket, status, body).to_frames())
+        if self.python.get(ticket) == worker.rid:
+            del self.python[ticket]
+            with locked(self.lane):
+                assert self.net.pool.release(worker.rid, ticket)
+                self.net.pool.list_ready(worker.rid)
+
+    @rule(n=st.integers(0, 3), rq=st.sampled_from(REQUEST_IDS))
+    def adopt_key(self, n: int, rq: bytes) -> None:
+        client = self.clients[n]
+        key = self.key(client, rq)
+        with locked(self.lane):
+            record = self.lane.adopt_key(*key)
+        ticket = next((t for t, r in self.records.items() if self.key(r[1], r[3]) == key), None)
+        if ticket is not None:
+            worker, owner, service, _, body = self.records.pop(ticket)
+            assert record is not None
+            assert record[:3] == (ticket, worker.rid, owner.rid)
+            assert (record[3], record[5], record[6], record[9], record[11]) == (
+                key[0],
+                service,
+                body,
+                rq,
+                True,
+            )
+            self.python[ticket] = worker.rid
+            return
+        for service, queue in self.queues.items():
+            for i, (owner, qrq, body) in enumerate(queue):
+                if self.key(owner, qrq) == key:
+                    del queue[i]
+                    assert record is not None
+                    assert record[:3] == (b"", b"", owner.rid) and record[5:7] == (service, body)
+                    return
+        assert record is None
+
+    @rule(n=st.integers(0, 2), rq=st.sampled_from(REQUEST_IDS), live=st.booleans())
+    def python_key(self, n: int, rq: bytes, live: bool) -> None:
+        key = (b"id-%d" % n, rq)
+        self.lane.python_key(*key, live)
+        if live:
+            self.python_keys.add(key)
+        else:
+            self.python_keys.discard(key)
+
+    @rule()
+    def cache_take(self) -> None:
+        taken = self.lane.cache_take()
+        assert [t[:5] for t in taken] == [(*k, *v) for k, v in self.cache.items()]
+        self.cache.clear()
+
+    @rule(on=st.booleans(), max_queued=st.integers(0, 2))
+    def serve(self, on: bool, max_queued: int) -> None:
+        self.serving, self.max_queued = on, max_queued
+        self.lane.serve(on, TIMEOUT_S, self.cap, PREFIX, max_queued, True)
+
+    @rule(service=st.sampled_from(SERVICES), count=st.integers(0, 1))
+    def python_waits(self, service: str, count: int) -> None:
+        self.lane.python_waits(service, count)
+        self.waits[service] = count
+
+    @invariant()
+    def counts(self) -> None:
+        assert self.lane.in_flight() == len(self.records)
+        assert self.lane.waiting_total() == sum(map(len, self.queues.values()))
+        assert self.lane.python_keys() == len(self.python_keys)
+        assert self.lane.cache_count() == len(self.cache)
+
+
+def test_the_s0p_rule_holds_over_random_runs() -> None:
+    run_state_machine_as_test(
+        S0pLaneMachine, settings=settings(max_examples=30, stateful_step_count=30, deadline=None)
+    )
