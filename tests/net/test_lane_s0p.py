@@ -11,9 +11,14 @@ scale0.core.requests.ReplyCache by a Hypothesis state machine.
 from __future__ import annotations
 
 import itertools
+import shutil
 import struct
+import subprocess
+import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -1020,3 +1025,75 @@ def test_the_s0p_rule_holds_over_random_runs() -> None:
     run_state_machine_as_test(
         S0pLaneMachine, settings=settings(max_examples=30, stateful_step_count=30, deadline=None)
     )
+
+
+# ---- the C API's version and bad arguments --------------------------------------------------
+
+OLD_POOL = """
+import sys
+from tests.extensions import load_extension
+load_extension("scale0.core._pool", sys.argv[1])
+import zmq
+from scale0.core._pool import Pool
+from scale0.net._zmqio import Lane
+ctx = zmq.Context()
+socks = [ctx.socket(zmq.PAIR) for _ in range(4)]
+lane = Lane(*(s.underlying for s in socks), False, False, 1024)
+try:
+    lane.attach_pool(Pool())
+except ImportError as e:
+    print(e)
+else:
+    print("attached")
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc here to build the old pool")
+def test_the_lane_refuses_a_pool_of_api_version_2(tmp_path: Path) -> None:
+    """A pool built before ids_of (S0_POOL_API_VERSION 2) has no ids_of: the lane refuses it."""
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "core").mkdir()
+    shutil.copy(root / "scale0" / "_table.h", tmp_path / "_table.h")
+    shutil.copy(root / "scale0" / "core" / "_pool.c", tmp_path / "core" / "_pool.c")
+    header_text = (root / "scale0" / "core" / "_pool_api.h").read_text()
+    assert "#define S0_POOL_API_VERSION 3" in header_text
+    old = header_text.replace("#define S0_POOL_API_VERSION 3", "#define S0_POOL_API_VERSION 2")
+    (tmp_path / "core" / "_pool_api.h").write_text(old)
+    out = tmp_path / "_pool.so"
+    include = sysconfig.get_paths()["include"]
+    source = str(tmp_path / "core" / "_pool.c")
+    subprocess.run(
+        ["gcc", "-O0", "-shared", "-fPIC", f"-I{include}", "-o", str(out), source],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_POOL, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        check=True,
+    )
+    assert done.stdout.strip() == (
+        "Lane.attach_pool: scale0.core._pool's C API is version 2, this lane speaks 3 "
+        "(rebuild both)"
+    )
+
+
+def test_the_new_methods_name_bad_arguments(rig: Rig) -> None:
+    lane = rig.lane
+    with pytest.raises(TypeError):
+        lane.python_key("c", b"1", True)
+    with pytest.raises(TypeError):
+        lane.python_key(b"c", b"1")  # (live is not optional)
+    with pytest.raises(TypeError):
+        lane.adopt_key(b"c", "1")
+    with pytest.raises(ValueError, match="now is NaN"):
+        lane.cache_get(b"c", b"1", float("nan"))
+    with pytest.raises(ValueError, match="now is NaN"):
+        lane.cache_prune(float("nan"))
+    with pytest.raises(TypeError):
+        lane.cache_prune("now")
+    assert lane.python_keys() == 0 and lane.cache_count() == 0
