@@ -287,8 +287,13 @@ def test_a_request_and_its_reply_go_through_the_lane_in_every_reading(
     assert [(c, r) for c, r, _s in lane.heard()] == [(BACK, b"w1")]
     requests, replies, histograms, changed = lane.drain()
     assert (requests, replies, changed) == (1, 1, ["echo"])
-    [(service, counts, sum_s)] = histograms
-    assert service == "echo" and len(counts) == len(LATENCY_BUCKETS_S) + 1 and sum(counts) == 1
+    [(service, status, counts, sum_s)] = histograms  # (a Majordomo answer is status 200)
+    assert (
+        service == "echo"
+        and status == 200
+        and len(counts) == len(LATENCY_BUCKETS_S) + 1
+        and sum(counts) == 1
+    )
     assert 0.0 <= sum_s <= time.monotonic() - before
     assert lane.drain() == (0, 0, [], [])
     # the next request is numbered on
@@ -683,7 +688,9 @@ def test_adopt_hands_the_whole_record_and_the_reply_then_goes_to_python() -> Non
             assert net.lane.adopt(ticket) is None
             assert net.pool.tickets(b"w1") == [ticket]  # its slot stays held, under its ticket
         assert record is not None
-        t, wrid, crid, client_id, caller, service, body, started, deadline, request_id, seq = record
+        t, wrid, crid, client_id, caller, service, body, started, deadline, request_id, seq, ids = (
+            record
+        )
         assert (t, wrid, crid, client_id, caller, service, body) == (
             ticket,
             b"w1",
@@ -694,7 +701,7 @@ def test_adopt_hands_the_whole_record_and_the_reply_then_goes_to_python() -> Non
             (b"a", b"", b"c"),
         )
         assert before <= started <= time.monotonic() and deadline == started + TIMEOUT_S
-        assert request_id == b"mdp.L1" and seq == 1
+        assert request_id == b"mdp.L1" and seq == 1 and ids is False
         assert net.lane.in_flight() == 0 and net.lane.held(b"b.c1") == 0
         assert not net.lane.busy(b"c1") and net.lane.stats()["handed"] == 1
         net.passed_reply(worker, net.reply_frames(worker, ticket))
@@ -762,14 +769,14 @@ def test_drain_lists_what_changed_and_the_latencies_sorted(net: Net) -> None:
     net.answered(b, client, tb, service="beta")
     requests, replies, histograms, changed = net.lane.drain()
     assert (requests, replies, changed) == (0, 1, ["beta"])
-    assert [h[0] for h in histograms] == ["beta"]
+    assert [h[:2] for h in histograms] == [("beta", 200)]
     net.answered(a, client, ta, service="alpha")
     ticket = net.dispatch(client, b, service="beta")
     with locked(net.lane):
         assert net.lane.adopt(ticket) is not None
     requests, replies, histograms, changed = net.lane.drain()
     assert (requests, replies, changed) == (1, 1, ["alpha", "beta"])
-    assert [h[0] for h in histograms] == ["alpha"]
+    assert [h[:2] for h in histograms] == [("alpha", 200)]
 
 
 # ---- the lock and the pool's guard ------------------------------------------------------------
