@@ -1006,10 +1006,17 @@ static int capi_ids_of(struct s0_pool *p, const void *rid, size_t rid_len) {
     return w != NULL && w->ids;
 }
 
+static long long capi_spare(struct s0_pool *p, const void *rid, size_t rid_len) {
+    s0_bytes r = c_bytes(rid, rid_len);
+    s0_worker *w = pool_worker(p, &r);
+    return w != NULL ? worker_spare(w) : 0;
+}
+
 static s0_pool_api c_api = {
     S0_POOL_API_VERSION, capi_pool_of,   capi_peek,    capi_take,
     capi_hold,           capi_release,   capi_list_ready, capi_used,
     capi_set_guard,      capi_offered,   capi_services_of, capi_ids_of,
+    capi_spare,
 };
 
 static struct PyModuleDef module = {

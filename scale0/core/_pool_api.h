@@ -52,6 +52,9 @@ typedef struct {
     /* Whether the worker's READY asked for request_ids (Pool.add's ids; version 3): 1 yes,
      * 0 no or unknown. */
     int (*ids_of)(struct s0_pool *, const void *rid, size_t rid_len);
+    /* Pool.spare: capacity less the tickets held, below 0 when a READY lowered the capacity
+     * under what the worker runs; 0 if unknown (version 3). */
+    long long (*spare)(struct s0_pool *, const void *rid, size_t rid_len);
 } s0_pool_api;
 
 #endif

@@ -155,9 +155,9 @@
  *   dispatch: the pool has a ready worker for the service (peek, the LRU one), the service has
  *     python_waits == 0, and that worker's session (1, wrid) has a reading a REQUEST can be
  *     written in (MDPW01 delimited, MDPW02 delimited or not) and promise_ms 0 (a ready worker
- *     otherwise: passed). Then take, ticket = ticket_prefix + 8 bytes big-endian of 2**63 | n
- *     (n the lane's ticket counter from 1, counting dispatches only; the core's tickets never
- *     set that bit), hold(wrid, ticket), the record in flight, the service marked changed, and
+ *     otherwise: passed). Then take, ticket = ticket_prefix + 8 bytes big-endian of the shared
+ *     seq's next value (Python numbers its own tickets from it too while the lane is attached:
+ *     one sequence, so a worker's tickets sort in issue order), hold(wrid, ticket), the record in flight, the service marked changed, and
  *     the worker is sent MdpWorkerRequest(ticket, body, protocol, delimited) of its reading,
  *     the body frames moved (the record keeps zmq_msg_copy's of them);
  *   queue: no ready worker, may_queue, the pool's offered(service) > 0, and python_waits +
@@ -176,9 +176,10 @@
  * the pool (services_of: a READY since may have changed them; in its order), no service of
  * `services` has python_waits > 0, and if one has a non-empty lane queue the worker can be
  * written the head of the first such queue (same family as that head: for a Majordomo head a
- * reading a REQUEST can be written in; promise_ms 0). Then: the record out,
- * release(wrid, ticket); the first service of `services` whose lane queue is non-empty gives
- * its head to this worker at once (a lane ticket, hold, the service marked changed, the record
+ * reading a REQUEST can be written in; promise_ms 0), unless the worker's spare (the pool's,
+ * before the release) is below 0: a READY lowered its capacity, it gets no head. Then: the
+ * record out, release(wrid, ticket); the first service of `services` whose lane queue is
+ * non-empty gives its head to this worker at once if its spare allows (a lane ticket, hold, the service marked changed, the record
  * in flight, its deadline unchanged), else list_ready(wrid); the client's counts - 1, replies +
  * 1, the latency (now - started, negative as 0) into the answered service's histogram
  * (scale0.core.metrics.LATENCY_BUCKETS_S, bisect_left), that service marked changed, the
@@ -1323,10 +1324,13 @@ static int send_message(void *router, const void *rid, size_t rid_len, const cha
     return err;
 }
 
-/* The lane's next ticket (not given yet): ticket_prefix + 8 bytes big-endian of 2**63 | n. */
+/* The lane's next ticket (not given yet): ticket_prefix + 8 bytes big-endian of the shared
+ * counter's next value (seq: Python numbers its tickets from it too while a lane is attached,
+ * scale0.core.context.Core.next_ticket, so a worker's tickets sort in the order they were
+ * issued, whoever issued them: R8 retries them in that order). Given by self->seq++. */
 static size_t next_ticket(const LaneObject *self, unsigned char *ticket) {
     memcpy(ticket, self->prefix, self->prefix_len);
-    uint64_t v = (self->tickets + 1) | ((uint64_t)1 << 63);
+    uint64_t v = self->seq + 1;
     for (int k = 0; k < 8; k++)
         ticket[self->prefix_len + (size_t)k] = (unsigned char)(v >> (56 - 8 * k));
     return self->prefix_len + 8;
@@ -1577,6 +1581,7 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         return 1;
     }
     self->tickets++;
+    self->seq++; /* (the ticket's number, next_ticket) */
     table_insert(&self->records, &r->key);
     sv->changed = 1;
     if (send_request(self, r, we, &f[body_at], n_body) != 0)
@@ -1656,6 +1661,10 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         free((void *)names);
         free(lens);
     }
+    /* A READY may have lowered the worker's capacity under what it runs: full even once this
+     * one is answered, it gets no head (Python's worker_free gives it none either). */
+    if (q != NULL && pool_api->spare(self->pool, r->wrid, r->wrid_len) < 0)
+        q = NULL;
     if (pass || (q != NULL && !worker_fits(e, q->head->s0p)))
         return 0;
     s0_svc *sv = svc_make(self, r->service, r->service_len);
@@ -1708,6 +1717,7 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         wq_unlink(self, next);
         record_set_worker(next, r->wrid, r->wrid_len);
         self->tickets++;
+        self->seq++; /* (the ticket's number, next_ticket) */
         table_insert(&self->records, &next->key);
         qsv->changed = 1;
     } else {
