@@ -104,7 +104,10 @@ def request(service: str, body: tuple[bytes, ...], reading: Reading) -> list[byt
 
 
 def ticket_of(number: int) -> bytes:
-    return PREFIX + (2**63 | number).to_bytes(8, "big")
+    """The ticket numbered ``number`` of the shared seq (_lane.c's next_ticket; Python's own
+    while a lane is attached, scale0.core.context.Core.next_ticket): one numbering, so a
+    worker's tickets sort in the order they were issued, whoever issued them."""
+    return PREFIX + number.to_bytes(8, "big")
 
 
 @contextmanager
@@ -269,7 +272,7 @@ def test_a_request_and_its_reply_go_through_the_lane_in_every_reading(
     before = time.monotonic()
     body = (b"frame one", b"", b"x" * 60000)
     ticket = net.dispatch(client, worker, body)
-    assert ticket == ticket_of(1)
+    assert ticket == ticket_of(2)  # (the request is numbered 1, its dispatch 2)
     lane, pool = net.lane, net.pool
     assert lane.in_flight() == 1 and lane.held(b"b.c1") == 1 and lane.busy(b"c1")
     with locked(lane):
@@ -296,8 +299,8 @@ def test_a_request_and_its_reply_go_through_the_lane_in_every_reading(
     )
     assert 0.0 <= sum_s <= time.monotonic() - before
     assert lane.drain() == (0, 0, [], [])
-    # the next request is numbered on
-    assert net.dispatch(client, worker) == ticket_of(2)
+    # the next request is numbered on: 3, its ticket 4
+    assert net.dispatch(client, worker) == ticket_of(4)
     lane.stop()
     stats = lane.stats()
     assert (stats["requests"], stats["replies"], stats["handed"]) == (2, 1, 0)
@@ -321,10 +324,10 @@ def test_the_least_recently_used_worker_is_dispatched_to(net: Net) -> None:
     workers = [net.worker(b"w%d" % n) for n in range(3)]
     client = net.client(b"c1")
     tickets = [net.dispatch(client, w) for w in workers]  # w0, w1, w2 in LRU order
-    assert tickets == [ticket_of(n) for n in (1, 2, 3)]
+    assert tickets == [ticket_of(n) for n in (2, 4, 6)]  # (each request 1, 3, 5 numbered first)
     net.answered(workers[1], client, tickets[1])
     net.answered(workers[0], client, tickets[0])
-    assert net.dispatch(client, workers[1]) == ticket_of(4)  # w1 freed first: first again
+    assert net.dispatch(client, workers[1]) == ticket_of(8)  # w1 freed first: first again
 
 
 # ---- the REQUEST take rule, each condition both ways ------------------------------------------
@@ -1003,22 +1006,24 @@ def test_a_ready_worker_is_not_taken_while_python_has_one_waiting(net: Net) -> N
 def test_a_reply_gives_the_worker_the_head_of_the_queue(net: Net) -> None:
     _queueing(net)
     c1, c2, c3 = net.client(b"c1"), net.client(b"c2", CLIENT_READINGS[4]), net.client(b"c3")
-    worker, first = busy_worker(net, b"w1", c1, reading=WORKER_READINGS[2])
-    queue_up(net, c2, (b"two",))
-    queue_up(net, c3, (b"three",))
+    worker, first = busy_worker(net, b"w1", c1, reading=WORKER_READINGS[2])  # seq 1, ticket 2
+    assert first == ticket_of(2)
+    queue_up(net, c2, (b"two",))  # seq 3
+    queue_up(net, c3, (b"three",))  # seq 4
     net.answered(worker, c1, first)
-    got = recv(worker.dealer)  # at once, to the worker that replied, c2's first
+    got = recv(worker.dealer)  # at once, to the worker that replied, c2's first: ticket 5
     assert (
         got
-        == MdpWorkerRequest(ticket_of(2), (b"two",), protocol=MDPW02, delimited=False).to_frames()
+        == MdpWorkerRequest(ticket_of(5), (b"two",), protocol=MDPW02, delimited=False).to_frames()
     )
     assert net.lane.waiting("echo") == 1 and net.lane.in_flight() == 1
     with locked(net.lane):
-        assert net.pool.tickets(b"w1") == [ticket_of(2)] and net.pool.queue("echo") == []
+        assert net.pool.tickets(b"w1") == [ticket_of(5)] and net.pool.queue("echo") == []
     assert net.lane.drain()[3] == ["echo"]
-    net.answered(worker, c2, ticket_of(2))
-    assert recv(worker.dealer)[2] == ticket_of(3)
-    net.answered(worker, c3, ticket_of(3))
+    net.answered(worker, c2, ticket_of(5))
+    assert recv(worker.dealer)[2] == ticket_of(6)
+    net.answered(worker, c3, ticket_of(6))
+    assert net.lane.next_seq() == 7  # (nothing else took a number)
     with locked(net.lane):  # the queue empty: the worker ready again
         assert net.pool.tickets(b"w1") == [] and net.pool.queue("echo") == [b"w1"]
 
@@ -1026,41 +1031,41 @@ def test_a_reply_gives_the_worker_the_head_of_the_queue(net: Net) -> None:
 def test_the_reply_rule_reads_the_worker_s_services_now(net: Net) -> None:
     _queueing(net)
     c1, c2 = net.client(b"c1"), net.client(b"c2")
-    worker, first = busy_worker(net, b"w1", c1)
-    busy_worker(net, b"w2", c2, service="other")  # (offers "other", busy)
-    queue_up(net, c2, (b"for other",), service="other")
+    worker, first = busy_worker(net, b"w1", c1)  # seq 1, ticket 2
+    busy_worker(net, b"w2", c2, service="other")  # (offers "other", busy; seq 3, ticket 4)
+    queue_up(net, c2, (b"for other",), service="other")  # seq 5
     with locked(net.lane):  # w1's READY while busy: now it serves "other" (its ticket kept)
         net.pool.add(b"w1", ("other",), 1)
     net.lane.python_waits("other", 1)  # Python's "other" go first: its to give
     net.passed_reply(worker, net.reply_frames(worker, first))
-    assert net.lane.in_flight() == 2  # (passed: nothing changed)
+    assert net.lane.in_flight() == 2  # (passed: nothing changed, no number taken)
     net.lane.python_waits("other", 0)
     net.lane.python_waits("echo", 1)  # w1 serves "echo" no more: no matter
     net.answered(worker, c1, first)
     got = recv(worker.dealer)
-    assert got == MdpWorkerRequest(ticket_of(3), (b"for other",)).to_frames()
+    assert got == MdpWorkerRequest(ticket_of(6), (b"for other",)).to_frames()
     assert net.lane.waiting("other") == 0
 
 
 def test_a_worker_that_speaks_no_majordomo_now_gets_no_head(net: Net) -> None:
     _queueing(net)
     c1 = net.client(b"c1")
-    worker, first = busy_worker(net, b"w1", c1)
-    queue_up(net, c1)
+    worker, first = busy_worker(net, b"w1", c1)  # seq 1, ticket 2
+    queue_up(net, c1)  # seq 3
     net.lane.note(BACK, b"w1", 0, 0.0, time.monotonic(), 1)  # (True: no reading to write in)
-    net.passed_reply(worker, net.reply_frames(worker, first))
+    net.passed_reply(worker, net.reply_frames(worker, first))  # (passed: no number taken)
     net.lane.note(BACK, b"w1", 0, 0.0, time.monotonic(), pack(worker.reading))
     net.answered(worker, c1, first)
-    assert recv(worker.dealer)[3] == ticket_of(2)
+    assert recv(worker.dealer)[3] == ticket_of(4)
 
 
 def test_waiting_head_and_dispatch_head(net: Net) -> None:
     _queueing(net)
     client = net.client(b"c1")
-    busy_worker(net, b"w1", client)
+    busy_worker(net, b"w1", client)  # seq 1, ticket 2
     assert net.lane.waiting_head("echo") is None
-    queue_up(net, client, (b"a",))
-    queue_up(net, client, (b"b",))
+    queue_up(net, client, (b"a",))  # seq 3
+    queue_up(net, client, (b"b",))  # seq 4
     head = net.lane.waiting_head("echo")
     assert head is not None and head[:2] == (b"", b"") and head[6] == (b"a",)
     assert net.lane.waiting("echo") == 2  # (not removed)
@@ -1068,26 +1073,26 @@ def test_waiting_head_and_dispatch_head(net: Net) -> None:
     with locked(net.lane):  # Python frees w2 and takes it for the lane's head
         assert net.pool.take("echo") == b"w2"
         net.pool.hold(b"w2", b"py-7")
-        net.lane.dispatch_head("echo", b"py-7", b"w2")
+        net.lane.dispatch_head("echo", b"py-7", b"w2")  # (Python's ticket: no number taken)
     assert net.lane.waiting("echo") == 1 and net.lane.in_flight() == 2
     assert net.lane.stats()["lent"] == 1
     assert net.lane.waiting_head("echo")[6] == (b"b",)  # type: ignore[index]
     net.answered(w2, client, b"py-7")  # the lane's to answer: w2 then gets the next head
-    assert recv(w2.dealer)[3] == ticket_of(2)
+    assert recv(w2.dealer)[3] == ticket_of(5)
     with locked(net.lane):
-        assert net.pool.tickets(b"w2") == [ticket_of(2)]
+        assert net.pool.tickets(b"w2") == [ticket_of(5)]
     with pytest.raises(KeyError):
         net.lane.dispatch_head("echo", b"py-8", b"w2")
-    queue_up(net, client, (b"c",))
+    queue_up(net, client, (b"c",))  # seq 6
     with pytest.raises(ValueError, match="already one of the lane's"):
-        net.lane.dispatch_head("echo", ticket_of(2), b"w2")
+        net.lane.dispatch_head("echo", ticket_of(5), b"w2")
     assert net.lane.waiting("echo") == 1  # (refused: nothing changed)
 
 
 def test_adopting_waiting_records_in_order(net: Net) -> None:
     _queueing(net)
     client = net.client(b"c1")
-    busy_worker(net, b"w1", client)
+    busy_worker(net, b"w1", client)  # seq 1, its ticket 2
     for body in (b"a", b"b", b"c"):
         queue_up(net, client, (body,))
     with locked(net.lane):
@@ -1096,7 +1101,7 @@ def test_adopting_waiting_records_in_order(net: Net) -> None:
         assert net.lane.adopt_next_waiting("echo") is None and net.lane.adopt_waiting("echo") == []
     assert first is not None and first[6] == (b"a",) and first[:2] == (b"", b"")
     assert [r[6] for r in rest] == [(b"b",), (b"c",)]
-    assert [first[10]] + [r[10] for r in rest] == [2, 3, 4]
+    assert [first[10]] + [r[10] for r in rest] == [3, 4, 5]
     assert net.lane.waiting_total() == 0 and net.lane.held(b"b.c1") == 1
     assert net.lane.stats()["handed"] == 3
 
@@ -1133,16 +1138,17 @@ def test_adopt_due_takes_a_waiting_one_out_of_its_queue(net: Net) -> None:
 def test_one_numbering_for_the_lane_and_python(net: Net) -> None:
     _queueing(net)
     client = net.client(b"c1")
-    busy_worker(net, b"w1", client)  # seq 1
-    assert net.lane.next_seq() == 2  # Python's own
-    queue_up(net, client)  # 3
+    _w, ticket = busy_worker(net, b"w1", client)  # seq 1, and its ticket 2
+    assert ticket == ticket_of(2)
+    assert net.lane.next_seq() == 3  # Python's own
+    queue_up(net, client)  # 4
     net.lane.seq_from(10)
     net.lane.seq_from(5)  # (only raises)
     queue_up(net, client)  # 11
     assert net.lane.next_seq() == 12
     with locked(net.lane):
         records = net.lane.adopt_all()
-    assert [r[10] for r in records] == [1, 3, 11]
+    assert [r[10] for r in records] == [1, 4, 11]
     assert [r[9] for r in records] == [b"mdp.L1", b"mdp.L2", b"mdp.L3"]
 
 

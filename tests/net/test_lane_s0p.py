@@ -411,7 +411,8 @@ def test_an_s0p_request_and_its_reply_go_through_the_lane(s0p: S0P) -> None:
     before = time.monotonic()
     body = (b"a", b"", b"c" * 3000)
     ticket, rq = s0p.dispatch(client, worker, body=body)
-    assert ticket == ticket_of(1) and lane.in_flight() == 1 and lane.held(b"b.c1") == 1
+    assert ticket == ticket_of(2)  # (the request is numbered 1, its dispatch 2)
+    assert lane.in_flight() == 1 and lane.held(b"b.c1") == 1
     with locked(lane):
         assert s0p.net.pool.tickets(b"w1") == [ticket]
     answer = (b"answer", b"", b"y" * 60000)
@@ -621,8 +622,9 @@ def test_a_resend_of_a_key_in_flight_is_passed_and_adopt_key_finds_it(s0p: S0P) 
     worker = s0p.worker(b"w1", capacity=2)
     client = s0p.client(b"c1")
     before = time.monotonic()
-    ticket, _ = s0p.dispatch(client, worker, b"again", body=(b"p", b""))
-    s0p.ask(client, b"again")  # R10: Python joins it
+    ticket, _ = s0p.dispatch(client, worker, b"again", body=(b"p", b""))  # seq 1, ticket 2
+    assert ticket == ticket_of(2)
+    s0p.ask(client, b"again")  # R10: Python joins it (passed before the numbering point)
     with locked(s0p.lane):
         assert s0p.lane.adopt_key(b"b.c1", b"other") is None
         record = s0p.lane.adopt_key(b"b.c1", b"again")
@@ -646,9 +648,11 @@ def test_a_resend_of_a_key_in_flight_is_passed_and_adopt_key_finds_it(s0p: S0P) 
     s0p.passed_reply(worker, WorkerReply(ticket, 200, (b"x",)).to_frames())
     # and the key is free in the lane again
     ticket2, _ = s0p.dispatch(client, worker, b"again")
+    assert ticket2 == ticket_of(4)
     with locked(s0p.lane):
-        # (seq 2: a request passed for its key is numbered by Python, not the lane)
-        assert s0p.lane.adopt(ticket2)[9:] == (b"again", 2, True)
+        # (seq 3: the first took 1 and its ticket 2; a request passed for its key is numbered
+        # by Python, not the lane)
+        assert s0p.lane.adopt(ticket2)[9:] == (b"again", 3, True)
 
 
 def test_a_key_answered_by_the_lane_is_passed_while_cached(s0p: S0P) -> None:
@@ -749,16 +753,17 @@ def test_an_s0p_request_queues_and_a_freed_s0p_worker_gets_the_head(s0p: S0P) ->
     _queueing(s0p.net)
     worker = s0p.worker(b"w1", ids=True)
     client = s0p.client(b"c1")
-    ticket, rq = s0p.dispatch(client, worker, ids=True)
+    ticket, rq = s0p.dispatch(client, worker, ids=True)  # seq 1, ticket 2
+    assert ticket == ticket_of(2)
     queued = s0p.request_id()
     frames = ClientRequest("echo", queued, (b"q",)).to_frames()
     assert s0p.net.send(client, frames, FRONT) == []
     assert s0p.lane.waiting("echo") == 1
     head = s0p.lane.waiting_head("echo")
-    assert head is not None and head[:2] == (b"", b"") and head[9:] == (queued, 2, True)
+    assert head is not None and head[:2] == (b"", b"") and head[9:] == (queued, 3, True)
     s0p.answered(worker, client, ticket, rq)
     next_ticket = s0p.received(worker, client, queued, (b"q",), ids=True)
-    assert next_ticket == ticket_of(2) and s0p.lane.waiting("echo") == 0
+    assert next_ticket == ticket_of(4) and s0p.lane.waiting("echo") == 0
     s0p.answered(worker, client, next_ticket, queued)
 
 
