@@ -29,6 +29,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from scale0.config.model import NetworkConfig
+from scale0.core.context import Core
 from scale0.core.majordomo import Reading
 from scale0.core.metrics import LATENCY_BUCKETS_S
 from scale0.wire.mdp import (
@@ -43,6 +45,7 @@ from scale0.wire.mdp import (
     MdpWorkerReply,
     MdpWorkerRequest,
 )
+from scale0.wire.peer import BrokerState
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -1150,6 +1153,64 @@ def test_one_numbering_for_the_lane_and_python(net: Net) -> None:
         records = net.lane.adopt_all()
     assert [r[10] for r in records] == [1, 4, 11]
     assert [r[9] for r in records] == [b"mdp.L1", b"mdp.L2", b"mdp.L3"]
+
+
+def test_python_s_and_the_lane_s_tickets_sort_in_issue_order_on_one_worker(net: Net) -> None:
+    """One numbering: a real Core numbers its tickets from the lane's counter once it shares
+    it (Core.share_seq, Core.next_ticket), so on one worker Python's tickets and the lane's
+    (at take, and a freed worker's head) sort in the order they were issued, whoever issued
+    them: the order R8 retries a lost worker's requests in."""
+    network = NetworkConfig(family="f", config_version=0, brokers=())
+    core = Core(
+        "b1",
+        network,
+        None,
+        state=BrokerState.ACTIVE,
+        wanted=BrokerState.ACTIVE,
+        boot_id=PREFIX,
+        now=0.0,
+    )
+    worker = net.worker(b"w1", capacity=6)
+    client = net.client(b"c1")
+    issued: list[bytes] = []
+
+    def python_dispatches() -> None:
+        """The core frees and takes w1 for one of its own requests, under the lock."""
+        with locked(net.lane):
+            assert net.pool.take("echo") == b"w1"
+            ticket = core.next_ticket()
+            net.pool.hold(b"w1", ticket)
+            net.pool.list_ready(b"w1")  # (room left: ready again)
+        issued.append(ticket)
+
+    python_dispatches()  # before the lane numbers: the core's own counter, 1
+    core.share_seq(net.lane)  # the lane's counter from now on, past the core's numbers
+    issued.append(net.dispatch(client, worker))  # the lane's: numbered 2, its ticket 3
+    python_dispatches()  # 4
+    assert core.next_seq() == 5  # a request the core numbers (not dispatched)
+    issued.append(net.dispatch(client, worker))  # 6, ticket 7
+    python_dispatches()  # 8
+    issued.append(net.dispatch(client, worker))  # 9, ticket 10
+    assert issued == [ticket_of(n) for n in (1, 3, 4, 7, 8, 10)]
+    with locked(net.lane):
+        assert sorted(net.pool.tickets(b"w1")) == issued and net.pool.spare(b"w1") == 0
+    # full: the next request waits in the lane's queue; a REPLY to one of the lane's tickets
+    # gives w1 that head under the next number
+    _queueing(net)
+    queue_up(net, client, (b"queued",))  # 11
+    net.answered(worker, client, ticket_of(7))
+    issued.remove(ticket_of(7))
+    got = recv(worker.dealer)
+    assert got == MdpWorkerRequest(ticket_of(12), (b"queued",)).to_frames()
+    issued.append(ticket_of(12))
+    with locked(net.lane):  # the core answers one of its own: the slot free, w1 ready
+        assert net.pool.release(b"w1", ticket_of(4))
+        net.pool.list_ready(b"w1")
+    issued.remove(ticket_of(4))
+    python_dispatches()  # 13: after the head's, though the core issues it
+    assert issued[-1] == ticket_of(13)
+    with locked(net.lane):
+        assert sorted(net.pool.tickets(b"w1")) == issued
 
 
 def test_note_sets_the_reading_the_client_spoke_last(net: Net) -> None:
