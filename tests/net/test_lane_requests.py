@@ -1256,7 +1256,11 @@ class LaneMachine(RuleBasedStateMachine):
     """Random sequences of requests, replies, gates, queueing and adoptions on real sockets,
     against a model of the take rules (tests/core/test_lane_requests.py's RequestLane, cut to
     what a socket shows): each message goes where the model says, and after every step the
-    lane's counts, queues and the pool's tickets are the model's."""
+    lane's counts, queues and the pool's tickets are the model's. The shared counter is
+    tracked exactly: a request that reaches the numbering point (serving, its session open,
+    under the cap) takes the next number, taken or not; each dispatch by the lane (at take, or
+    a freed worker's head) the next; Python's own (next_seq, its tickets for dispatch_head as
+    Core.next_ticket gives them) the next; seq_from only raises it."""
 
     SERVICES = ("echo", "other")
 
@@ -1289,9 +1293,10 @@ class LaneMachine(RuleBasedStateMachine):
             s: [] for s in self.SERVICES
         }
         self.python: dict[bytes, bytes] = {}  # adopted (Python's): ticket -> worker rid
-        self.tickets = 0
+        self.seq = 0  # the shared counter's last number given
+        self.issue = itertools.count()
+        self.issued: dict[bytes, int] = {}  # every ticket given -> the order it was issued in
         self.bodies = itertools.count()
-        self.lent = itertools.count()
 
     def teardown(self) -> None:
         self.rig.close()
@@ -1320,6 +1325,7 @@ class LaneMachine(RuleBasedStateMachine):
         ):
             self.net.ask(client, body, service=service)
             return
+        self.seq += 1  # the numbering point: numbered, taken or not
         waits = self.waits.get(service, 0)
         if ready:
             if waits:
@@ -1327,8 +1333,9 @@ class LaneMachine(RuleBasedStateMachine):
                 return
             worker = next(w for w in self.workers if w.rid == ready[0])
             ticket = self.net.dispatch(client, worker, body, service=service)
-            self.tickets += 1
-            assert ticket == ticket_of(self.tickets)
+            self.seq += 1  # the dispatch's own number
+            assert ticket == ticket_of(self.seq)
+            self.issued[ticket] = next(self.issue)
             self.records[ticket] = (worker, client, service, body)
         elif self.may_queue and offered and waits + len(self.queues[service]) < self.max_queued:
             queue_up(self.net, client, body, service)
@@ -1338,9 +1345,18 @@ class LaneMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), w=st.integers(0, 2))
     def reply(self, data: st.DataObject, w: int) -> None:
-        worker = self.workers[w]
         known = sorted([*self.records, *self.python])
-        ticket = data.draw(st.sampled_from([*known, ticket_of(999)]))
+        ticket = data.draw(st.sampled_from([*known, ticket_of(2**64 - 1)]))  # (never given)
+        self.reply_from(self.workers[w], ticket)
+
+    @rule(data=st.data())
+    def answer(self, data: st.DataObject) -> None:
+        """The worker of one of the lane's tickets answers it (reply's any worker rarely is)."""
+        if self.records:
+            ticket = data.draw(st.sampled_from(sorted(self.records)))
+            self.reply_from(self.records[ticket][0], ticket)
+
+    def reply_from(self, worker: Peer, ticket: bytes) -> None:
         record = self.records.get(ticket)
         service = self.service_of[worker.rid]
         queue = self.queues[service]
@@ -1354,15 +1370,16 @@ class LaneMachine(RuleBasedStateMachine):
             del self.records[ticket]
             if queue:  # the head of the worker's service's queue, to it at once
                 client, body = queue.pop(0)
-                self.tickets += 1
+                self.seq += 1  # the dispatch's number
                 expect = MdpWorkerRequest(
-                    ticket_of(self.tickets),
+                    ticket_of(self.seq),
                     body,
                     protocol=worker.reading.protocol,
                     delimited=worker.reading.delimited,
                 ).to_frames()
                 assert recv(worker.dealer) == expect
-                self.records[ticket_of(self.tickets)] = (worker, client, service, body)
+                self.issued[ticket_of(self.seq)] = next(self.issue)
+                self.records[ticket_of(self.seq)] = (worker, client, service, body)
             return
         self.net.passed_reply(worker, self.net.reply_frames(worker, ticket))
         if self.python.get(ticket) == worker.rid:  # Python answers its own: the slot is free
@@ -1408,12 +1425,28 @@ class LaneMachine(RuleBasedStateMachine):
                         self.net.lane.dispatch_head(service, b"py-none", b"w0")
                 return
             rid = self.net.pool.take(service)
-            ticket = b"py-%d" % next(self.lent)
+            ticket = PREFIX + self.net.lane.next_seq().to_bytes(8, "big")  # (Core.next_ticket)
+            self.seq += 1
+            assert ticket == ticket_of(self.seq)
+            self.issued[ticket] = next(self.issue)
             self.net.pool.hold(rid, ticket)
             self.net.lane.dispatch_head(service, ticket, rid)
         client, body = self.queues[service].pop(0)
         worker = next(w for w in self.workers if w.rid == rid)
         self.records[ticket] = (worker, client, service, body)
+
+    @rule()
+    def next_seq(self) -> None:
+        """Python numbers one of its own requests (or a ticket it gives elsewhere)."""
+        self.seq += 1
+        assert self.net.lane.next_seq() == self.seq
+
+    @rule(delta=st.integers(-2, 3))
+    def seq_from(self, delta: int) -> None:
+        """Python's counter handed over (Core.share_seq): only ever raises the lane's."""
+        target = max(0, self.seq + delta)
+        self.net.lane.seq_from(target)
+        self.seq = max(self.seq, target)
 
     @rule(on=st.booleans(), may_queue=st.booleans(), max_queued=st.integers(0, 3))
     def serve(self, on: bool, may_queue: bool, max_queued: int) -> None:
@@ -1463,6 +1496,8 @@ class LaneMachine(RuleBasedStateMachine):
                 lanes = [t for t, r in self.records.items() if r[0] is w]
                 python = [t for t, rid in self.python.items() if rid == w.rid]
                 assert self.net.pool.tickets(w.rid) == sorted(lanes + python)
+                # one numbering: byte order is issue order, whoever issued them
+                assert sorted(lanes + python) == sorted(lanes + python, key=self.issued.__getitem__)
 
 
 @contextmanager

@@ -840,7 +840,11 @@ def test_drain_has_one_histogram_per_service_and_status(net: Net, s0p: S0P) -> N
 
 class S0pLaneMachine(RuleBasedStateMachine):
     """Random S0P requests (request_ids from a small set, clients sharing client_ids, so keys
-    collide), replies, adoptions, Python's keys and the cache, against a model of the rule."""
+    collide), replies, adoptions, Python's keys and the cache, against a model of the rule.
+    The shared counter is tracked exactly: a request that reaches the numbering point
+    (serving, under the cap, its key neither Python's, the lane's nor cached) takes the next
+    number, taken or not; each dispatch by the lane (at take, or a freed worker's head) the
+    next; Python's own (next_seq) the next."""
 
     SERVICES = ("echo", "other")
     REQUEST_IDS = (b"a", b"b", b"c")
@@ -876,7 +880,7 @@ class S0pLaneMachine(RuleBasedStateMachine):
         self.python: dict[bytes, bytes] = {}  # adopted in flight: ticket -> worker rid
         self.python_keys: set[tuple[bytes, bytes]] = set()
         self.cache: dict[tuple[bytes, bytes], tuple[str, int, tuple[bytes, ...]]] = {}
-        self.tickets = 0
+        self.seq = 0  # the shared counter's last number given
         self.bodies = itertools.count()
 
     def teardown(self) -> None:
@@ -915,14 +919,16 @@ class S0pLaneMachine(RuleBasedStateMachine):
             and key not in self.cache
         ):
             self.s.ask(client, rq, body, service)
-        elif ready:
+            return
+        self.seq += 1  # the numbering point: numbered, taken or not
+        if ready:
             if waits:
                 self.s.ask(client, rq, body, service)
                 return
             worker = next(w for w in self.workers if w.rid == ready[0])
             ticket, _ = self.s.dispatch(client, worker, rq, body, service, self.ids[worker.rid])
-            self.tickets += 1
-            assert ticket == ticket_of(self.tickets)
+            self.seq += 1  # the dispatch's own number
+            assert ticket == ticket_of(self.seq)
             self.records[ticket] = (worker, client, service, rq, body)
         elif waits + len(self.queues[service]) < self.max_queued:
             frames = ClientRequest(service, rq, body).to_frames()
@@ -933,8 +939,17 @@ class S0pLaneMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), w=st.integers(0, 2), status=st.sampled_from([200, 404, 599]))
     def reply(self, data: st.DataObject, w: int, status: int) -> None:
-        worker = self.workers[w]
         ticket = data.draw(st.sampled_from([*sorted([*self.records, *self.python]), b"nope"]))
+        self.reply_from(self.workers[w], ticket, status)
+
+    @rule(data=st.data(), status=st.sampled_from([200, 404, 599]))
+    def answer(self, data: st.DataObject, status: int) -> None:
+        """The worker of one of the lane's tickets answers it (reply's any worker rarely is)."""
+        if self.records:
+            ticket = data.draw(st.sampled_from(sorted(self.records)))
+            self.reply_from(self.records[ticket][0], ticket, status)
+
+    def reply_from(self, worker: Peer, ticket: bytes, status: int) -> None:
         record = self.records.get(ticket)
         service = self.service_of[worker.rid]
         body = (b"answer-%d" % next(self.bodies),)
@@ -952,9 +967,9 @@ class S0pLaneMachine(RuleBasedStateMachine):
             queue = self.queues[service]
             if queue:
                 client, rq, qbody = queue.pop(0)
-                self.tickets += 1
+                self.seq += 1  # the dispatch's number
                 got = self.s.received(worker, client, rq, qbody, service, self.ids[worker.rid])
-                assert got == ticket_of(self.tickets)
+                assert got == ticket_of(self.seq)
                 self.records[got] = (worker, client, service, rq, qbody)
             return
         self.s.passed_reply(worker, WorkerReply(ticket, status, body).to_frames())
@@ -1007,6 +1022,12 @@ class S0pLaneMachine(RuleBasedStateMachine):
         taken = self.lane.cache_take()
         assert [t[:5] for t in taken] == [(*k, *v) for k, v in self.cache.items()]
         self.cache.clear()
+
+    @rule()
+    def next_seq(self) -> None:
+        """Python numbers one of its own requests, or a ticket (Core.next_ticket)."""
+        self.seq += 1
+        assert self.lane.next_seq() == self.seq
 
     @rule(on=st.booleans(), max_queued=st.integers(0, 2))
     def serve(self, on: bool, max_queued: int) -> None:
