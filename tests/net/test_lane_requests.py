@@ -27,7 +27,13 @@ import pytest
 import zmq
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from scale0.config.model import NetworkConfig
 from scale0.core.context import Core
@@ -1309,6 +1315,18 @@ class LaneMachine(RuleBasedStateMachine):
 
     def held(self, cid: bytes) -> int:
         return sum(1 for c in self.mine() if self.client_id[c.rid] == cid)
+
+    @initialize(busy=st.booleans())
+    def start(self, busy: bool) -> None:
+        """Half the runs start with every worker's slots taken and one request waiting per
+        service, so a REPLY gives its worker the head (rare from random steps alone)."""
+        if busy:
+            for n, service in ((0, "echo"), (1, "echo"), (2, "echo"), (4, "other")):
+                self.request(n, service)
+            assert len(self.records) == 4 and self.seq == 8  # (each numbered, then its ticket)
+            self.request(3, "echo")
+            self.request(2, "other")
+            assert [len(q) for q in self.queues.values()] == [1, 1] and self.seq == 10
 
     @rule(n=st.integers(0, 4), service=st.sampled_from(SERVICES))
     def request(self, n: int, service: str) -> None:

@@ -24,7 +24,13 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from scale0.core.majordomo import Reading
 from scale0.core.requests import ReplyCache
@@ -898,6 +904,19 @@ class S0pLaneMachine(RuleBasedStateMachine):
         clients = [r[1] for r in self.records.values()]
         clients += [c for q in self.queues.values() for c, _rq, _b in q]
         return sum(1 for c in clients if self.client_id[c.rid] == cid)
+
+    @initialize(busy=st.booleans())
+    def start(self, busy: bool) -> None:
+        """Half the runs start with every worker's slots taken and one request waiting per
+        service, so a REPLY gives its worker the head (rare from random steps alone)."""
+        if busy:
+            for n, rq, service in ((0, b"a", "echo"), (1, b"a", "echo"), (2, b"a", "echo")):
+                self.request(n, rq, service)
+            self.request(3, b"b", "other")
+            assert len(self.records) == 4 and self.seq == 8  # (each numbered, then its ticket)
+            self.request(0, b"c", "echo")
+            self.request(1, b"b", "other")
+            assert [len(q) for q in self.queues.values()] == [1, 1] and self.seq == 10
 
     @rule(
         n=st.integers(0, 3),
