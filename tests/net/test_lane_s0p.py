@@ -24,7 +24,13 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from scale0.core.majordomo import Reading
 from scale0.core.requests import ReplyCache
@@ -411,7 +417,8 @@ def test_an_s0p_request_and_its_reply_go_through_the_lane(s0p: S0P) -> None:
     before = time.monotonic()
     body = (b"a", b"", b"c" * 3000)
     ticket, rq = s0p.dispatch(client, worker, body=body)
-    assert ticket == ticket_of(1) and lane.in_flight() == 1 and lane.held(b"b.c1") == 1
+    assert ticket == ticket_of(2)  # (the request is numbered 1, its dispatch 2)
+    assert lane.in_flight() == 1 and lane.held(b"b.c1") == 1
     with locked(lane):
         assert s0p.net.pool.tickets(b"w1") == [ticket]
     answer = (b"answer", b"", b"y" * 60000)
@@ -621,8 +628,9 @@ def test_a_resend_of_a_key_in_flight_is_passed_and_adopt_key_finds_it(s0p: S0P) 
     worker = s0p.worker(b"w1", capacity=2)
     client = s0p.client(b"c1")
     before = time.monotonic()
-    ticket, _ = s0p.dispatch(client, worker, b"again", body=(b"p", b""))
-    s0p.ask(client, b"again")  # R10: Python joins it
+    ticket, _ = s0p.dispatch(client, worker, b"again", body=(b"p", b""))  # seq 1, ticket 2
+    assert ticket == ticket_of(2)
+    s0p.ask(client, b"again")  # R10: Python joins it (passed before the numbering point)
     with locked(s0p.lane):
         assert s0p.lane.adopt_key(b"b.c1", b"other") is None
         record = s0p.lane.adopt_key(b"b.c1", b"again")
@@ -646,9 +654,11 @@ def test_a_resend_of_a_key_in_flight_is_passed_and_adopt_key_finds_it(s0p: S0P) 
     s0p.passed_reply(worker, WorkerReply(ticket, 200, (b"x",)).to_frames())
     # and the key is free in the lane again
     ticket2, _ = s0p.dispatch(client, worker, b"again")
+    assert ticket2 == ticket_of(4)
     with locked(s0p.lane):
-        # (seq 2: a request passed for its key is numbered by Python, not the lane)
-        assert s0p.lane.adopt(ticket2)[9:] == (b"again", 2, True)
+        # (seq 3: the first took 1 and its ticket 2; a request passed for its key is numbered
+        # by Python, not the lane)
+        assert s0p.lane.adopt(ticket2)[9:] == (b"again", 3, True)
 
 
 def test_a_key_answered_by_the_lane_is_passed_while_cached(s0p: S0P) -> None:
@@ -749,16 +759,17 @@ def test_an_s0p_request_queues_and_a_freed_s0p_worker_gets_the_head(s0p: S0P) ->
     _queueing(s0p.net)
     worker = s0p.worker(b"w1", ids=True)
     client = s0p.client(b"c1")
-    ticket, rq = s0p.dispatch(client, worker, ids=True)
+    ticket, rq = s0p.dispatch(client, worker, ids=True)  # seq 1, ticket 2
+    assert ticket == ticket_of(2)
     queued = s0p.request_id()
     frames = ClientRequest("echo", queued, (b"q",)).to_frames()
     assert s0p.net.send(client, frames, FRONT) == []
     assert s0p.lane.waiting("echo") == 1
     head = s0p.lane.waiting_head("echo")
-    assert head is not None and head[:2] == (b"", b"") and head[9:] == (queued, 2, True)
+    assert head is not None and head[:2] == (b"", b"") and head[9:] == (queued, 3, True)
     s0p.answered(worker, client, ticket, rq)
     next_ticket = s0p.received(worker, client, queued, (b"q",), ids=True)
-    assert next_ticket == ticket_of(2) and s0p.lane.waiting("echo") == 0
+    assert next_ticket == ticket_of(4) and s0p.lane.waiting("echo") == 0
     s0p.answered(worker, client, next_ticket, queued)
 
 
@@ -835,7 +846,11 @@ def test_drain_has_one_histogram_per_service_and_status(net: Net, s0p: S0P) -> N
 
 class S0pLaneMachine(RuleBasedStateMachine):
     """Random S0P requests (request_ids from a small set, clients sharing client_ids, so keys
-    collide), replies, adoptions, Python's keys and the cache, against a model of the rule."""
+    collide), replies, adoptions, Python's keys and the cache, against a model of the rule.
+    The shared counter is tracked exactly: a request that reaches the numbering point
+    (serving, under the cap, its key neither Python's, the lane's nor cached) takes the next
+    number, taken or not; each dispatch by the lane (at take, or a freed worker's head) the
+    next; Python's own (next_seq) the next."""
 
     SERVICES = ("echo", "other")
     REQUEST_IDS = (b"a", b"b", b"c")
@@ -871,7 +886,7 @@ class S0pLaneMachine(RuleBasedStateMachine):
         self.python: dict[bytes, bytes] = {}  # adopted in flight: ticket -> worker rid
         self.python_keys: set[tuple[bytes, bytes]] = set()
         self.cache: dict[tuple[bytes, bytes], tuple[str, int, tuple[bytes, ...]]] = {}
-        self.tickets = 0
+        self.seq = 0  # the shared counter's last number given
         self.bodies = itertools.count()
 
     def teardown(self) -> None:
@@ -889,6 +904,19 @@ class S0pLaneMachine(RuleBasedStateMachine):
         clients = [r[1] for r in self.records.values()]
         clients += [c for q in self.queues.values() for c, _rq, _b in q]
         return sum(1 for c in clients if self.client_id[c.rid] == cid)
+
+    @initialize(busy=st.booleans())
+    def start(self, busy: bool) -> None:
+        """Half the runs start with every worker's slots taken and one request waiting per
+        service, so a REPLY gives its worker the head (rare from random steps alone)."""
+        if busy:
+            for n, rq, service in ((0, b"a", "echo"), (1, b"a", "echo"), (2, b"a", "echo")):
+                self.request(n, rq, service)
+            self.request(3, b"b", "other")
+            assert len(self.records) == 4 and self.seq == 8  # (each numbered, then its ticket)
+            self.request(0, b"c", "echo")
+            self.request(1, b"b", "other")
+            assert [len(q) for q in self.queues.values()] == [1, 1] and self.seq == 10
 
     @rule(
         n=st.integers(0, 3),
@@ -910,14 +938,16 @@ class S0pLaneMachine(RuleBasedStateMachine):
             and key not in self.cache
         ):
             self.s.ask(client, rq, body, service)
-        elif ready:
+            return
+        self.seq += 1  # the numbering point: numbered, taken or not
+        if ready:
             if waits:
                 self.s.ask(client, rq, body, service)
                 return
             worker = next(w for w in self.workers if w.rid == ready[0])
             ticket, _ = self.s.dispatch(client, worker, rq, body, service, self.ids[worker.rid])
-            self.tickets += 1
-            assert ticket == ticket_of(self.tickets)
+            self.seq += 1  # the dispatch's own number
+            assert ticket == ticket_of(self.seq)
             self.records[ticket] = (worker, client, service, rq, body)
         elif waits + len(self.queues[service]) < self.max_queued:
             frames = ClientRequest(service, rq, body).to_frames()
@@ -928,8 +958,17 @@ class S0pLaneMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), w=st.integers(0, 2), status=st.sampled_from([200, 404, 599]))
     def reply(self, data: st.DataObject, w: int, status: int) -> None:
-        worker = self.workers[w]
         ticket = data.draw(st.sampled_from([*sorted([*self.records, *self.python]), b"nope"]))
+        self.reply_from(self.workers[w], ticket, status)
+
+    @rule(data=st.data(), status=st.sampled_from([200, 404, 599]))
+    def answer(self, data: st.DataObject, status: int) -> None:
+        """The worker of one of the lane's tickets answers it (reply's any worker rarely is)."""
+        if self.records:
+            ticket = data.draw(st.sampled_from(sorted(self.records)))
+            self.reply_from(self.records[ticket][0], ticket, status)
+
+    def reply_from(self, worker: Peer, ticket: bytes, status: int) -> None:
         record = self.records.get(ticket)
         service = self.service_of[worker.rid]
         body = (b"answer-%d" % next(self.bodies),)
@@ -947,9 +986,9 @@ class S0pLaneMachine(RuleBasedStateMachine):
             queue = self.queues[service]
             if queue:
                 client, rq, qbody = queue.pop(0)
-                self.tickets += 1
+                self.seq += 1  # the dispatch's number
                 got = self.s.received(worker, client, rq, qbody, service, self.ids[worker.rid])
-                assert got == ticket_of(self.tickets)
+                assert got == ticket_of(self.seq)
                 self.records[got] = (worker, client, service, rq, qbody)
             return
         self.s.passed_reply(worker, WorkerReply(ticket, status, body).to_frames())
@@ -1002,6 +1041,12 @@ class S0pLaneMachine(RuleBasedStateMachine):
         taken = self.lane.cache_take()
         assert [t[:5] for t in taken] == [(*k, *v) for k, v in self.cache.items()]
         self.cache.clear()
+
+    @rule()
+    def next_seq(self) -> None:
+        """Python numbers one of its own requests, or a ticket (Core.next_ticket)."""
+        self.seq += 1
+        assert self.lane.next_seq() == self.seq
 
     @rule(on=st.booleans(), max_queued=st.integers(0, 2))
     def serve(self, on: bool, max_queued: int) -> None:
