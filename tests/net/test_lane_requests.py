@@ -1012,6 +1012,31 @@ def test_a_ready_worker_is_not_taken_while_python_has_one_waiting(net: Net) -> N
     net.dispatch(client, worker)
 
 
+def test_a_worker_whose_ready_lowered_its_capacity_gets_no_head(net: Net) -> None:
+    """A worker of capacity 2 runs two of the lane's requests and a third waits in the lane's
+    queue; a READY lowers its capacity to 1. Its first REPLY is answered by the lane, but the
+    worker, full even once that one is out (1 held, capacity 1), is given no head: the head
+    still waits, and the pool lists the worker in no queue (Python's worker_free decides the
+    same). Its second REPLY frees a slot: now it gets the head."""
+    _queueing(net)
+    c1 = net.client(b"c1")
+    worker = net.worker(b"w1", capacity=2)
+    first = net.dispatch(c1, worker, (b"one",))
+    second = net.dispatch(c1, worker, (b"two",))
+    queue_up(net, c1, (b"three",))
+    with locked(net.lane):
+        net.pool.add(b"w1", ("echo",), 1)  # the READY (Python's) that lowers the capacity
+        assert net.pool.spare(b"w1") == -1
+    net.answered(worker, c1, first)
+    assert worker.dealer.poll(200) == 0  # no head for a full worker
+    assert net.lane.waiting("echo") == 1 and net.lane.in_flight() == 1
+    with locked(net.lane):
+        assert net.pool.queue("echo") == [] and net.pool.tickets(b"w1") == [second]
+    net.answered(worker, c1, second)
+    got = recv(worker.dealer)
+    assert got[-1] == b"three" and net.lane.waiting("echo") == 0
+
+
 def test_a_reply_gives_the_worker_the_head_of_the_queue(net: Net) -> None:
     _queueing(net)
     c1, c2, c3 = net.client(b"c1"), net.client(b"c2", CLIENT_READINGS[4]), net.client(b"c3")
