@@ -114,18 +114,22 @@ Waiting (first in, first out per service, R6):
   waits), ``queued_services()`` (a queue exists, a snapshot).
 
 The lane (phase 3b; a C-pool ledger only): ``attach_lane(lane, due)`` shares this
-ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a Majordomo
-client's REQUEST to a ready Majordomo worker and returns its final REPLY in C, keeping those
-requests in its own records (:class:`~scale0.core.ports.LanePort`). From then on the ledger
+ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a client's
+REQUEST (S0P or Majordomo) to a ready worker of its protocol and returns its final REPLY in C,
+keeping those requests in its own records (:class:`~scale0.core.ports.LanePort`), and moves
+the reply cache into the lane (``cached``, ``cache``, ``prune_cache`` and ``cached_count``
+use the lane's until it stops; it puts its own S0P answers in it). From then on the ledger
 tells the lane, as they change, which services a request waits for here (R6: the lane takes
-none of theirs, and a REPLY that frees a worker of one comes here) and which clients hold a
-request here (R20, and their order); and every operation that must see one of the lane's
+none of theirs, and a REPLY that frees a worker of one comes here), which clients hold a
+request here (R20, and their order) and the keys of the requests with the client's ids held
+here (R10: a resend is the core's); and every operation that must see one of the lane's
 requests first adopts it (``adopt*``): a Pending made from its record, opened and in flight
 as ``dispatched`` would leave it (the pool's slot is held already), or waiting at the back
 of our queue (the lane's queue is behind ours), its deadline given to ``due`` under the
 number the lane gave it (the lane and the core number requests from one counter,
 ``Core.share_seq``). By ticket: ``running``, ``answer``, ``settle``; by worker:
-``tickets_of``, ``dismiss``; by service, what waits: ``wait`` (the lane's before a new one
+``tickets_of``, ``dismiss``; by key: ``joinable`` (a resend; a waiting one with the rest of
+its queue, in order); by service, what waits: ``wait`` (the lane's before a new one
 of ours), ``next_waiting`` (the lane's head once ours is empty); all: ``queued_services``
 (moving work away), ``adopt_lane()``; by deadline: ``adopt_due(now)``. A worker freed here
 while only the lane's queue holds requests of its service is *lent* the lane's head
