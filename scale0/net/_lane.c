@@ -1217,6 +1217,15 @@ static size_t bucket_of(double seconds) {
     return i;
 }
 
+/* Whether frames 1.. of m (all but the routing id) are each at most max_frame_bytes: the
+ * registry's frame limit, which every message the lane takes must meet. */
+static int frames_fit(const s0_message *m, Py_ssize_t max_frame_bytes) {
+    for (size_t i = 1; i < m->n; i++)
+        if (p_msg_size(&m->frames[i]) > (size_t)max_frame_bytes)
+            return 0;
+    return 1;
+}
+
 /* Whether frames 1.. of m are exactly a Majordomo client REQUEST as scale0.wire.registry decodes
  * it to MdpClientRequest (from a frontend: FRONTEND_SIGNATURES): [b"", MDPC01, service, body..],
  * [b"", MDPC02, 0x01 | 0x02 (majortomo), service, body..], or 18/MDP's undelimited
@@ -1248,10 +1257,7 @@ static int mdp_client_request(s0_message *m, Py_ssize_t max_frame_bytes, int *re
     }
     if (n <= *at)
         return 0; /* no service frame: malformed */
-    for (size_t i = 1; i < n; i++)
-        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
-            return 0;
-    return 1;
+    return frames_fit(m, max_frame_bytes);
 }
 
 /* Whether frames 1.. of m are exactly a Majordomo worker final reply as the registry decodes it
@@ -1272,10 +1278,7 @@ static int mdp_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, size_t *a
     size_t ticket = p_msg_size(&f[*at]);
     if (ticket == 0 || ticket > 255 || p_msg_size(&f[*at + 1]) != 0)
         return 0;
-    for (size_t i = 1; i < n; i++)
-        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
-            return 0;
-    return 1;
+    return frames_fit(m, max_frame_bytes);
 }
 
 /* A service name the lane may route: 1..255 bytes of strict UTF-8 with no ASCII control
@@ -1397,10 +1400,7 @@ static int s0p_client_request(s0_message *m, Py_ssize_t max_frame_bytes) {
     size_t rq = p_msg_size(&f[5]);
     if (rq == 0 || rq > 255)
         return 0;
-    for (size_t i = 1; i < n; i++)
-        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
-            return 0;
-    return 1;
+    return frames_fit(m, max_frame_bytes);
 }
 
 /* Whether frames 1.. of m are exactly an S0P worker final REPLY (scale0.wire.worker.WorkerReply):
@@ -1418,9 +1418,8 @@ static int s0p_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, int *stat
     const unsigned char *d = p_msg_data(&f[5]);
     if (d[0] < '1' || d[0] > '5' || d[1] < '0' || d[1] > '9' || d[2] < '0' || d[2] > '9')
         return 0;
-    for (size_t i = 1; i < n; i++)
-        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
-            return 0;
+    if (!frames_fit(m, max_frame_bytes))
+        return 0;
     *status = (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
     return 1;
 }
