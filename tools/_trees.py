@@ -31,7 +31,9 @@ def time_trees(script: str, arg: str, trees: list[Path], timeout_s: float) -> di
         for tree in trees:
             done = subprocess.run(  # noqa: S603 (our own code, our own trees)
                 [sys.executable, "-c", script, arg],
-                env={**os.environ, "PYTHONPATH": str(tree)},
+                # The loop's Python is what these time: a node they drive by hand never
+                # starts the C lane, which would own its sockets and pool (SCALE0_LANE=0)
+                env={**os.environ, "PYTHONPATH": str(tree), "SCALE0_LANE": "0"},
                 cwd=tree,
                 capture_output=True,
                 text=True,

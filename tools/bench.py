@@ -17,12 +17,13 @@ these setups, each with the client, the workers and the middle process in separa
   idle Tornado loop (a lane outside the Python loop). Only when named
   (``--cases c-lru c-lru-loop c-lru-asyncio c-lru-thread scale0-mdp``);
 - ``majortomo``: majortomo's Majordomo broker (PyPI, pinned in setup.cfg), logging at WARNING;
-- ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1;
+- ``scale0``: a real ``scale0-broker`` process between them, speaking S0P/1, with
+  ``lane: false`` (its Tornado loop reads the sockets: the broker before phase 3b);
 - ``scale0-mdp``: the same broker on the same Majordomo drivers as ``c-lru`` and ``majortomo``
   (same-driver: its ratio to the floor is the one to quote);
-- ``scale0-lane``, ``scale0-mdp-lane``: ``scale0`` and ``scale0-mdp`` with ``lane: true``
-  (the C lane owns the frontend and backend sockets; requests and replies still cross to the
-  loop through its pipes). Only when named;
+- ``scale0-lane``, ``scale0-mdp-lane``: ``scale0`` and ``scale0-mdp`` with ``lane: true``,
+  the default broker (the C lane owns the frontend and backend sockets and takes requests and
+  replies itself, docs/architecture.md "Phase 3b"). Only when named;
 - ``family``: two brokers of one family, the client at the first and every worker at the
   second, so every request is forwarded (FORWARD/FORWARDREPLY); CPU is both brokers';
 - ``family-both``: two brokers with ``--workers`` workers each, the client at the first: it
@@ -505,14 +506,15 @@ def case_scale0(
     """A real ``scale0-broker``: S0P/1 client and workers (``capacity`` in their READY), or with
     ``dialect_key`` the same Majordomo client and worker processes as c-lru and majortomo
     (capacity 1 by MDP's definition: the ratio to the floor is then same-driver). ``lane``:
-    with ``lane: true`` (the C lane owns the frontend and backend sockets)."""
+    with ``lane: true`` (the C lane owns the frontend and backend sockets, the default since
+    phase 3b); else this tree's broker runs with ``lane: false`` (the loop reads them)."""
     # "info" only adds start/stop lines: broker_stopped carries the stats read below.
     overrides: dict[str, Any] = {
         "log_level": "info",
         "event_log_dir": "events" if event_log else None,
     }
-    if lane:  # (left out otherwise: a tree from before the lane reads the file as well)
-        overrides["lane"] = True
+    if lane or command is None:  # this tree's says which; another tree's is its default (or
+        overrides["lane"] = lane  # from before the lane: it would refuse the key) unless asked
     # (None leaves the key out of the file: a tree from before event_log_dir reads it as well)
     with (
         tempfile.TemporaryDirectory() as tmp,

@@ -266,8 +266,8 @@ def measure(
     zmtp_ms = (idle_ms or int(INTERVAL_S * 1000)) if zmtp else 0  # the floor's and the drivers'
     # "info" adds only start/stop lines; broker_stopped carries the counters read below.
     overrides: dict[str, Any] = {"log_level": "info"}
-    if lane:
-        overrides["lane"] = True
+    if lane or command is None:  # this tree's says which (the default is the lane since
+        overrides["lane"] = lane  # phase 3b); another tree's keeps its default unless asked
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         broker: Any
         if floor is None:
@@ -430,8 +430,9 @@ def main(argv: list[str]) -> int:
         nargs="+",
         choices=CASES,
         default=["scale0", "c-idle"],
-        help="scale0: this tree's broker; scale0-lane: the same with lane: true (its C lane "
-        "thread takes the plain HEARTBEATs); c-idle: the C liveness floor (tools/idle_floor.c); "
+        help="scale0: this tree's broker with lane: false (the loop reads its sockets); "
+        "scale0-lane: the same with lane: true, the default (its C lane thread takes the plain "
+        "HEARTBEATs); c-idle: the C liveness floor (tools/idle_floor.c); "
         "c-idle-in: the same floor silent after CONFIG (only reading the HEARTBEATs); "
         "scale0-1s, c-idle-1s: the same without idle beating (every 1 s); c-zmtp: liveness "
         "by libzmq's own ZMTP heartbeats at the idle interval, no HEARTBEAT message at all",

@@ -182,12 +182,13 @@ class BrokerConfig:
         ),
     )
     lane: bool = field(
-        default=False,
+        default=True,
         metadata=doc(
             "Run the frontend and backend sockets in the lane, a C thread that answers plain "
-            "HEARTBEATs and dispatches, queues and answers Majordomo clients' requests to "
-            "Majordomo workers without waking the broker's loop (docs/architecture.md); where "
-            "the C extension is not built the broker runs without it and broker_ready says so."
+            "HEARTBEATs and dispatches, queues and answers S0P and Majordomo clients' requests "
+            "to workers of their protocol without waking the broker's loop "
+            "(docs/architecture.md); false: the loop reads the sockets itself. Where the C "
+            "extension is not built the broker runs without it and broker_ready says so."
         ),
     )
 

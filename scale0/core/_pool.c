@@ -11,10 +11,11 @@
  * CPoolLedger: Ledger(pool="c"), the default unless SCALE0_POOL=python or SCALE0_PURE=1).
  *
  *   Pool()
- *   add(routing_id, services, capacity) -> bool     a READY: True when it replaced a known
- *       worker, whose tickets the new registration keeps (WorkerPool.add); the worker is listed
- *       nowhere until list_ready. services: a tuple (or list) of str, duplicates counted once;
- *       capacity: int >= 1.
+ *   add(routing_id, services, capacity, ids=False) -> bool     a READY: True when it replaced a
+ *       known worker, whose tickets the new registration keeps (WorkerPool.add); the worker is
+ *       listed nowhere until list_ready. services: a tuple (or list) of str, duplicates counted
+ *       once; capacity: int >= 1; ids (bool, keyword or 4th positional): its READY asked for
+ *       request_ids (a new add replaces it with the rest).
  *   remove(routing_id) -> list[bytes] | None        the tickets it held (sorted), None if unknown
  *   offers(service) -> bool                         any worker, ready or busy, offers it
  *   offered_count(service) -> int                   how many workers offer it (Ledger.workers_of)
@@ -33,6 +34,7 @@
  *   used(routing_id) -> int                         tickets held; 0 if unknown (a worker the
  *       pool does not know holds no slot): Ledger.used and Ledger.spare, one call, no KeyError
  *   worker_count() -> int
+ *   ids_of(routing_id) -> bool                      its last add's ids; False if unknown
  *
  * Every argument is checked before the first change: a wrong type raises TypeError naming the
  * argument, a capacity below 1 (or above 2**62) ValueError, and a failed allocation
@@ -83,9 +85,10 @@
  * as the method of that name), set_guard(pool, const int *guard), and (API version 2, phase
  * 3b's second step) offered(service) (Pool.offered_count) and services_of(routing_id) (the
  * worker's services now, in its READY's order, duplicates dropped: what the lane's REPLY rule
- * reads, a READY since a dispatch may have changed them). Byte strings are passed as
- * (data, length) and hashed by the pool with its own key; a routing id it returns points into
- * the pool and is valid until the pool next changes.
+ * reads, a READY since a dispatch may have changed them), and (version 3) ids_of(routing_id)
+ * (1 its READY asked for request_ids, 0 no or unknown: whether the lane writes it IDREQUEST).
+ * Byte strings are passed as (data, length) and hashed by the pool with its own key; a routing
+ * id it returns points into the pool and is valid until the pool next changes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -120,6 +123,7 @@ struct s0_service {
 struct s0_worker {
     s0_key key; /* the routing id */
     long long capacity;
+    int ids; /* its READY asked for request_ids (add's ids; a new add replaces it) */
     size_t n_links;
     s0_link *links; /* one per service, in READY order, duplicates dropped */
     s0_table tickets; /* of s0_key records: the tickets it runs */
@@ -208,7 +212,7 @@ static s0_service *pool_service(const s0_pool *p, const s0_bytes *name) {
  * READY); it is listed nowhere until pool_list_ready. `names` may repeat a name: it counts once.
  * 0, *replaced set; -1 when out of memory, the pool unchanged. */
 static int pool_add(s0_pool *p, const s0_bytes *rid, const s0_bytes *names, size_t n,
-                    long long capacity, int *replaced) {
+                    long long capacity, int ids, int *replaced) {
     s0_link *links = NULL;
     s0_service **fresh = NULL;
     size_t *probe = NULL;
@@ -278,6 +282,7 @@ static int pool_add(s0_pool *p, const s0_bytes *rid, const s0_bytes *names, size
     w->links = links;
     w->n_links = n_links;
     w->capacity = capacity;
+    w->ids = ids;
     *replaced = created == NULL;
     free(fresh);
     free(probe);
@@ -539,11 +544,44 @@ static void Pool_dealloc(PoolObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Pool_add(PoolObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *Pool_add(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames) {
     if (unguarded(self) < 0)
         return NULL;
-    if (nargs_ok("add", nargs, 3) < 0)
+    /* (routing_id, services, capacity, ids=False): ids positional 4th or keyword */
+    PyObject *ids_obj = nargs == 4 ? args[3] : NULL;
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        if (ids_obj != NULL && PyUnicode_Check(name) &&
+            PyUnicode_CompareWithASCIIString(name, "ids") == 0) {
+            PyErr_SetString(PyExc_TypeError, "Pool.add: got multiple values for argument 'ids'");
+            return NULL;
+        }
+        if (!PyUnicode_Check(name) || PyUnicode_CompareWithASCIIString(name, "ids") != 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "Pool.add: unexpected keyword argument %R (add(routing_id, services, "
+                         "capacity, ids=False))",
+                         name);
+            return NULL;
+        }
+        ids_obj = args[nargs + k];
+    }
+    if (nargs != 3 && nargs != 4) {
+        PyErr_Format(PyExc_TypeError,
+                     "Pool.add takes 3 arguments (%zd given), and ids=False (4th or keyword)",
+                     nargs);
         return NULL;
+    }
+    int ids = 0;
+    if (ids_obj != NULL) {
+        if (!PyBool_Check(ids_obj)) {
+            PyErr_Format(PyExc_TypeError, "Pool.add: ids must be bool, not %.100s",
+                         Py_TYPE(ids_obj)->tp_name);
+            return NULL;
+        }
+        ids = ids_obj == Py_True;
+    }
     s0_bytes rid;
     if (arg_bytes(args[0], "add", "routing_id", &rid) < 0)
         return NULL;
@@ -598,7 +636,7 @@ static PyObject *Pool_add(PoolObject *self, PyObject *const *args, Py_ssize_t na
             goto done;
     }
     int replaced = 0;
-    if (pool_add(&self->pool, &rid, names, (size_t)n, capacity, &replaced) < 0) {
+    if (pool_add(&self->pool, &rid, names, (size_t)n, capacity, ids, &replaced) < 0) {
         PyErr_NoMemory();
         goto done;
     }
@@ -823,10 +861,20 @@ static PyObject *Pool_worker_count(PoolObject *self, PyObject *Py_UNUSED(ignored
     return PyLong_FromSize_t(self->pool.workers.used);
 }
 
+static PyObject *Pool_ids_of(PoolObject *self, PyObject *arg) {
+    if (unguarded(self) < 0)
+        return NULL;
+    int error;
+    s0_worker *w = arg_worker(self, arg, "ids_of", 0, &error);
+    if (error)
+        return NULL;
+    return PyBool_FromLong(w != NULL && w->ids);
+}
+
 static PyMethodDef Pool_methods[] = {
-    {"add", (PyCFunction)(void (*)(void))Pool_add, METH_FASTCALL,
-     "add(routing_id, services, capacity) -> bool: register a worker, or replace a known one "
-     "keeping its tickets (True)"},
+    {"add", (PyCFunction)(void (*)(void))Pool_add, METH_FASTCALL | METH_KEYWORDS,
+     "add(routing_id, services, capacity, ids=False) -> bool: register a worker, or replace a "
+     "known one keeping its tickets (True); ids: its READY asked for request_ids"},
     {"remove", (PyCFunction)Pool_remove, METH_O,
      "remove(routing_id) -> list[bytes] | None: the tickets the worker held, None if unknown"},
     {"offers", (PyCFunction)Pool_offers, METH_O, "offers(service) -> bool"},
@@ -851,6 +899,8 @@ static PyMethodDef Pool_methods[] = {
     {"used", (PyCFunction)Pool_used, METH_O,
      "used(routing_id) -> int: tickets held, 0 if the worker is unknown"},
     {"worker_count", (PyCFunction)Pool_worker_count, METH_NOARGS, "worker_count() -> int"},
+    {"ids_of", (PyCFunction)Pool_ids_of, METH_O,
+     "ids_of(routing_id) -> bool: its READY asked for request_ids (False if unknown)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -950,10 +1000,23 @@ static size_t capi_services_of(struct s0_pool *p, const void *rid, size_t rid_le
     return w->n_links;
 }
 
+static int capi_ids_of(struct s0_pool *p, const void *rid, size_t rid_len) {
+    s0_bytes r = c_bytes(rid, rid_len);
+    s0_worker *w = pool_worker(p, &r);
+    return w != NULL && w->ids;
+}
+
+static long long capi_spare(struct s0_pool *p, const void *rid, size_t rid_len) {
+    s0_bytes r = c_bytes(rid, rid_len);
+    s0_worker *w = pool_worker(p, &r);
+    return w != NULL ? worker_spare(w) : 0;
+}
+
 static s0_pool_api c_api = {
     S0_POOL_API_VERSION, capi_pool_of,   capi_peek,    capi_take,
     capi_hold,           capi_release,   capi_list_ready, capi_used,
-    capi_set_guard,      capi_offered,   capi_services_of,
+    capi_set_guard,      capi_offered,   capi_services_of, capi_ids_of,
+    capi_spare,
 };
 
 static struct PyModuleDef module = {

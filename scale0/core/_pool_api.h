@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #define S0_POOL_CAPSULE "scale0.core._pool._C_API"
-#define S0_POOL_API_VERSION 2
+#define S0_POOL_API_VERSION 3
 
 struct s0_pool;
 
@@ -49,6 +49,12 @@ typedef struct {
      * pointers are the pool's: valid until the pool next changes. */
     size_t (*services_of)(struct s0_pool *, const void *rid, size_t rid_len,
                           const unsigned char **names, size_t *lens, size_t cap);
+    /* Whether the worker's READY asked for request_ids (Pool.add's ids; version 3): 1 yes,
+     * 0 no or unknown. */
+    int (*ids_of)(struct s0_pool *, const void *rid, size_t rid_len);
+    /* Pool.spare: capacity less the tickets held, below 0 when a READY lowered the capacity
+     * under what the worker runs; 0 if unknown (version 3). */
+    long long (*spare)(struct s0_pool *, const void *rid, size_t rid_len);
 } s0_pool_api;
 
 #endif

@@ -697,19 +697,20 @@ class Broker(HotEntries):
         self,
         requests: int,
         replies: int,
-        latencies: Sequence[tuple[str, Sequence[int], float]],
+        latencies: Sequence[tuple[str, int, Sequence[int], float]],
         changed: Sequence[str],
         now: float,
     ) -> None:
         """What the lane did since it was last asked (its ``drain``): the requests it took and
-        answered (counters), the latency of each answer per service (metrics, status 200), and
-        the services whose free slots changed (the heartbeat table the peers read, F2)."""
+        answered (counters), the latency of its answers per service and status (metrics; a
+        Majordomo answer is 200), and the services whose free slots changed (the heartbeat
+        table the peers read, F2)."""
         counters = self.core.counters
         counters["requests"] += requests
         counters["replies"] += replies
         metrics = self.core.metrics
-        for service, counts, sum_s in latencies:
-            metrics.merge(service, 200, counts, sum_s)
+        for service, status, counts, sum_s in latencies:
+            metrics.merge(service, status, counts, sum_s)
         if changed and self.family.peers:
             self.family.table_changed(changed, now)
 

@@ -184,15 +184,21 @@ class Core:
         """Number requests from ``source`` from now on, after every number given so far (the
         C lane's counter, which numbers the requests it takes in the same order, so that the
         deadlines of requests it hands over fire in the order they came); None: from our own
-        counter again, past every number the source gave."""
+        counter again, past every number the source gave. Tickets are numbered from it too:
+        the lane's tickets and ours are then one sequence, so the byte order of a worker's
+        tickets (``Ledger.tickets_of``, R8's retries) is the order they were issued, whoever
+        issued them."""
         old = self.seq_source
         if old is not None:
-            self._seq = max(self._seq, old.next_seq())
+            self._seq = self._ticket_seq = max(self._seq, self._ticket_seq, old.next_seq())
         if source is not None:
-            source.seq_from(self._seq)
+            source.seq_from(max(self._seq, self._ticket_seq))
         self.seq_source = source
 
     def next_ticket(self) -> bytes:
         """A ticket for one dispatch or forward: unique across this broker's boots."""
+        source = self.seq_source
+        if source is not None:
+            return self.boot_id + source.next_seq().to_bytes(8, "big")
         self._ticket_seq += 1
         return self.boot_id + self._ticket_seq.to_bytes(8, "big")

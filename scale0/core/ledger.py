@@ -114,18 +114,22 @@ Waiting (first in, first out per service, R6):
   waits), ``queued_services()`` (a queue exists, a snapshot).
 
 The lane (phase 3b; a C-pool ledger only): ``attach_lane(lane, due)`` shares this
-ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a Majordomo
-client's REQUEST to a ready Majordomo worker and returns its final REPLY in C, keeping those
-requests in its own records (:class:`~scale0.core.ports.LanePort`). From then on the ledger
+ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a client's
+REQUEST (S0P or Majordomo) to a ready worker of its protocol and returns its final REPLY in C,
+keeping those requests in its own records (:class:`~scale0.core.ports.LanePort`), and moves
+the reply cache into the lane (``cached``, ``cache``, ``prune_cache`` and ``cached_count``
+use the lane's until it stops; it puts its own S0P answers in it). From then on the ledger
 tells the lane, as they change, which services a request waits for here (R6: the lane takes
-none of theirs, and a REPLY that frees a worker of one comes here) and which clients hold a
-request here (R20, and their order); and every operation that must see one of the lane's
+none of theirs, and a REPLY that frees a worker of one comes here), which clients hold a
+request here (R20, and their order) and the keys of the requests with the client's ids held
+here (R10: a resend is the core's); and every operation that must see one of the lane's
 requests first adopts it (``adopt*``): a Pending made from its record, opened and in flight
 as ``dispatched`` would leave it (the pool's slot is held already), or waiting at the back
 of our queue (the lane's queue is behind ours), its deadline given to ``due`` under the
 number the lane gave it (the lane and the core number requests from one counter,
 ``Core.share_seq``). By ticket: ``running``, ``answer``, ``settle``; by worker:
-``tickets_of``, ``dismiss``; by service, what waits: ``wait`` (the lane's before a new one
+``tickets_of``, ``dismiss``; by key: ``joinable`` (a resend; a waiting one with the rest of
+its queue, in order); by service, what waits: ``wait`` (the lane's before a new one
 of ours), ``next_waiting`` (the lane's head once ours is empty); all: ``queued_services``
 (moving work away), ``adopt_lane()``; by deadline: ``adopt_due(now)``. A worker freed here
 while only the lane's queue holds requests of its service is *lent* the lane's head
@@ -148,6 +152,7 @@ from scale0.core.ports import LanePort, LaneRecord
 from scale0.core.requests import Pending, ReplyCache, RequestKey, Tally, WaitQueue
 from scale0.core.timers import RequestDue
 from scale0.core.workers import Worker, WorkerPool
+from scale0.wire.client import ClientReply
 
 try:
     from scale0.core._pool import Pool as CPool  # optional, built by pip install (setup.py)
@@ -190,11 +195,11 @@ def _no_due(deadline: float, key: RequestDue) -> None:
 
 
 def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
-    """One of the lane's requests as a Pending, not in flight (a Majordomo request: its ids
-    are the lane's, D1). ``lane``: the head of the lane's queue, lent to a worker the core
-    freed (its REQUEST built as for any other); never opened here: ``dispatched`` puts it in
-    flight in the lane, which answers it."""
-    _, _, client, client_id, caller, service, body, started, deadline, rid, seq = record
+    """One of the lane's requests as a Pending, not in flight (an S0P client's keeps its ids,
+    R10; a Majordomo one's are the lane's, D1). ``lane``: the head of the lane's queue, lent to
+    a worker the core freed (its REQUEST built as for any other); never opened here:
+    ``dispatched`` puts it in flight in the lane, which answers it."""
+    _, _, client, client_id, caller, service, body, started, deadline, rid, seq, ids = record
     return Pending(
         RequestDue(seq),
         client,
@@ -205,7 +210,7 @@ def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
         deadline,
         started=started,
         caller=caller,
-        ids=False,
+        ids=ids,
         lane=lane,
     )
 
@@ -280,7 +285,7 @@ class Ledger:
         # them: no second Python frame per lookup on the hot path (docs/performance.md).
         self.cached = self._cache.get
         self.cache = self._cache.put
-        self.joinable = self._live.get
+        self.joinable: Callable[[RequestKey], Pending | None] = self._live.get
         self.open_at = self._requests.get
         self.is_open = self._requests.__contains__
         self.running: Callable[[bytes], Pending | None] = self._inflight.get
@@ -311,10 +316,15 @@ class Ledger:
             per_client = self._per_client
             held = per_client[client] = per_client.get(client, 0) + 1
             self._live[pending.key] = pending
-            if self._lane is not None:
-                self._lane.python_holds(client, held)
+            lane = self._lane
+            if lane is not None:
+                lane.python_holds(client, held)
+                if pending.ids:  # R10: a resend of it is the core's, not the lane's
+                    lane.python_key(client, pending.key[1], True)
         elif pending.ids:
             self._live[pending.key] = pending
+            if self._lane is not None:
+                self._lane.python_key(pending.key[0], pending.key[1], True)
 
     def held_by_client(self) -> dict[bytes, int]:
         held = dict(self._per_client)
@@ -337,6 +347,8 @@ class Ledger:
         live = self._live
         if live.get(pending.key) is pending:
             del live[pending.key]
+            if pending.ids and self._lane is not None:
+                self._lane.python_key(pending.key[0], pending.key[1], False)
 
     def client_busy(self, routing_id: bytes) -> bool:
         if self._lane is not None and self._lane.busy(routing_id):
@@ -360,10 +372,15 @@ class Ledger:
         return held
 
     def cached_count(self) -> int:
-        return len(self._cache)
+        lane = self._lane
+        return len(self._cache) if lane is None else lane.cache_count()
 
     def prune_cache(self, now: float) -> None:
-        self._cache.prune(now)
+        lane = self._lane
+        if lane is None:
+            self._cache.prune(now)
+        else:
+            lane.cache_prune(now)
 
     # ---- in flight -------------------------------------------------------------------------
 
@@ -641,11 +658,18 @@ class CPoolLedger(Ledger):
     def attach_lane(self, lane: LanePort | None, due: Callable[[float, RequestDue], None]) -> None:
         if lane is None:
             self.adopt_lane()
+            if self._lane is not None:  # the reply cache comes back, in its order
+                for client_id, rid, service, status, body, expires in self._lane.cache_take():
+                    reply = ClientReply(service, rid, status, body)
+                    self._cache.put_until((client_id, rid), reply, expires)
             self._lane = None
             self._told_waits.clear()
             self.held = self._per_client.__getitem__
             self.running = self._inflight.get
             self.waiting_count = self._waiting_counts.__getitem__
+            self.joinable = self._live.get
+            self.cached = self._cache.get
+            self.cache = self._cache.put
             self._due = _no_due
             return
         self._lane = lane
@@ -653,11 +677,50 @@ class CPoolLedger(Ledger):
         self.held = self._held_with_lane
         self.running = self._running_with_lane
         self.waiting_count = self._waiting_with_lane
+        self.joinable = self._joinable_with_lane
+        self.cached = self._cached_in_lane
+        self.cache = self._cache_in_lane
         self._told_waits.clear()
         for service in self._waiting.services():
             self._tell_waits(service)
         for client, held in self._per_client.items():
             lane.python_holds(client, held)
+        for key, pending in self._live.items():
+            if pending.ids:
+                lane.python_key(key[0], key[1], True)
+        # The reply cache is the lane's from now on (it puts its own answers in): ours moves
+        # there whole, in its order, under the same bounds
+        cache = self._cache
+        lane.cache_limits(cache.max_entries, cache.max_bytes, cache.max_age_s)
+        for (client_id, rid), reply, expires in cache.take():
+            lane.cache_put(client_id, rid, reply.service, reply.status, reply.body, expires)
+
+    def _joinable_with_lane(self, key: RequestKey) -> Pending | None:
+        """R10: the request a resend of ``key`` joins: ours, or the lane's, adopted. A waiting
+        one of the lane's comes with the rest of its queue, so the order of what waits holds."""
+        pending = self._live.get(key)
+        if pending is not None:
+            return pending
+        lane = self._lane
+        assert lane is not None
+        record = lane.adopt_key(key[0], key[1])
+        if record is None:
+            return None
+        if record[0]:  # in flight
+            return self._adopt_one(record)
+        queue = sorted([record, *lane.adopt_waiting(record[5])], key=lambda r: r[10])
+        self._adopted(queue)
+        return self._live.get(key)
+
+    def _cached_in_lane(self, key: RequestKey, now: float) -> ClientReply | None:
+        assert self._lane is not None
+        got = self._lane.cache_get(key[0], key[1], now)
+        return None if got is None else ClientReply(got[0], key[1], got[1], got[2])
+
+    def _cache_in_lane(self, key: RequestKey, reply: ClientReply, now: float) -> None:
+        assert self._lane is not None
+        expires = now + self._cache.max_age_s
+        self._lane.cache_put(key[0], key[1], reply.service, reply.status, reply.body, expires)
 
     def _held_with_lane(self, client: bytes) -> int:
         assert self._lane is not None
@@ -685,7 +748,8 @@ class CPoolLedger(Ledger):
     def _register(self, worker: Worker) -> Worker | None:
         routing_id = worker.routing_id
         old = self._workers.get(routing_id)
-        self._cpool.add(routing_id, worker.services, worker.capacity)  # (checks, then changes)
+        # (checks, then changes; ids: the lane sends it IDREQUEST as dispatch_to does)
+        self._cpool.add(routing_id, worker.services, worker.capacity, worker.ids)
         self._workers[routing_id] = worker
         return old
 

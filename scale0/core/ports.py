@@ -210,21 +210,30 @@ class MirrorPort(Protocol):
 
 #: A request of the lane's, handed to the ledger (LanePort's ``adopt*``): ticket, worker's
 #: routing id (both b"" while it waits in the lane's queue), client's routing id, client_id,
-#: caller (its CURVE key), service, body, started, deadline, request_id, and its number
-#: (``next_seq``'s, shared with the core: its deadline's timer key).
+#: caller (its CURVE key), service, body, started, deadline, request_id, its number
+#: (``next_seq``'s, shared with the core: its deadline's timer key), and ids: True for an S0P
+#: client's request (request_id is the client's own: R10's key, an IDREQUEST's ids), False for
+#: a Majordomo one (request_id is the lane's, D1).
 LaneRecord = tuple[
-    bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes, int
+    bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes, int, bool
 ]
+
+#: One of the lane's cached replies as it hands them back: (client_id, request_id, service,
+#: status, body, expires).
+LaneCached = tuple[bytes, bytes, str, int, tuple[bytes, ...], float]
 
 
 class LanePort(Protocol):
     """The lane's requests, as the ledger reaches them (scale0/net/lane.py; docs/architecture.md
-    "Phase 3b"): the C lane dispatches a Majordomo client's REQUEST to a ready Majordomo worker
-    of the C pool and returns its final REPLY without the core, while the ledger tells it where
-    it may not (a service a request waits for here, R6; a client with a request held here,
-    R20); whatever the core must decide about one of its requests (a PARTIAL, a lost worker, a
-    deadline, a table) first hands that request to the ledger (``adopt*``), which then owns it
-    as one of its own. Called only while the loop holds the lane's lock."""
+    "Phase 3b"): the C lane dispatches a client's REQUEST (S0P or Majordomo) to a ready worker
+    of the C pool that speaks the same protocol and returns its final REPLY without the core,
+    while the ledger tells it where it may not (a service a request waits for here, R6; a
+    client with a request held here, R20; a key the core holds a request under, R10:
+    ``python_key``); whatever the core must decide about one of its requests (a PARTIAL, a lost
+    worker, a deadline, a resend, a table) first hands that request to the ledger
+    (``adopt*``), which then owns it as one of its own. While a lane is attached the reply
+    cache is the lane's (``cache_*``: the lane puts its own S0P answers in it). Called only
+    while the loop holds the lane's lock."""
 
     def adopt(self, ticket: bytes) -> LaneRecord | None: ...
 
@@ -265,6 +274,32 @@ class LanePort(Protocol):
     def python_waits(self, service: str, count: int) -> None: ...
 
     def python_holds(self, client_id: bytes, count: int) -> None: ...
+
+    def python_key(self, client_id: bytes, request_id: bytes, live: bool) -> None: ...
+
+    def adopt_key(self, client_id: bytes, request_id: bytes) -> LaneRecord | None: ...
+
+    def cache_limits(self, max_entries: int, max_bytes: int, max_age_s: float) -> None: ...
+
+    def cache_put(
+        self,
+        client_id: bytes,
+        request_id: bytes,
+        service: str,
+        status: int,
+        body: tuple[bytes, ...],
+        expires: float,
+    ) -> None: ...
+
+    def cache_get(
+        self, client_id: bytes, request_id: bytes, now: float
+    ) -> tuple[str, int, tuple[bytes, ...]] | None: ...
+
+    def cache_prune(self, now: float) -> None: ...
+
+    def cache_count(self) -> int: ...
+
+    def cache_take(self) -> list[LaneCached]: ...
 
 
 class DispatchPort(Protocol):

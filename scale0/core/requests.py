@@ -113,12 +113,16 @@ class ReplyCache:
         return entry[2]
 
     def put(self, key: RequestKey, reply: ClientReply, now: float) -> None:
+        self.put_until(key, reply, now + self.max_age_s)
+
+    def put_until(self, key: RequestKey, reply: ClientReply, expires: float) -> None:
+        """``put`` of an entry whose expiry is known (one moved here from another cache)."""
         size = sum(map(len, reply.body))
         if size > self.max_bytes:
             return  # larger than the whole cache: not worth evicting everything for
         if key in self._entries:
             self._drop(key)
-        self._entries[key] = (now + self.max_age_s, size, reply)
+        self._entries[key] = (expires, size, reply)
         self._bytes += size
         entries = self._entries
         while len(entries) > self.max_entries or self._bytes > self.max_bytes:
@@ -132,6 +136,13 @@ class ReplyCache:
             if expires >= now:
                 break
             self._drop(key)
+
+    def take(self) -> list[tuple[RequestKey, ClientReply, float]]:
+        """Every entry, oldest first, with its expiry; the cache is left empty."""
+        taken = [(key, reply, expires) for key, (expires, _, reply) in self._entries.items()]
+        self._entries.clear()
+        self._bytes = 0
+        return taken
 
     def _drop(self, key: RequestKey) -> None:
         _, size, _ = self._entries.pop(key)

@@ -215,7 +215,7 @@ class Sessions:
         by_channel = self.by_channel
         for channel, routing_id, when in heard:
             session = by_channel[channel].get(routing_id)
-            if session is not None and when > session.last_seen:
+            if session is not None and when >= session.last_seen:
                 touch(session, when)
 
     def _order(self, session: Session, timeout_s: float) -> None:

@@ -215,8 +215,9 @@ def render_metrics(status: Mapping[str, Any]) -> str:
         w.family(
             "scale0_lane_requests_total",
             "counter",
-            "Majordomo requests the C lane took (dispatched or queued), answered, queued, and "
-            "handed to the loop (a PARTIAL, a lost worker, a deadline, a change of state).",
+            "S0P and Majordomo requests the C lane took (dispatched or queued), answered, "
+            "queued, and handed to the loop (a PARTIAL, a lost worker, a deadline, a resend, a "
+            "change of state).",
             [
                 ({"outcome": outcome}, lane.get(key, 0))
                 for outcome, key in (

@@ -3,10 +3,11 @@
  * and takes plain HEARTBEATs, S0P and Majordomo workers', without waking Python (phase 3a of
  * the C lane, docs/architecture.md
  * "Decided, being built: the data plane moves to a C lane"; issue 14), and dispatches
- * Majordomo client REQUESTs to Majordomo workers (or queues them, behind Python's queue) and
- * returns their final REPLYs, sharing the worker pool (scale0/core/_pool.c) with the Python core
- * under one lock (phase 3b, steps 1 and 2: "Requests" below; the rule's Python twin is
- * RequestLane in tests/core/test_lane_requests.py).
+ * Majordomo client REQUESTs to Majordomo workers and S0P client REQUESTs to S0P workers (or
+ * queues them, behind Python's queue) and returns their final REPLYs (an S0P one into the
+ * lane's reply cache too), sharing the worker pool (scale0/core/_pool.c) with the Python core
+ * under one lock (phase 3b: "Requests", "S0P requests", "R10's keys" and "The reply cache"
+ * below; the rule's Python twin is RequestLane in tests/core/test_lane_requests.py).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
@@ -35,9 +36,10 @@
  *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
  *       libzmq refused), answers, stalled (a pipe was full), lost (held at stop, or out of
  *       memory), errors (socket errors), marks (Python's "done" marks, see "Order"), requests
- *       and replies (Majordomo REQUESTs, dispatched or queued, and final REPLYs the lane took),
- *       handed (records adopted by Python), queued (requests the lane put in its queue, in
- *       all), lent (dispatch_head calls), waiting (records in its queues now). After stop():
+ *       and replies (REQUESTs, dispatched or queued, and final REPLYs the lane took, both
+ *       families), handed (records adopted by Python), queued (requests the lane put in its
+ *       queue, in all), lent (dispatch_head calls), waiting (records in its queues now), cached
+ *       (S0P replies the lane put in its reply cache, in all). After stop():
  *       received == beats + requests + replies + passed + lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
@@ -51,7 +53,14 @@
  *   waiting(service) -> int; waiting_total() -> int;
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
  *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
- *   drain() -> (requests, replies, [(service, counts, sum_s)], changed)   ("Records")
+ *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed)   ("Records")
+ *   python_key(client_id, request_id, live); python_keys() -> int;
+ *   adopt_key(client_id, request_id) -> record | None            ("R10's keys")
+ *   cache_limits(max_entries, max_bytes, max_age_s);
+ *   cache_put(client_id, request_id, service, status, body, expires);
+ *   cache_get(client_id, request_id, now) -> (service, status, body) | None;
+ *   cache_prune(now); cache_count() -> int; cache_bytes() -> int;
+ *   cache_take() -> [(client_id, request_id, service, status, body, expires)]  ("The reply cache")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
  *
@@ -122,7 +131,8 @@
  * a lane: call it under lane.lock()") when Python does not hold the lock. Detaching, or the
  * lane's dealloc, clears it.
  *
- * Requests (only Majordomo clients to Majordomo workers; S0P REQUEST/REPLY go to Python).
+ * Requests (Majordomo clients to Majordomo workers here; S0P clients to S0P workers the same
+ * way, with the differences in "S0P requests" below).
  * Gates, set by Python: serve(on, timeout_s, max_per_client, ticket_prefix, max_queued,
  * may_queue) (off at start: the node turns it on only when the broker is ACTIVE, not draining,
  * with no event log, no `routes` and a C pool attached; ticket_prefix at most 247 bytes;
@@ -145,9 +155,9 @@
  *   dispatch: the pool has a ready worker for the service (peek, the LRU one), the service has
  *     python_waits == 0, and that worker's session (1, wrid) has a reading a REQUEST can be
  *     written in (MDPW01 delimited, MDPW02 delimited or not) and promise_ms 0 (a ready worker
- *     otherwise: passed). Then take, ticket = ticket_prefix + 8 bytes big-endian of 2**63 | n
- *     (n the lane's ticket counter from 1, counting dispatches only; the core's tickets never
- *     set that bit), hold(wrid, ticket), the record in flight, the service marked changed, and
+ *     otherwise: passed). Then take, ticket = ticket_prefix + 8 bytes big-endian of the shared
+ *     seq's next value (Python numbers its own tickets from it too while the lane is attached:
+ *     one sequence, so a worker's tickets sort in issue order), hold(wrid, ticket), the record in flight, the service marked changed, and
  *     the worker is sent MdpWorkerRequest(ticket, body, protocol, delimited) of its reading,
  *     the body frames moved (the record keeps zmq_msg_copy's of them);
  *   queue: no ready worker, may_queue, the pool's offered(service) > 0, and python_waits +
@@ -164,10 +174,12 @@
  * rid (a lane ticket, or Python's given by dispatch_head); the session (1, rid) exists, its fd is
  * negotiated (or < 0), and Order allows it; and, with `services` the worker's services now in
  * the pool (services_of: a READY since may have changed them; in its order), no service of
- * `services` has python_waits > 0, and if one has a non-empty lane queue the worker's session
- * has a reading a REQUEST can be written in and promise_ms 0. Then: the record out,
- * release(wrid, ticket); the first service of `services` whose lane queue is non-empty gives
- * its head to this worker at once (a lane ticket, hold, the service marked changed, the record
+ * `services` has python_waits > 0, and if one has a non-empty lane queue the worker can be
+ * written the head of the first such queue (same family as that head: for a Majordomo head a
+ * reading a REQUEST can be written in; promise_ms 0), unless the worker's spare (the pool's,
+ * before the release) is below 0: a READY lowered its capacity, it gets no head. Then: the
+ * record out, release(wrid, ticket); the first service of `services` whose lane queue is
+ * non-empty gives its head to this worker at once if its spare allows (a lane ticket, hold, the service marked changed, the record
  * in flight, its deadline unchanged), else list_ready(wrid); the client's counts - 1, replies +
  * 1, the latency (now - started, negative as 0) into the answered service's histogram
  * (scale0.core.metrics.LATENCY_BUCKETS_S, bisect_left), that service marked changed, the
@@ -180,11 +192,12 @@
  *
  * Records. One per request the lane holds, in flight (ticket and worker) or waiting (neither):
  * (ticket, worker_rid, client_rid, client_id, caller (the header's CURVE key, "" without),
- * service, body, started (the batch's monotonic clock), deadline (started + timeout_s), the
- * client's reading, request_id b"mdp.L%d" % n (the request counter), seq). The record owns its
- * body msgs (closed when answered, adopted, or at dealloc). note() of a frontend entry with a
- * nonzero majordomo sets that reading on every record of that routing id (the core answers in
- * the reading spoken last). A record adopted leaves the lane (a waiting one its queue): an in
+ * service, body, started (the batch's monotonic clock), deadline (started + timeout_s), its
+ * client's family: Majordomo (its reading) or S0P (reading 0), request_id (a Majordomo one's
+ * b"mdp.L%d" % n, n the request counter; an S0P one's the client's own), seq). The record owns
+ * its body msgs (closed when answered, adopted, or at dealloc). note() of a frontend entry with
+ * a nonzero majordomo sets that reading on the Majordomo records of that routing id only (the
+ * core answers in the reading spoken last; an S0P record's client stays S0P). A record adopted leaves the lane (a waiting one its queue): an in
  * flight one's slot stays held in the pool under its ticket; its client's count leaves the
  * lane's (Python counts it now); handed + 1. Python adopts with the lock held: adopt(ticket)
  * (in flight only), adopt_worker(routing_id) (in flight, ticket order), adopt_all() (in flight
@@ -192,7 +205,9 @@
  * waiting, in (deadline, seq) order), adopt_next_waiting(service) (its queue's head),
  * adopt_waiting(service) (its whole queue, in order); each record is the tuple (ticket,
  * worker_rid, client_rid, client_id (bytes), caller (str), service (str), body (tuple of
- * bytes), started, deadline, request_id, seq), ticket and worker_rid b"" for a waiting one.
+ * bytes), started, deadline, request_id, seq, ids (bool: True for an S0P client's request,
+ * its request_id the client's own; False for a Majordomo one)), ticket and worker_rid b"" for a
+ * waiting one.
  * waiting_head(service): the head's tuple, not removed. dispatch_head(service, ticket,
  * worker_rid): Python freed the worker, took it from the pool and hold(worker_rid, ticket)
  * (any bytes): the head is in flight there under that ticket and stays the lane's (its REPLY is
@@ -203,10 +218,67 @@
  * record takes the next value when the lane takes it. next_due(): the earliest deadline held,
  * waiting ones too (a heap); held(client_id), busy(client_rid), open_by_connection(),
  * held_by_client(): in flight and waiting; in_flight(): in flight only; waiting(service),
- * waiting_total(). drain(): (requests, replies, [(service, counts (len(buckets) + 1), sum_s)],
- * changed) since the last drain, services sorted. At stop() the records stay, adoptable.
+ * waiting_total(). drain(): (requests, replies, [(service, status, counts (len(buckets) + 1),
+ * sum_s)], changed) since the last drain: one histogram per (service, status) the lane
+ * answered, sorted by (service, status) (a Majordomo answer is status 200); changed: the
+ * services taken or answered, sorted. At stop() the records stay, adoptable.
  * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
- * tables by what Python tells, drain's table by the services taken between two drains.
+ * tables by what Python tells, drain's tables by the services (and statuses) between two drains.
+ *
+ * S0P requests. Families must match: the lane dispatches (a take, or a freed worker's next
+ * head) an S0P record only to a worker whose session speaks S0P (majordomo 0) and a Majordomo
+ * record only to one with a reading a REQUEST can be written in; promise_ms 0 either way.
+ * A frontend message is also taken iff: serve is on and a pool attached; it is exactly
+ * [b"", b"S0C1", b"REQUEST", service, request_id, body..] (scale0.wire.client.ClientRequest),
+ * every frame <= max_frame_bytes, the service as for Majordomo (service_ok), the request_id
+ * 1..255 bytes (opaque_id); the session (0, rid) has majordomo == 0, open, promise_ms 0, a
+ * negotiated fd (or < 0), and Order allows it; R20's cap as for Majordomo; and the key
+ * (the entry's client_id, request_id) is not one of Python's keys, not a record of the lane's,
+ * and not in the reply cache (cache_get's rule at the batch's clock: an expired entry is
+ * dropped and counts as absent). Then the request counter and seq each give it their next
+ * number (the counter's only names Majordomo ids; an S0P record keeps the client's request_id),
+ * and it is dispatched or queued exactly as a Majordomo one, the LRU ready worker's session
+ * speaking S0P with promise_ms 0 (else passed). The worker is sent
+ * [b"", b"S0W1", b"REQUEST", ticket, service, body..] (WorkerRequest), or when the pool's
+ * ids_of(wrid) says its READY asked for request_ids [b"", b"S0W1", b"IDREQUEST", ticket, service,
+ * client_id, request_id, body..] (WorkerIdRequest), the body msgs moved.
+ * A backend message is also taken iff it is exactly [b"", b"S0W1", b"REPLY", ticket, status,
+ * body..] (WorkerReply; the ticket 1..255 bytes, the status exactly 3 ASCII digits 100..599:
+ * status_frame's rule), every frame <= max_frame_bytes, the ticket is a record of the lane in
+ * flight at this rid whose client is S0P, and the rest of the Majordomo REPLY rule holds, where
+ * "the worker's session has a reading a REQUEST can be written in" now reads "the worker can
+ * be written that queue's head" (same family, promise_ms 0). A Majordomo REPLY to an S0P record
+ * or an S0P REPLY to a Majordomo one goes to Python (which adopts the record and answers it).
+ * Then as a Majordomo REPLY (the record out, release, the next head or list_ready, counts, the
+ * latency into the (service, status) histogram, the worker heard), the client is sent
+ * [b"", b"S0C1", b"REPLY", service, request_id, status, body..] (ClientReply.to_frames, the
+ * status frame as received) and the reply is put in the reply cache under (client_id,
+ * request_id), expires = now + max_age_s (its entry made, the body copied, before any change:
+ * out of memory, the REPLY goes to Python); cached + 1 when stored.
+ *
+ * R10's keys. A request's key is (client_id, request_id), the core's RequestKey (the client's
+ * client_id as UTF-8 bytes, its own request_id). python_key(client_id, request_id, live): the
+ * core holds (True) / no longer holds (False) a request not answered yet under that key (a set:
+ * inserting twice is one, removing an absent key is no error); the ledger tells it on every
+ * open and retire of a request with the client's ids, under the lock. python_keys(): how many.
+ * Every record the lane holds of an S0P request is also found by its key in O(1) (a second
+ * table over the records); adopt_key(client_id, request_id) hands that record over (in flight
+ * or waiting) exactly as adopt(ticket) does, None if the lane has none.
+ *
+ * The reply cache (the twin of scale0.core.requests.ReplyCache, the lane's own, under the
+ * lock). Entries by key -> (expires (monotonic), size (the sum of the body frames' lengths),
+ * service, status, body (copied into the entry's own memory, not zmq msgs: a cached body never
+ * pins a receive buffer)); first in, first out: insertion order is expiry order, a hit does not
+ * refresh. cache_limits(max_entries, max_bytes, max_age_s): defaults 10000, 64 MiB, 60.0
+ * (scale0.core.ledger's REPLY_CACHE_*), ValueError on a negative (or NaN); new limits apply from
+ * the next put (as ReplyCache's attributes). cache_put(..., expires): ReplyCache.put with
+ * now + max_age_s replaced by expires: a body larger than max_bytes is not stored and an entry
+ * of that key stays; else an entry of the key is dropped first, the new one goes to the back,
+ * then the oldest are evicted while entries > max_entries or bytes > max_bytes (status 100..599,
+ * body a tuple of bytes: checked before any change). cache_get(key, now): None if absent; an
+ * entry whose expires < now is dropped and None returned. cache_prune(now): drop from the
+ * oldest while expires < now. cache_take(): every entry, oldest first, the cache emptied (the
+ * ledger takes them back when the lane detaches). Bounded by its limits; freed at dealloc.
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
@@ -400,6 +472,204 @@ static int utf8_valid(const unsigned char *s, size_t n) {
     return 1;
 }
 
+/* ---- R10's keys and the reply cache -------------------------------------------------------- */
+
+/* A request's key (client_id, request_id) as one byte string: 4 bytes little-endian of
+ * len(client_id), the client_id, the request_id. */
+typedef struct {
+    unsigned char *data;
+    size_t len;
+    unsigned char inline_buf[4 + 255 + 255];
+} s0_rkey;
+
+/* 0, or -1 out of memory. */
+static int rkey_make(s0_rkey *k, const void *cid, size_t cid_len, const void *rq, size_t rq_len) {
+    k->len = 4 + cid_len + rq_len;
+    k->data = k->len <= sizeof(k->inline_buf) ? k->inline_buf : malloc(k->len);
+    if (k->data == NULL || cid_len > UINT32_MAX) {
+        if (k->data != k->inline_buf)
+            free(k->data);
+        k->data = k->inline_buf;
+        return -1;
+    }
+    uint32_t n = (uint32_t)cid_len;
+    for (int i = 0; i < 4; i++)
+        k->data[i] = (unsigned char)(n >> (8 * i));
+    if (cid_len)
+        memcpy(k->data + 4, cid, cid_len);
+    if (rq_len)
+        memcpy(k->data + 4 + cid_len, rq, rq_len);
+    return 0;
+}
+
+static void rkey_free(s0_rkey *k) {
+    if (k->data != k->inline_buf)
+        free(k->data);
+    k->data = k->inline_buf;
+}
+
+/* The client_id and request_id of a key made by rkey_make. */
+static void rkey_split(const unsigned char *key, size_t len, const unsigned char **cid,
+                       size_t *cid_len, const unsigned char **rq, size_t *rq_len) {
+    uint32_t n = 0;
+    for (int i = 3; i >= 0; i--)
+        n = (n << 8) | key[i];
+    *cid = key + 4;
+    *cid_len = n;
+    *rq = key + 4 + n;
+    *rq_len = len - 4 - n;
+}
+
+/* One final reply kept (scale0.core.requests.ReplyCache's entry): one allocation, the record,
+ * its body lengths, its service, its body bytes end to end, then its key. */
+typedef struct s0_cent {
+    s0_key key; /* (client_id, request_id) as rkey_make writes it */
+    struct s0_cent *prev, *next; /* oldest first */
+    double expires;
+    size_t size; /* the sum of the body frames' lengths */
+    int status;
+    const unsigned char *service;
+    size_t service_len;
+    size_t n_body;
+    size_t *lens;
+    const unsigned char *data;
+} s0_cent;
+
+/* The reply cache: first in, first out (a hit does not refresh), bounded by entries, body
+ * bytes and age (the lane's own; guarded by the lock). */
+typedef struct {
+    s0_table t;
+    s0_cent *head, *tail;
+    size_t bytes;
+    long long max_entries, max_bytes;
+    double max_age_s;
+} s0_cache;
+
+/* A new entry, in no table, NULL out of memory; with room for it in the cache's table. */
+static s0_cent *cache_entry(s0_cache *c, const unsigned char *key, size_t key_len,
+                            const void *service, size_t service_len, int status, size_t n_body,
+                            const unsigned char *const *body, const size_t *lens,
+                            double expires) {
+    size_t size = 0;
+    for (size_t i = 0; i < n_body; i++)
+        size += lens[i];
+    size_t head = sizeof(s0_cent) + n_body * sizeof(size_t) + service_len + size;
+    if (table_reserve(&c->t, 1) < 0)
+        return NULL;
+    s0_cent *e = record_new(head, key, key_len, hash_bytes(key, key_len));
+    if (e == NULL)
+        return NULL;
+    unsigned char *p = (unsigned char *)e + sizeof(s0_cent);
+    e->lens = (size_t *)p;
+    p += n_body * sizeof(size_t);
+    if (service_len)
+        memcpy(p, service, service_len);
+    e->service = p;
+    e->service_len = service_len;
+    p += service_len;
+    e->data = p;
+    for (size_t i = 0; i < n_body; i++) {
+        e->lens[i] = lens[i];
+        if (lens[i])
+            memcpy(p, body[i], lens[i]);
+        p += lens[i];
+    }
+    e->n_body = n_body;
+    e->size = size;
+    e->status = status;
+    e->expires = expires;
+    return e;
+}
+
+static void cache_drop(s0_cache *c, s0_cent *e) {
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        c->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        c->tail = e->prev;
+    table_remove(&c->t, &e->key);
+    c->bytes -= e->size;
+    free(e);
+}
+
+static s0_cent *cache_find(const s0_cache *c, const unsigned char *key, size_t len) {
+    return (s0_cent *)table_find(&c->t, key, len, hash_bytes(key, len));
+}
+
+/* ReplyCache.put with an entry made by cache_entry (never fails): a body larger than max_bytes
+ * is not stored (an entry of that key stays); else an entry of the key is dropped first, this
+ * one goes to the back, then the oldest are evicted while there are too many or too many
+ * bytes. 1 stored, 0 not (e freed). */
+static int cache_commit(s0_cache *c, s0_cent *e) {
+    if ((long long)e->size > c->max_bytes) {
+        free(e);
+        return 0;
+    }
+    s0_cent *old = cache_find(c, e->key.data, e->key.len);
+    if (old != NULL)
+        cache_drop(c, old);
+    e->next = NULL;
+    e->prev = c->tail;
+    if (c->tail)
+        c->tail->next = e;
+    else
+        c->head = e;
+    c->tail = e;
+    table_insert(&c->t, &e->key); /* (cache_entry reserved room, and one may have left) */
+    c->bytes += e->size;
+    while (c->head != NULL &&
+           ((long long)c->t.used > c->max_entries || (long long)c->bytes > c->max_bytes))
+        cache_drop(c, c->head);
+    return 1;
+}
+
+/* ReplyCache.get's lookup: the entry of `key`, NULL if none; an expired one (expires < now) is
+ * dropped and NULL returned. */
+static s0_cent *cache_lookup(s0_cache *c, const unsigned char *key, size_t len, double now) {
+    s0_cent *e = cache_find(c, key, len);
+    if (e != NULL && e->expires < now) {
+        cache_drop(c, e);
+        return NULL;
+    }
+    return e;
+}
+
+/* A copy of the entry (in no table, pointers into itself), NULL out of memory. */
+static s0_cent *cache_clone(const s0_cent *e) {
+    size_t size = sizeof(s0_cent) + e->n_body * sizeof(size_t) + e->service_len + e->size;
+    s0_cent *copy = malloc(size + e->key.len);
+    if (copy == NULL)
+        return NULL;
+    memcpy(copy, e, size + e->key.len);
+    unsigned char *base = (unsigned char *)copy;
+    const unsigned char *from = (const unsigned char *)e;
+    copy->key.data = base + (e->key.data - from);
+    copy->lens = (size_t *)(base + ((const unsigned char *)e->lens - from));
+    copy->service = base + (e->service - from);
+    copy->data = base + (e->data - from);
+    copy->prev = copy->next = NULL;
+    return copy;
+}
+
+static void cache_prune(s0_cache *c, double now) {
+    while (c->head != NULL && c->head->expires < now)
+        cache_drop(c, c->head);
+}
+
+static void cache_free(s0_cache *c) {
+    for (s0_cent *e = c->head, *next; e != NULL; e = next) {
+        next = e->next;
+        free(e);
+    }
+    free(c->t.slots);
+    memset(&c->t, 0, sizeof(c->t));
+    c->head = c->tail = NULL;
+    c->bytes = 0;
+}
+
 /* ---- the lane ------------------------------------------------------------------------------ */
 
 enum {
@@ -419,6 +689,7 @@ enum {
     ST_HANDED,
     ST_QUEUED,
     ST_LENT,
+    ST_CACHED,
     ST_COUNT,
 };
 
@@ -432,7 +703,7 @@ enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
 
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
-    "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent",
+    "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent", "cached",
 };
 
 typedef struct {
@@ -481,8 +752,12 @@ typedef struct {
     uint64_t seq;           /* the one numbering shared with Python (next_seq, seq_from) */
     s0_table wqueues;       /* service -> s0_wq: the lane's waiting requests */
     size_t n_waiting;       /* records in the wqueues */
+    s0_table lkeys; /* (client_id, request_id) -> the S0P record of that key (its ikey) */
+    s0_table pkeys; /* (client_id, request_id): Python's requests not answered yet (s0_count) */
+    s0_cache cache; /* the reply cache (R10) */
     /* What drain() hands over. */
-    s0_table svcs; /* service -> s0_svc */
+    s0_table svcs;  /* service -> s0_svc */
+    s0_table hists; /* (service, status) -> s0_hist */
     uint64_t drain_requests, drain_replies;
 } LaneObject;
 
@@ -679,6 +954,8 @@ static void table_free_all(s0_table *t) {
 
 typedef struct s0_wq s0_wq;
 
+#define RECORD_OF_IKEY(k) ((s0_record *)((char *)(k) - offsetof(s0_record, ikey)))
+
 /* A request the lane took: everything Python needs to own it (adopt). One allocation: the
  * record, its body msgs, then its byte strings. Its key is the ticket (len 0 while it waits in
  * a queue), in ticket_buf or, for a longer ticket Python gives (dispatch_head), ticket_heap. */
@@ -692,8 +969,12 @@ typedef struct s0_record {
     s0_zmq_msg_t *body; /* zmq_msg_copy's of the client's body frames */
     size_t n_body;
     double started, deadline;
-    int reading;     /* the client's */
-    uint64_t number; /* request_id b"mdp.L%d" */
+    int reading;     /* the client's Majordomo reading; 0 for an S0P client */
+    int s0p;         /* an S0P client's request: request_id is the client's own, ikey its key */
+    const unsigned char *request_id; /* (S0P) the client's request_id */
+    size_t request_id_len;
+    s0_key ikey;     /* (S0P) (client_id, request_id) as rkey_make writes it, in lkeys */
+    uint64_t number; /* request_id b"mdp.L%d" (Majordomo) */
     uint64_t seq;    /* the shared numbering */
     size_t heap_at;
     s0_wq *queue; /* the queue it waits in, NULL when in flight */
@@ -866,6 +1147,8 @@ static void record_out(LaneObject *self, s0_record *r) {
         wq_unlink(self, r);
     else
         table_remove(&self->records, &r->key);
+    if (r->s0p)
+        table_remove(&self->lkeys, &r->ikey);
     heap_remove(self, r);
     count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
     count_add(&self->rid_counts, r->crid, r->crid_len, -1);
@@ -878,12 +1161,42 @@ static const double BUCKETS_S[S0_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 
 
 /* What the lane did to one service since the last drain(). */
 typedef struct {
-    s0_key key; /* the name, UTF-8 */
+    s0_key key;  /* the name, UTF-8 */
+    int changed; /* a request taken or answered */
+} s0_svc;
+
+/* The latencies of the replies of one (service, status) the lane answered since the last
+ * drain(): its key the name (UTF-8) then the status, 2 bytes big-endian. */
+typedef struct {
+    s0_key key;
+    size_t service_len;
+    int status;
+    int observed; /* a reply's latency is in counts */
     uint64_t counts[S0_BUCKETS + 1];
     double sum_s;
-    int observed; /* a reply's latency is in counts */
-    int changed;  /* a request taken or answered */
-} s0_svc;
+} s0_hist;
+
+static s0_hist *hist_make(LaneObject *self, const void *name, size_t len, int status) {
+    unsigned char inline_key[255 + 2];
+    unsigned char *key = len <= 255 ? inline_key : malloc(len + 2);
+    if (key == NULL)
+        return NULL;
+    if (len)
+        memcpy(key, name, len);
+    key[len] = (unsigned char)(status >> 8);
+    key[len + 1] = (unsigned char)(status & 0xff);
+    uint64_t h = hash_bytes(key, len + 2);
+    s0_hist *v = (s0_hist *)table_find(&self->hists, key, len + 2, h);
+    if (v == NULL && table_reserve(&self->hists, 1) == 0 &&
+        (v = record_new(sizeof(s0_hist), key, len + 2, h)) != NULL) {
+        v->service_len = len;
+        v->status = status;
+        table_insert(&self->hists, &v->key);
+    }
+    if (key != inline_key)
+        free(key);
+    return v;
+}
 
 static s0_svc *svc_make(LaneObject *self, const void *name, size_t len) {
     uint64_t h = hash_bytes(name, len);
@@ -902,6 +1215,15 @@ static size_t bucket_of(double seconds) {
     while (i < S0_BUCKETS && BUCKETS_S[i] < seconds)
         i++;
     return i;
+}
+
+/* Whether frames 1.. of m (all but the routing id) are each at most max_frame_bytes: the
+ * registry's frame limit, which every message the lane takes must meet. */
+static int frames_fit(const s0_message *m, Py_ssize_t max_frame_bytes) {
+    for (size_t i = 1; i < m->n; i++)
+        if (p_msg_size(&m->frames[i]) > (size_t)max_frame_bytes)
+            return 0;
+    return 1;
 }
 
 /* Whether frames 1.. of m are exactly a Majordomo client REQUEST as scale0.wire.registry decodes
@@ -935,10 +1257,7 @@ static int mdp_client_request(s0_message *m, Py_ssize_t max_frame_bytes, int *re
     }
     if (n <= *at)
         return 0; /* no service frame: malformed */
-    for (size_t i = 1; i < n; i++)
-        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
-            return 0;
-    return 1;
+    return frames_fit(m, max_frame_bytes);
 }
 
 /* Whether frames 1.. of m are exactly a Majordomo worker final reply as the registry decodes it
@@ -959,10 +1278,7 @@ static int mdp_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, size_t *a
     size_t ticket = p_msg_size(&f[*at]);
     if (ticket == 0 || ticket > 255 || p_msg_size(&f[*at + 1]) != 0)
         return 0;
-    for (size_t i = 1; i < n; i++)
-        if (p_msg_size(&f[i]) > (size_t)max_frame_bytes)
-            return 0;
-    return 1;
+    return frames_fit(m, max_frame_bytes);
 }
 
 /* A service name the lane may route: 1..255 bytes of strict UTF-8 with no ASCII control
@@ -1011,48 +1327,121 @@ static int send_message(void *router, const void *rid, size_t rid_len, const cha
     return err;
 }
 
-/* The lane's next ticket (not given yet): ticket_prefix + 8 bytes big-endian of 2**63 | n. */
+/* The lane's next ticket (not given yet): ticket_prefix + 8 bytes big-endian of the shared
+ * counter's next value (seq: Python numbers its tickets from it too while a lane is attached,
+ * scale0.core.context.Core.next_ticket, so a worker's tickets sort in the order they were
+ * issued, whoever issued them: R8 retries them in that order). Given by self->seq++. */
 static size_t next_ticket(const LaneObject *self, unsigned char *ticket) {
     memcpy(ticket, self->prefix, self->prefix_len);
-    uint64_t v = (self->tickets + 1) | ((uint64_t)1 << 63);
+    uint64_t v = self->seq + 1;
     for (int k = 0; k < 8; k++)
         ticket[self->prefix_len + (size_t)k] = (unsigned char)(v >> (56 - 8 * k));
     return self->prefix_len + 8;
 }
 
-/* Send `wrid` (its session `we`) MdpWorkerRequest(ticket, body, protocol, delimited) of its
- * reading, the body msgs moved. 0 or the errno. */
+/* Send the record's worker its REQUEST, the body msgs moved; `we` is the worker's session.
+ * A Majordomo record: MdpWorkerRequest(ticket, body, protocol, delimited) of the worker's
+ * reading. An S0P one: WorkerRequest [b"", S0W1, REQUEST, ticket, service, body..] or, when
+ * the pool says the worker asked for ids, WorkerIdRequest [b"", S0W1, IDREQUEST, ticket,
+ * service, client_id, request_id, body..]. 0 or the errno. */
 static int send_request(LaneObject *self, const s0_record *r, const s0_entry *we,
                         s0_zmq_msg_t *body, size_t n_body) {
-    const char *head[5];
-    size_t head_len[5], n_head = 0;
-    if (we->majordomo & READ_DELIMITED) {
-        head[n_head] = "";
-        head_len[n_head++] = 0;
+    const char *head[7];
+    size_t head_len[7], n_head = 0;
+#define S0_HEAD(data, len)                                                                        \
+    do {                                                                                          \
+        head[n_head] = (const char *)(data);                                                      \
+        head_len[n_head++] = (len);                                                               \
+    } while (0)
+    if (r->s0p) {
+        int ids = pool_api->ids_of(self->pool, r->wrid, r->wrid_len);
+        S0_HEAD("", 0);
+        S0_HEAD(SIGNATURES[1], 4);
+        if (ids)
+            S0_HEAD("IDREQUEST", 9);
+        else
+            S0_HEAD("REQUEST", 7);
+        S0_HEAD(r->key.data, r->key.len);
+        S0_HEAD(r->service, r->service_len);
+        if (ids) {
+            S0_HEAD(r->client_id, r->client_id_len);
+            S0_HEAD(r->request_id, r->request_id_len);
+        }
+    } else {
+        if (we->majordomo & READ_DELIMITED)
+            S0_HEAD("", 0);
+        S0_HEAD((we->majordomo & READ_V1) ? "MDPW01" : "MDPW02", 6);
+        S0_HEAD("\x02", 1);
+        S0_HEAD(r->key.data, r->key.len);
+        S0_HEAD("", 0);
     }
-    head[n_head] = (we->majordomo & READ_V1) ? "MDPW01" : "MDPW02";
-    head_len[n_head++] = 6;
-    head[n_head] = "\x02";
-    head_len[n_head++] = 1;
-    head[n_head] = (const char *)r->key.data;
-    head_len[n_head++] = r->key.len;
-    head[n_head] = "";
-    head_len[n_head++] = 0;
+#undef S0_HEAD
     return send_message(self->ch[1].router, r->wrid, r->wrid_len, head, head_len, n_head, body,
                         n_body);
 }
 
+/* Whether the worker of session `we` can be written a REQUEST of this family: an S0P record to
+ * a worker speaking S0P, a Majordomo one to a worker whose reading the lane writes; and
+ * promise_ms 0 either way. */
+static int worker_fits(const s0_entry *we, int s0p) {
+    return we != NULL && we->promise_ms == 0 &&
+           (s0p ? we->majordomo == 0 : worker_reading(we->majordomo));
+}
+
+/* Whether frames 1.. of m are exactly an S0P client REQUEST (scale0.wire.client.ClientRequest):
+ * [b"", S0C1, REQUEST, service, request_id, body..], the request_id 1..255 bytes (opaque_id),
+ * every frame at most max_frame_bytes. (The service name is checked by the caller.) */
+static int s0p_client_request(s0_message *m, Py_ssize_t max_frame_bytes) {
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 6 || !frame_is(&f[1], "", 0) || !frame_is(&f[2], "S0C1", 4) ||
+        !frame_is(&f[3], "REQUEST", 7))
+        return 0;
+    size_t rq = p_msg_size(&f[5]);
+    if (rq == 0 || rq > 255)
+        return 0;
+    return frames_fit(m, max_frame_bytes);
+}
+
+/* Whether frames 1.. of m are exactly an S0P worker final REPLY (scale0.wire.worker.WorkerReply):
+ * [b"", S0W1, REPLY, ticket, status, body..], the ticket 1..255 bytes, the status exactly 3
+ * ASCII digits 100..599 (status_frame), every frame at most max_frame_bytes; *status set. */
+static int s0p_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, int *status) {
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 6 || !frame_is(&f[1], "", 0) || !frame_is(&f[2], "S0W1", 4) ||
+        !frame_is(&f[3], "REPLY", 5))
+        return 0;
+    size_t ticket = p_msg_size(&f[4]);
+    if (ticket == 0 || ticket > 255 || p_msg_size(&f[5]) != 3)
+        return 0;
+    const unsigned char *d = p_msg_data(&f[5]);
+    if (d[0] < '1' || d[0] > '5' || d[1] < '0' || d[1] > '9' || d[2] < '0' || d[2] > '9')
+        return 0;
+    if (!frames_fit(m, max_frame_bytes))
+        return 0;
+    *status = (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
+    return 1;
+}
+
 /* The take rule for a frontend REQUEST (the mutex held): 1 when taken (dispatched: the
  * worker's REQUEST is sent; or queued), 0 when it goes to Python (nothing changed but the
- * request and seq counters, as tests/core/test_lane_requests.py's RequestLane). */
+ * request and seq counters, as tests/core/test_lane_requests.py's RequestLane, and an expired
+ * reply cache entry of an S0P request's key dropped). */
 static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now) {
     s0_sessions *t = &self->sessions;
     if (!self->serving || self->pool == NULL)
         return 0;
-    int reading;
-    size_t at;
-    if (!mdp_client_request(m, self->max_frame_bytes, &reading, &at))
+    int reading = 0, s0p = 0;
+    size_t at; /* the service frame */
+    if (mdp_client_request(m, self->max_frame_bytes, &reading, &at)) {
+    } else if (s0p_client_request(m, self->max_frame_bytes)) {
+        s0p = 1;
+        at = 4;
+    } else {
         return 0;
+    }
+    size_t body_at = at + 1 + (size_t)s0p; /* (an S0P REQUEST has its request_id first) */
     s0_zmq_msg_t *f = m->frames;
     const unsigned char *svc = p_msg_data(&f[at]);
     size_t svc_len = p_msg_size(&f[at]);
@@ -1067,6 +1456,24 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     if (count_of(&self->client_counts, cid, cid_len) + count_of(&self->holds, cid, cid_len) >=
         self->max_per_client)
         return 0;
+    const unsigned char *rq = NULL;
+    size_t rq_len = 0;
+    s0_rkey k;
+    k.len = 0;
+    k.data = k.inline_buf;
+    if (s0p) { /* R10: a key Python holds, the lane holds, or the cache answers is Python's */
+        rq = p_msg_data(&f[5]);
+        rq_len = p_msg_size(&f[5]);
+        if (rkey_make(&k, cid, cid_len, rq, rq_len) < 0)
+            return 0;
+        uint64_t h = hash_bytes(k.data, k.len);
+        if (table_find(&self->pkeys, k.data, k.len, h) != NULL ||
+            table_find(&self->lkeys, k.data, k.len, h) != NULL ||
+            cache_lookup(&self->cache, k.data, k.len, now) != NULL) {
+            rkey_free(&k);
+            return 0;
+        }
+    }
     uint64_t number = ++self->number, seq = ++self->seq; /* (the model's: given, even if passed) */
     long long waits = count_of(&self->waits, svc, svc_len);
     size_t wrid_len = 0;
@@ -1074,12 +1481,11 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     s0_entry *we = NULL;
     if (wrid != NULL) {
         we = entry_find(t, 1, wrid, wrid_len);
-        if (waits > 0 || we == NULL || !worker_reading(we->majordomo) || we->promise_ms != 0 ||
-            wrid_len > 255)
-            return 0;
+        if (waits > 0 || !worker_fits(we, s0p) || wrid_len > 255)
+            goto pass;
     } else if (!self->may_queue || pool_api->offered(self->pool, svc, svc_len) <= 0 ||
                waits + (long long)wq_count(self, svc, svc_len) >= self->max_queued) {
-        return 0;
+        goto pass;
     }
 
     /* Everything that can fail, before the first change. */
@@ -1087,11 +1493,12 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     size_t crid_len = p_msg_size(&f[0]);
     const unsigned char *caller = (const unsigned char *)m->header + 4;
     size_t caller_len = m->header_len - 4;
-    size_t n_body = m->n - at - 1;
-    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + cid_len + caller_len + svc_len;
+    size_t n_body = m->n - body_at;
+    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + cid_len + caller_len + svc_len +
+                   rq_len + (s0p ? k.len : 0);
     s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
     if (r == NULL)
-        return 0;
+        goto pass;
     record_set_ticket(r, NULL, 0);
     unsigned char *p = (unsigned char *)r + sizeof(s0_record);
     r->body = (s0_zmq_msg_t *)p;
@@ -1108,10 +1515,19 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     S0_PUT(client_id, cid, cid_len);
     S0_PUT(caller, caller, caller_len);
     S0_PUT(service, svc, svc_len);
+    S0_PUT(request_id, rq, rq_len);
 #undef S0_PUT
+    if (s0p) {
+        memcpy(p, k.data, k.len);
+        r->ikey.data = p;
+        r->ikey.len = k.len;
+        r->ikey.hash = hash_bytes(p, k.len);
+        r->s0p = 1;
+    }
+    rkey_free(&k);
     for (size_t i = 0; i < n_body; i++) {
         p_msg_init(&r->body[i]);
-        if (p_msg_copy(&r->body[i], &f[at + 1 + i]) != 0) {
+        if (p_msg_copy(&r->body[i], &f[body_at + i]) != 0) {
             r->n_body = i + 1;
             record_free(r);
             return 0;
@@ -1126,7 +1542,8 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     s0_count *cc = NULL, *rc = NULL;
     s0_svc *sv = NULL;
     s0_wq *q = NULL;
-    if (heap_reserve(self) < 0 || (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
+    if (heap_reserve(self) < 0 || (s0p && table_reserve(&self->lkeys, 1) < 0) ||
+        (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
         (rc = count_make(&self->rid_counts, crid, crid_len)) == NULL)
         goto undo;
     if (wrid != NULL) {
@@ -1150,6 +1567,8 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     }
     /* Nothing below fails. */
     heap_push(self, r);
+    if (s0p)
+        table_insert(&self->lkeys, &r->ikey);
     cc->n++;
     rc->n++;
     self->drain_requests++;
@@ -1161,11 +1580,16 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         return 1;
     }
     self->tickets++;
+    self->seq++; /* (the ticket's number, next_ticket) */
     table_insert(&self->records, &r->key);
     sv->changed = 1;
-    if (send_request(self, r, we, &f[at + 1], n_body) != 0)
+    if (send_request(self, r, we, &f[body_at], n_body) != 0)
         count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it to Python */
     return 1;
+
+pass:
+    rkey_free(&k);
+    return 0;
 
 undo:
     count_settle(&self->client_counts, cc);
@@ -1183,22 +1607,29 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     s0_sessions *t = &self->sessions;
     if (!self->serving || self->pool == NULL || self->records.used == 0)
         return 0;
-    size_t at;
-    if (!mdp_worker_reply(m, self->max_frame_bytes, &at))
+    size_t at; /* the ticket frame */
+    int s0p = 0, status = 200;
+    if (mdp_worker_reply(m, self->max_frame_bytes, &at)) {
+    } else if (s0p_worker_reply(m, self->max_frame_bytes, &status)) {
+        s0p = 1;
+        at = 4;
+    } else {
         return 0;
+    }
+    size_t body_at = at + 2; /* (after the empty frame, or the status) */
     s0_zmq_msg_t *f = m->frames;
     const unsigned char *ticket = p_msg_data(&f[at]);
     size_t ticket_len = p_msg_size(&f[at]);
     s0_record *r = (s0_record *)table_find(&self->records, ticket, ticket_len,
                                            hash_bytes(ticket, ticket_len));
-    if (r == NULL || r->wrid_len != p_msg_size(&f[0]) ||
+    if (r == NULL || r->s0p != s0p || r->wrid_len != p_msg_size(&f[0]) ||
         (r->wrid_len && memcmp(r->wrid, p_msg_data(&f[0]), r->wrid_len) != 0))
-        return 0;
+        return 0; /* (a reply of the other family to a record: Python adopts and answers it) */
     if (!is_negotiated(t, 1, m->fd) || (t->ordered[1] && e->last_passed > t->done_seq[1]))
         return 0;
     /* What the worker serves now (a READY since may have changed it), in its order: one of
      * them waiting in Python is Python's to give it; else the first of the lane's queues that
-     * holds a request, if the worker still speaks a Majordomo the lane writes. */
+     * holds a request, if the worker can be written its head (same family, promise_ms 0). */
     const unsigned char *inline_names[S0_SERVICES_INLINE];
     size_t inline_lens[S0_SERVICES_INLINE];
     const unsigned char **names = inline_names;
@@ -1229,21 +1660,53 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         free((void *)names);
         free(lens);
     }
-    if (pass || (q != NULL && (!worker_reading(e->majordomo) || e->promise_ms != 0)))
+    /* A READY may have lowered the worker's capacity under what it runs: full even once this
+     * one is answered, it gets no head (Python's worker_free gives it none either). */
+    if (q != NULL && pool_api->spare(self->pool, r->wrid, r->wrid_len) < 0)
+        q = NULL;
+    if (pass || (q != NULL && !worker_fits(e, q->head->s0p)))
         return 0;
     s0_svc *sv = svc_make(self, r->service, r->service_len);
+    s0_hist *hv = sv != NULL ? hist_make(self, r->service, r->service_len, status) : NULL;
     s0_svc *qsv = NULL;
     s0_record *next = q != NULL ? q->head : NULL;
-    if (sv == NULL)
+    if (hv == NULL)
         return 0; /* out of memory: Python answers it (it adopts the record) */
+    s0_cent *cached = NULL; /* an S0P reply's entry in the cache, made before any change */
+    if (s0p) {
+        size_t n_body = m->n - body_at;
+        const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
+        size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
+        const unsigned char **ptrs = inline_ptrs;
+        size_t *sizes = inline_sizes;
+        if (n_body > S0_LANE_INLINE_FRAMES) {
+            ptrs = malloc(n_body * sizeof(*ptrs));
+            sizes = malloc(n_body * sizeof(*sizes));
+        }
+        if (ptrs != NULL && sizes != NULL) {
+            for (size_t i = 0; i < n_body; i++) {
+                ptrs[i] = p_msg_data(&f[body_at + i]);
+                sizes[i] = p_msg_size(&f[body_at + i]);
+            }
+            cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service,
+                                 r->service_len, status, n_body, ptrs, sizes,
+                                 now + self->cache.max_age_s);
+        }
+        if (ptrs != inline_ptrs)
+            free((void *)ptrs);
+        if (sizes != inline_sizes)
+            free(sizes);
+        if (cached == NULL)
+            return 0; /* out of memory: Python answers it */
+    }
     if (next != NULL) {
         if (table_reserve(&self->records, 1) < 0 ||
             (qsv = svc_make(self, q->key.data, q->key.len)) == NULL)
-            return 0;
+            goto nomem;
         unsigned char next_ticket_bytes[255 + 8];
         size_t next_len = next_ticket(self, next_ticket_bytes);
         if (pool_api->hold(self->pool, r->wrid, r->wrid_len, next_ticket_bytes, next_len) != 0)
-            return 0;
+            goto nomem;
         record_set_ticket(next, next_ticket_bytes, next_len); /* (fits ticket_buf) */
     }
     /* Nothing below fails. */
@@ -1253,6 +1716,7 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         wq_unlink(self, next);
         record_set_worker(next, r->wrid, r->wrid_len);
         self->tickets++;
+        self->seq++; /* (the ticket's number, next_ticket) */
         table_insert(&self->records, &next->key);
         qsv->changed = 1;
     } else {
@@ -1261,36 +1725,45 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     double latency = now - r->started;
     if (!(latency > 0))
         latency = 0.0;
-    sv->counts[bucket_of(latency)]++;
-    sv->sum_s += latency;
-    sv->observed = 1;
+    hv->counts[bucket_of(latency)]++;
+    hv->sum_s += latency;
+    hv->observed = 1;
     sv->changed = 1;
     self->drain_replies++;
     count(self, ST_REPLIES, 1);
     heard_add(t, e);
+    if (cached != NULL && cache_commit(&self->cache, cached)) /* (the body copied: sent below) */
+        count(self, ST_CACHED, 1);
 
-    /* MdpClientReply(service, body, protocol, delimited, majortomo) of the client's reading. */
-    const char *head[4];
-    size_t head_len[4], n_head = 0;
-    if (r->reading & READ_DELIMITED) {
-        head[n_head] = "";
-        head_len[n_head++] = 0;
+    const char *head[6];
+    size_t head_len[6], n_head = 0;
+#define S0_HEAD(data, len)                                                                        \
+    do {                                                                                          \
+        head[n_head] = (const char *)(data);                                                      \
+        head_len[n_head++] = (len);                                                               \
+    } while (0)
+    if (s0p) { /* ClientReply: [b"", S0C1, REPLY, service, request_id, status (as received)] */
+        S0_HEAD("", 0);
+        S0_HEAD(SIGNATURES[0], 4);
+        S0_HEAD("REPLY", 5);
+        S0_HEAD(r->service, r->service_len);
+        S0_HEAD(r->request_id, r->request_id_len);
+        S0_HEAD(p_msg_data(&f[at + 1]), 3);
+    } else { /* MdpClientReply(service, body, protocol, delimited, majortomo) of its reading */
+        if (r->reading & READ_DELIMITED)
+            S0_HEAD("", 0);
+        if (r->reading & READ_V1) {
+            S0_HEAD("MDPC01", 6);
+        } else {
+            S0_HEAD("MDPC02", 6);
+            S0_HEAD((r->reading & READ_MAJORTOMO) ? "\x04" : "\x03", 1);
+        }
+        if (!(r->reading & READ_MAJORTOMO)) /* majortomo's reply has no service frame */
+            S0_HEAD(r->service, r->service_len);
     }
-    if (r->reading & READ_V1) {
-        head[n_head] = "MDPC01";
-        head_len[n_head++] = 6;
-    } else {
-        head[n_head] = "MDPC02";
-        head_len[n_head++] = 6;
-        head[n_head] = (r->reading & READ_MAJORTOMO) ? "\x04" : "\x03";
-        head_len[n_head++] = 1;
-    }
-    if (!(r->reading & READ_MAJORTOMO)) { /* majortomo's reply has no service frame */
-        head[n_head] = (const char *)r->service;
-        head_len[n_head++] = r->service_len;
-    }
+#undef S0_HEAD
     int err = send_message(self->ch[0].router, r->crid, r->crid_len, head, head_len, n_head,
-                           &f[at + 2], m->n - at - 2);
+                           &f[body_at], m->n - body_at);
     if (err != 0)
         count(self, ST_SEND_DROPPED, 1);
     record_free(r);
@@ -1316,6 +1789,10 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
             free(body);
     }
     return 1;
+
+nomem:
+    free(cached);
+    return 0;
 }
 
 /* Take the message or number it for Python (the mutex held). */
@@ -1656,6 +2133,10 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         }
     }
     self->max_frame_bytes = max_frame_bytes;
+    /* scale0.core.ledger's REPLY_CACHE_ENTRIES, REPLY_CACHE_BYTES, REPLY_CACHE_AGE_S */
+    self->cache.max_entries = 10000;
+    self->cache.max_bytes = 64LL << 20;
+    self->cache.max_age_s = 60.0;
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
@@ -1715,7 +2196,11 @@ static void lane_dealloc(LaneObject *self) {
     table_free_all(&self->client_counts);
     table_free_all(&self->rid_counts);
     table_free_all(&self->svcs);
+    table_free_all(&self->hists);
     table_free_all(&self->wqueues); /* (their records were the heap's) */
+    free(self->lkeys.slots);        /* (its keys were in the heap's records) */
+    table_free_all(&self->pkeys);
+    cache_free(&self->cache);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
     for (int k = 0; k < 2; k++)
@@ -1855,8 +2340,9 @@ static PyObject *lane_note(LaneObject *self, PyObject *args, PyObject *kwds) {
         if (channel == 0 && majordomo != 0 && count_of(&self->rid_counts, data, len) > 0)
             for (size_t i = 0; i < self->n_heap; i++) {
                 s0_record *r = self->heap[i];
-                if (r->crid_len == len && (len == 0 || memcmp(r->crid, data, len) == 0))
-                    r->reading = majordomo;
+                if (!r->s0p && r->crid_len == len &&
+                    (len == 0 || memcmp(r->crid, data, len) == 0))
+                    r->reading = majordomo; /* (an S0P record's client stays S0P) */
             }
     }
     pthread_mutex_unlock(&self->mutex);
@@ -2239,7 +2725,8 @@ static PyObject *lane_python_holds(LaneObject *self, PyObject *args) {
 }
 
 /* (ticket, worker_rid, client_rid, client_id, caller, service, body, started, deadline,
- * request_id, seq) of a record handed over (ticket and worker_rid b"" while it waits). */
+ * request_id, seq, ids) of a record handed over (ticket and worker_rid b"" while it waits;
+ * ids: an S0P client's, its request_id the client's own). */
 static PyObject *record_tuple(s0_record *r) {
     PyObject *body = PyTuple_New((Py_ssize_t)r->n_body);
     if (body == NULL)
@@ -2253,16 +2740,22 @@ static PyObject *record_tuple(s0_record *r) {
         }
         PyTuple_SET_ITEM(body, (Py_ssize_t)i, b);
     }
-    char request_id[32];
-    int id_len = snprintf(request_id, sizeof(request_id), "mdp.L%llu",
-                          (unsigned long long)r->number);
-    return Py_BuildValue("(y#y#y#y#s#s#Nddy#K)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
+    char mdp_id[32];
+    const char *request_id = mdp_id;
+    Py_ssize_t id_len;
+    if (r->s0p) {
+        request_id = (const char *)r->request_id;
+        id_len = (Py_ssize_t)r->request_id_len;
+    } else {
+        id_len = snprintf(mdp_id, sizeof(mdp_id), "mdp.L%llu", (unsigned long long)r->number);
+    }
+    return Py_BuildValue("(y#y#y#y#s#s#Nddy#KN)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
                          (const char *)r->wrid, (Py_ssize_t)r->wrid_len, (const char *)r->crid,
                          (Py_ssize_t)r->crid_len, (const char *)r->client_id,
                          (Py_ssize_t)r->client_id_len, (const char *)r->caller,
                          (Py_ssize_t)r->caller_len, (const char *)r->service,
                          (Py_ssize_t)r->service_len, body, r->started, r->deadline, request_id,
-                         (Py_ssize_t)id_len, (unsigned long long)r->seq);
+                         id_len, (unsigned long long)r->seq, PyBool_FromLong(r->s0p));
 }
 
 static int seq_order(const void *a, const void *b) {
@@ -2445,59 +2938,94 @@ static int svc_order(const void *a, const void *b) {
     return x->key.len < y->key.len ? -1 : x->key.len > y->key.len;
 }
 
+/* (service, status): the service's bytes, then the status. */
+static int hist_order(const void *a, const void *b) {
+    const s0_hist *x = *(s0_hist *const *)a, *y = *(s0_hist *const *)b;
+    size_t n = x->service_len < y->service_len ? x->service_len : y->service_len;
+    int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
+    if (c != 0)
+        return c;
+    if (x->service_len != y->service_len)
+        return x->service_len < y->service_len ? -1 : 1;
+    return (x->status > y->status) - (x->status < y->status);
+}
+
+/* Every record of `t` in a malloc'd array (*n set; NULL and n 0 if none), -1 out of memory. */
+static int table_list(const s0_table *t, void ***out, size_t *n) {
+    *n = 0;
+    *out = NULL;
+    if (t->used == 0)
+        return 0;
+    void **all = malloc(t->used * sizeof(*all));
+    if (all == NULL)
+        return -1;
+    for (size_t i = 0; i <= t->mask; i++)
+        if (t->slots[i] != NULL)
+            all[(*n)++] = t->slots[i];
+    *out = all;
+    return 0;
+}
+
 static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
     (void)unused;
     py_lock(self);
-    s0_table svcs = self->svcs; /* taken whole: the lane starts a new one */
+    s0_table svcs = self->svcs; /* taken whole: the lane starts new ones */
+    s0_table hists = self->hists;
     memset(&self->svcs, 0, sizeof(self->svcs));
+    memset(&self->hists, 0, sizeof(self->hists));
     uint64_t requests = self->drain_requests, replies = self->drain_replies;
     self->drain_requests = self->drain_replies = 0;
     pthread_mutex_unlock(&self->mutex);
     PyObject *out = NULL, *hist = NULL, *changed = NULL;
-    size_t n = 0;
-    s0_svc **all = svcs.used ? malloc(svcs.used * sizeof(*all)) : NULL;
-    if (svcs.used && all == NULL) {
+    size_t n = 0, n_hists = 0;
+    s0_svc **all = NULL;
+    s0_hist **by = NULL;
+    if (table_list(&svcs, (void ***)&all, &n) < 0 || table_list(&hists, (void ***)&by, &n_hists) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    if (svcs.slots != NULL)
-        for (size_t i = 0; i <= svcs.mask; i++)
-            if (svcs.slots[i] != NULL)
-                all[n++] = (s0_svc *)svcs.slots[i];
     if (n > 1)
         qsort(all, n, sizeof(*all), svc_order);
+    if (n_hists > 1)
+        qsort(by, n_hists, sizeof(*by), hist_order);
     hist = PyList_New(0);
     changed = PyList_New(0);
     if (hist == NULL || changed == NULL)
         goto done;
     for (size_t i = 0; i < n; i++) {
         s0_svc *v = all[i];
+        if (!v->changed)
+            continue;
         PyObject *name = PyUnicode_DecodeUTF8((const char *)v->key.data, (Py_ssize_t)v->key.len,
                                               "surrogatepass");
-        if (name == NULL)
+        int bad = name == NULL || PyList_Append(changed, name) < 0;
+        Py_XDECREF(name);
+        if (bad)
             goto done;
-        int bad = 0;
-        if (v->changed)
-            bad = PyList_Append(changed, name) < 0;
-        if (!bad && v->observed) {
-            PyObject *counts = PyList_New(S0_BUCKETS + 1);
-            PyObject *item = NULL;
-            if (counts != NULL) {
-                for (int k = 0; k <= S0_BUCKETS; k++) {
-                    PyObject *c = PyLong_FromUnsignedLongLong(v->counts[k]);
-                    if (c == NULL) {
-                        Py_CLEAR(counts);
-                        break;
-                    }
-                    PyList_SET_ITEM(counts, k, c);
+    }
+    for (size_t i = 0; i < n_hists; i++) {
+        s0_hist *v = by[i];
+        if (!v->observed)
+            continue;
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)v->key.data,
+                                              (Py_ssize_t)v->service_len, "surrogatepass");
+        PyObject *counts = name != NULL ? PyList_New(S0_BUCKETS + 1) : NULL;
+        PyObject *item = NULL;
+        if (counts != NULL) {
+            for (int k = 0; k <= S0_BUCKETS; k++) {
+                PyObject *c = PyLong_FromUnsignedLongLong(v->counts[k]);
+                if (c == NULL) {
+                    Py_CLEAR(counts);
+                    break;
                 }
+                PyList_SET_ITEM(counts, k, c);
             }
-            if (counts != NULL)
-                item = Py_BuildValue("(ONd)", name, counts, v->sum_s);
-            bad = item == NULL || PyList_Append(hist, item) < 0;
-            Py_XDECREF(item);
         }
-        Py_DECREF(name);
+        if (counts != NULL)
+            item = Py_BuildValue("(OiNd)", name, v->status, counts, v->sum_s);
+        Py_XDECREF(name);
+        int bad = item == NULL || PyList_Append(hist, item) < 0;
+        Py_XDECREF(item);
         if (bad)
             goto done;
     }
@@ -2507,7 +3035,9 @@ done:
     Py_XDECREF(hist);
     Py_XDECREF(changed);
     free(all);
+    free(by);
     table_free_all(&svcs);
+    table_free_all(&hists);
     return out;
 }
 
@@ -2718,6 +3248,280 @@ static PyObject *lane_seq_from(LaneObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+
+/* ---- S0P requests: R10's keys and the reply cache --------------------------------------------- */
+
+static PyObject *lane_python_key(LaneObject *self, PyObject *args) {
+    const char *cid, *rq;
+    Py_ssize_t cid_len, rq_len;
+    int live;
+    if (!PyArg_ParseTuple(args, "y#y#p:python_key", &cid, &cid_len, &rq, &rq_len, &live))
+        return NULL;
+    s0_rkey k;
+    if (rkey_make(&k, cid, (size_t)cid_len, rq, (size_t)rq_len) < 0)
+        return PyErr_NoMemory();
+    int failed = 0;
+    py_lock(self);
+    if (live) {
+        s0_count *c = count_make(&self->pkeys, k.data, k.len);
+        if (c == NULL)
+            failed = 1;
+        else
+            c->n = 1;
+    } else {
+        s0_count *c = count_find(&self->pkeys, k.data, k.len);
+        if (c != NULL) {
+            c->n = 0;
+            count_settle(&self->pkeys, c);
+        }
+    }
+    pthread_mutex_unlock(&self->mutex);
+    rkey_free(&k);
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_python_keys(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->pkeys.used;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *lane_adopt_key(LaneObject *self, PyObject *args) {
+    const char *cid, *rq;
+    Py_ssize_t cid_len, rq_len;
+    if (!PyArg_ParseTuple(args, "y#y#:adopt_key", &cid, &cid_len, &rq, &rq_len))
+        return NULL;
+    s0_rkey k;
+    if (rkey_make(&k, cid, (size_t)cid_len, rq, (size_t)rq_len) < 0)
+        return PyErr_NoMemory();
+    py_lock(self);
+    s0_key *found = table_find(&self->lkeys, k.data, k.len, hash_bytes(k.data, k.len));
+    s0_record *r = found != NULL ? RECORD_OF_IKEY(found) : NULL;
+    if (r != NULL) {
+        record_out(self, r);
+        count(self, ST_HANDED, 1);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    rkey_free(&k);
+    if (r == NULL)
+        Py_RETURN_NONE;
+    PyObject *out = record_tuple(r);
+    record_free(r);
+    return out;
+}
+
+static PyObject *lane_cache_limits(LaneObject *self, PyObject *args) {
+    long long entries, bytes;
+    double age;
+    if (!PyArg_ParseTuple(args, "LLd:cache_limits", &entries, &bytes, &age))
+        return NULL;
+    if (entries < 0 || bytes < 0 || isnan(age) || age < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.cache_limits: max_entries, max_bytes and max_age_s must be >= 0, not "
+                     "%R",
+                     args);
+        return NULL;
+    }
+    py_lock(self);
+    self->cache.max_entries = entries;
+    self->cache.max_bytes = bytes;
+    self->cache.max_age_s = age;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_cache_put(LaneObject *self, PyObject *args) {
+    const char *cid, *rq;
+    Py_ssize_t cid_len, rq_len;
+    PyObject *service, *body;
+    int status;
+    double expires;
+    if (!PyArg_ParseTuple(args, "y#y#UiOd:cache_put", &cid, &cid_len, &rq, &rq_len, &service,
+                          &status, &body, &expires))
+        return NULL;
+    if (status < 100 || status > 599) {
+        PyErr_Format(PyExc_ValueError, "Lane.cache_put: status must be 100..599, not %d", status);
+        return NULL;
+    }
+    if (isnan(expires)) {
+        PyErr_SetString(PyExc_ValueError, "Lane.cache_put: expires is NaN");
+        return NULL;
+    }
+    if (!PyTuple_Check(body)) {
+        PyErr_Format(PyExc_TypeError, "Lane.cache_put: body must be a tuple of bytes, not %.100s",
+                     Py_TYPE(body)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(body);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(body, i))) {
+            PyErr_Format(PyExc_TypeError, "Lane.cache_put: body[%zd] must be bytes, not %.100s",
+                         i, Py_TYPE(PyTuple_GET_ITEM(body, i))->tp_name);
+            return NULL;
+        }
+    PyObject *name = PyUnicode_AsEncodedString(service, "utf-8", "surrogatepass");
+    if (name == NULL)
+        return NULL;
+    const unsigned char **ptrs = PyMem_Malloc(((size_t)n + 1) * sizeof(*ptrs));
+    size_t *lens = PyMem_Malloc(((size_t)n + 1) * sizeof(*lens));
+    s0_rkey k;
+    int made = 0, failed = 0;
+    if (ptrs != NULL && lens != NULL)
+        made = rkey_make(&k, cid, (size_t)cid_len, rq, (size_t)rq_len) == 0;
+    if (!made) {
+        failed = 1;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *b = PyTuple_GET_ITEM(body, i);
+            ptrs[i] = (const unsigned char *)PyBytes_AS_STRING(b);
+            lens[i] = (size_t)PyBytes_GET_SIZE(b);
+        }
+        py_lock(self);
+        s0_cent *e = cache_entry(&self->cache, k.data, k.len, PyBytes_AS_STRING(name),
+                                 (size_t)PyBytes_GET_SIZE(name), status, (size_t)n, ptrs, lens,
+                                 expires);
+        if (e == NULL)
+            failed = 1;
+        else
+            cache_commit(&self->cache, e);
+        pthread_mutex_unlock(&self->mutex);
+    }
+    if (made)
+        rkey_free(&k);
+    PyMem_Free(ptrs);
+    PyMem_Free(lens);
+    Py_DECREF(name);
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* An entry's (service, status, body) (the lock held; only bytes and str are made). */
+static PyObject *cache_tuple(const s0_cent *e) {
+    PyObject *body = PyTuple_New((Py_ssize_t)e->n_body);
+    if (body == NULL)
+        return NULL;
+    const unsigned char *p = e->data;
+    for (size_t i = 0; i < e->n_body; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)e->lens[i]);
+        if (b == NULL) {
+            Py_DECREF(body);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(body, (Py_ssize_t)i, b);
+        p += e->lens[i];
+    }
+    PyObject *service = PyUnicode_DecodeUTF8((const char *)e->service,
+                                             (Py_ssize_t)e->service_len, "surrogatepass");
+    if (service == NULL) {
+        Py_DECREF(body);
+        return NULL;
+    }
+    return Py_BuildValue("(NiN)", service, e->status, body);
+}
+
+static PyObject *lane_cache_get(LaneObject *self, PyObject *args) {
+    const char *cid, *rq;
+    Py_ssize_t cid_len, rq_len;
+    double now;
+    if (!PyArg_ParseTuple(args, "y#y#d:cache_get", &cid, &cid_len, &rq, &rq_len, &now))
+        return NULL;
+    if (isnan(now)) {
+        PyErr_SetString(PyExc_ValueError, "Lane.cache_get: now is NaN");
+        return NULL;
+    }
+    s0_rkey k;
+    if (rkey_make(&k, cid, (size_t)cid_len, rq, (size_t)rq_len) < 0)
+        return PyErr_NoMemory();
+    int failed = 0;
+    py_lock(self);
+    s0_cent *e = cache_lookup(&self->cache, k.data, k.len, now);
+    /* a copy, built into objects once the lock is released (a tuple's allocation may run the
+     * collector, so any Python code, this lane's methods included) */
+    s0_cent *copy = e != NULL ? cache_clone(e) : NULL;
+    failed = e != NULL && copy == NULL;
+    pthread_mutex_unlock(&self->mutex);
+    rkey_free(&k);
+    if (failed)
+        return PyErr_NoMemory();
+    if (copy == NULL)
+        Py_RETURN_NONE;
+    PyObject *out = cache_tuple(copy);
+    free(copy);
+    return out;
+}
+
+static PyObject *lane_cache_prune(LaneObject *self, PyObject *arg) {
+    double now = PyFloat_AsDouble(arg);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (isnan(now)) {
+        PyErr_SetString(PyExc_ValueError, "Lane.cache_prune: now is NaN");
+        return NULL;
+    }
+    py_lock(self);
+    cache_prune(&self->cache, now);
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_cache_count(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->cache.t.used;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *lane_cache_bytes(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    size_t n = self->cache.bytes;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *lane_cache_take(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    s0_cent *head = self->cache.head; /* taken whole: the cache starts empty */
+    size_t n = self->cache.t.used;
+    free(self->cache.t.slots);
+    memset(&self->cache.t, 0, sizeof(self->cache.t));
+    self->cache.head = self->cache.tail = NULL;
+    self->cache.bytes = 0;
+    pthread_mutex_unlock(&self->mutex);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    size_t i = 0;
+    for (s0_cent *e = head, *next; e != NULL; e = next, i++) {
+        next = e->next;
+        if (out != NULL) {
+            const unsigned char *c, *r;
+            size_t c_len, r_len;
+            rkey_split(e->key.data, e->key.len, &c, &c_len, &r, &r_len);
+            PyObject *three = cache_tuple(e);
+            PyObject *item =
+                three == NULL
+                    ? NULL
+                    : Py_BuildValue("(y#y#OOOd)", (const char *)c, (Py_ssize_t)c_len,
+                                    (const char *)r, (Py_ssize_t)r_len,
+                                    PyTuple_GET_ITEM(three, 0), PyTuple_GET_ITEM(three, 1),
+                                    PyTuple_GET_ITEM(three, 2), e->expires);
+            Py_XDECREF(three);
+            if (item == NULL)
+                Py_CLEAR(out); /* (the entries are lost with the MemoryError) */
+            else
+                PyList_SET_ITEM(out, (Py_ssize_t)i, item);
+        }
+        free(e);
+    }
+    return out;
+}
+
 static PyMethodDef lane_methods[] = {
     {"start", (PyCFunction)lane_start, METH_NOARGS, "start(): spawn the lane thread (once)"},
     {"stop", (PyCFunction)lane_stop, METH_NOARGS,
@@ -2786,6 +3590,27 @@ static PyMethodDef lane_methods[] = {
      "seq_from(n): raise the numbering to at least n"},
     {"drain", (PyCFunction)lane_drain, METH_NOARGS,
      "drain() -> (requests, replies, [(service, counts, sum_s)], changed): since the last one"},
+    {"python_key", (PyCFunction)lane_python_key, METH_VARARGS,
+     "python_key(client_id, request_id, live): Python holds (True) / no longer holds (False) a "
+     "request not answered yet under this key (R10)"},
+    {"python_keys", (PyCFunction)lane_python_keys, METH_NOARGS,
+     "python_keys() -> int: how many keys Python told as live"},
+    {"adopt_key", (PyCFunction)lane_adopt_key, METH_VARARGS,
+     "adopt_key(client_id, request_id) -> record | None: the lane's S0P record of that key"},
+    {"cache_limits", (PyCFunction)lane_cache_limits, METH_VARARGS,
+     "cache_limits(max_entries, max_bytes, max_age_s): the reply cache's bounds"},
+    {"cache_put", (PyCFunction)lane_cache_put, METH_VARARGS,
+     "cache_put(client_id, request_id, service, status, body, expires): ReplyCache.put"},
+    {"cache_get", (PyCFunction)lane_cache_get, METH_VARARGS,
+     "cache_get(client_id, request_id, now) -> (service, status, body) | None"},
+    {"cache_prune", (PyCFunction)lane_cache_prune, METH_O,
+     "cache_prune(now): drop from the oldest while expired"},
+    {"cache_count", (PyCFunction)lane_cache_count, METH_NOARGS, "cache_count() -> int"},
+    {"cache_bytes", (PyCFunction)lane_cache_bytes, METH_NOARGS,
+     "cache_bytes() -> int: the body bytes the cache holds"},
+    {"cache_take", (PyCFunction)lane_cache_take, METH_NOARGS,
+     "cache_take() -> [(client_id, request_id, service, status, body, expires)]: every entry, "
+     "oldest first; the cache emptied"},
     {NULL, NULL, 0, NULL},
 };
 

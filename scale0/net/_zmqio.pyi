@@ -5,11 +5,16 @@ from typing import Any
 from scale0.core._pool import Pool
 
 #: A request record the lane hands to Python (Lane.adopt...): (ticket, worker_rid, client_rid,
-#: client_id, caller, service, body, started, deadline, request_id, seq); ticket and worker_rid
-#: are b"" for a request that waited in the lane's queue.
+#: client_id, caller, service, body, started, deadline, request_id, seq, ids); ticket and
+#: worker_rid are b"" for a request that waited in the lane's queue; ids: an S0P client's
+#: request (request_id its own), False for a Majordomo one.
 LaneRecord = tuple[
-    bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes, int
+    bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes, int, bool
 ]
+
+#: An entry of the lane's reply cache (Lane.cache_take): (client_id, request_id, service,
+#: status, body, expires).
+LaneCached = tuple[bytes, bytes, str, int, tuple[bytes, ...], float]
 
 def setup(error_class: type[Exception], /) -> None: ...
 def recv_batch(handle: int, limit: int, /) -> list[list[bytes]]: ...
@@ -26,8 +31,9 @@ def hot_items(
 class Lane:
     """The C lane (scale0/net/_lane.c): a thread that owns the broker's frontend and backend
     ROUTERs, answers plain HEARTBEATs, dispatches Majordomo client REQUESTs to Majordomo
-    workers of a shared pool and returns their final REPLYs; everything else goes to Python
-    through two pipes."""
+    workers and S0P client REQUESTs to S0P workers of a shared pool and returns their final
+    REPLYs (an S0P one into its reply cache too); everything else goes to Python through two
+    pipes."""
 
     def __init__(
         self,
@@ -93,4 +99,25 @@ class Lane:
     def waiting_total(self) -> int: ...
     def next_seq(self) -> int: ...
     def seq_from(self, n: int, /) -> None: ...
-    def drain(self) -> tuple[int, int, list[tuple[str, list[int], float]], list[str]]: ...
+    def drain(self) -> tuple[int, int, list[tuple[str, int, list[int], float]], list[str]]: ...
+    def python_key(self, client_id: bytes, request_id: bytes, live: bool, /) -> None: ...
+    def python_keys(self) -> int: ...
+    def adopt_key(self, client_id: bytes, request_id: bytes, /) -> LaneRecord | None: ...
+    def cache_limits(self, max_entries: int, max_bytes: int, max_age_s: float, /) -> None: ...
+    def cache_put(
+        self,
+        client_id: bytes,
+        request_id: bytes,
+        service: str,
+        status: int,
+        body: tuple[bytes, ...],
+        expires: float,
+        /,
+    ) -> None: ...
+    def cache_get(
+        self, client_id: bytes, request_id: bytes, now: float, /
+    ) -> tuple[str, int, tuple[bytes, ...]] | None: ...
+    def cache_prune(self, now: float, /) -> None: ...
+    def cache_count(self) -> int: ...
+    def cache_bytes(self) -> int: ...
+    def cache_take(self) -> list[LaneCached]: ...

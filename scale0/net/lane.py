@@ -10,10 +10,14 @@ sends to those two sockets go back through the same pipes. The take rule is the 
 sessions, which Sessions keeps true through :class:`LaneMirror`; what the lane heard comes back
 as :meth:`scale0.core.broker.Broker.heard_elsewhere` at the start of every round of the node.
 
+Phase 3b: it also takes the requests of S0P and Majordomo clients to ready workers of their
+protocol and their final REPLYs, sharing the ledger's C pool and holding the reply cache
+(scale0/core/ledger.py "The lane"; docs/architecture.md "Phase 3b").
+
 This module holds what the node needs of it: whether it is built (:data:`LANE_BUILT`), the
 lane and its pipes (:func:`open_lane`), the mirror that speaks to it in the core's channels,
-and the header. It is on when the broker's file says
-``lane: true`` or ``SCALE0_LANE=1`` is set, and only with the C batch calls (the pure-Python
+and the header. It is on unless the broker's file says ``lane: false`` or ``SCALE0_LANE=0``
+is set (the default since phase 3b), and only with the C batch calls (the pure-Python
 fallback has no lane and runs as before).
 """
 

@@ -461,7 +461,7 @@ class BrokerNode:
                 "io": IMPLEMENTATION,  # "c" or "pyzmq" (scale0.net.frames_io)
                 "pool": self.broker.ledger.pool,  # "c" or "python" (scale0.core.ledger)
                 "lane": self._lane_state(),
-                "lane_requests": self._lane_requests,  # it dispatches Majordomo requests
+                "lane_requests": self._lane_requests,  # it dispatches requests (phase 3b)
             },
         )
         self._feed(Start())
@@ -933,7 +933,7 @@ class BrokerNode:
         self.broker.mirror_sessions(self._mirror)
         self.broker.core.lane = lane.stats  # its counters in status and /metrics
         ledger = self.broker.ledger
-        if isinstance(ledger, CPoolLedger):  # the lane dispatches Majordomo requests too
+        if isinstance(ledger, CPoolLedger):  # the lane dispatches requests too (phase 3b)
             lane.attach_pool(ledger.cpool)
             lane.lock()
             try:

@@ -32,10 +32,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scale0.core.effects import Channel, Effect, Send, Tick
-from scale0.core.ledger import C_POOL, CPoolLedger
+from scale0.core.ledger import (
+    C_POOL,
+    REPLY_CACHE_AGE_S,
+    REPLY_CACHE_BYTES,
+    REPLY_CACHE_ENTRIES,
+    CPoolLedger,
+)
 from scale0.core.metrics import LATENCY_BUCKETS_S
-from scale0.core.ports import LaneRecord
-from scale0.wire.frames import Message
+from scale0.core.ports import LaneCached, LaneRecord
+from scale0.core.requests import ReplyCache
+from scale0.wire.client import CheckConfig, ClientReply, ClientRequest, Heartbeat
+from scale0.wire.frames import SIG_CLIENT, SIG_WORKER, ConfigType, Message
 from scale0.wire.mdp import (
     MDPC01,
     MDPC02,
@@ -51,7 +59,7 @@ from scale0.wire.mdp import (
     MdpWorkerRequest,
     reading_code,
 )
-from scale0.wire.worker import WorkerRequest
+from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerReply, WorkerRequest
 from tests.core.harness import BACK, FRONT, Harness
 
 if not C_POOL:
@@ -70,6 +78,11 @@ def ledger_pool(monkeypatch: pytest.MonkeyPatch) -> str:
 CLIENTS = (b"\x00c1", b"\x00c2", b"\x00c3")
 WORKERS = (b"\x00w1", b"\x00w2", b"\x00w3")
 S0P_CLIENT = b"\x00s0p"
+S0P_CLIENTS = (S0P_CLIENT, b"\x00s0q")
+S0P_WORKERS = (b"\x00v1", b"\x00v2")
+#: Which request_id an S0P client's REQUEST carries: a new one, its last one again (a resend:
+#: R10 joins it or answers it from the cache), or its one before last.
+S0P_IDS = ("new", "new", "again", "old")
 SERVICES = ("echo", "echo", "other", "mmi.service")
 #: Client readings: (signature, delimited, majortomo); worker readings: (signature, delimited).
 CLIENT_READINGS = (
@@ -108,8 +121,13 @@ class Record:
     started: float
     deadline: float
     request_id: bytes
-    reading: int
+    reading: int  # the client's Majordomo reading, 0: an S0P client
     seq: int
+
+    @property
+    def ids(self) -> bool:
+        """An S0P client's: its request_id is the client's own (R10's key)."""
+        return not self.reading
 
     def handed(self) -> LaneRecord:
         return (
@@ -124,6 +142,7 @@ class Record:
             self.deadline,
             self.request_id,
             self.seq,
+            self.ids,
         )
 
 
@@ -152,11 +171,21 @@ class RequestLane:
     heard: list[tuple[Channel, bytes, float]] = field(default_factory=list)
     requests: int = 0
     replies: int = 0
-    latency: dict[str, tuple[list[int], float]] = field(default_factory=dict)
+    latency: dict[tuple[str, int], tuple[list[int], float]] = field(default_factory=dict)
+    keys: set[tuple[bytes, bytes]] = field(default_factory=set)  # Python's (R10)
+    cache: ReplyCache = field(
+        default_factory=lambda: ReplyCache(
+            max_entries=REPLY_CACHE_ENTRIES,
+            max_bytes=REPLY_CACHE_BYTES,
+            max_age_s=REPLY_CACHE_AGE_S,
+        )
+    )
     changed: set[str] = field(default_factory=set)
     taken: int = 0
     answered: int = 0
     handed_over: int = 0
+    s0p_answered: int = 0
+    sent: list[Message] = field(default_factory=list)  # the REQUESTs it sent workers
 
     # -- MirrorPort ------------------------------------------------------------------------------
 
@@ -174,7 +203,7 @@ class RequestLane:
         self.table[(channel, routing_id)] = Note(promise_ms, majordomo, client_id, open)
         if channel is FRONT and majordomo:  # the core answers in the reading spoken last
             for record in self._all():
-                if record.client == routing_id:
+                if record.client == routing_id and record.reading:
                     record.reading = majordomo
 
     def _all(self) -> list[Record]:
@@ -269,6 +298,62 @@ class RequestLane:
         assert count >= 0
         self.holds[client_id] = count
 
+    def python_key(self, client_id: bytes, request_id: bytes, live: bool) -> None:
+        if live:
+            self.keys.add((client_id, request_id))
+        else:
+            self.keys.discard((client_id, request_id))
+
+    def _by_key(self, client_id: bytes, request_id: bytes) -> Record | None:
+        return next(
+            (
+                r
+                for r in self._all()
+                if r.ids and (r.client_id, r.request_id) == (client_id, request_id)
+            ),
+            None,
+        )
+
+    def adopt_key(self, client_id: bytes, request_id: bytes) -> LaneRecord | None:
+        record = self._by_key(client_id, request_id)
+        return None if record is None else self._hand([record])[0]
+
+    # (the reply cache: scale0.core.requests.ReplyCache is what the C one copies)
+
+    def cache_limits(self, max_entries: int, max_bytes: int, max_age_s: float) -> None:
+        assert not len(self.cache)
+        self.cache = ReplyCache(max_entries=max_entries, max_bytes=max_bytes, max_age_s=max_age_s)
+
+    def cache_put(
+        self,
+        client_id: bytes,
+        request_id: bytes,
+        service: str,
+        status: int,
+        body: tuple[bytes, ...],
+        expires: float,
+    ) -> None:
+        reply = ClientReply(service, request_id, status, body)
+        self.cache.put_until((client_id, request_id), reply, expires)
+
+    def cache_get(
+        self, client_id: bytes, request_id: bytes, now: float
+    ) -> tuple[str, int, tuple[bytes, ...]] | None:
+        reply = self.cache.get((client_id, request_id), now)
+        return None if reply is None else (reply.service, reply.status, reply.body)
+
+    def cache_prune(self, now: float) -> None:
+        self.cache.prune(now)
+
+    def cache_count(self) -> int:
+        return len(self.cache)
+
+    def cache_take(self) -> list[LaneCached]:
+        return [
+            (key[0], key[1], reply.service, reply.status, reply.body, expires)
+            for key, reply, expires in self.cache.take()
+        ]
+
     # -- the node's part -----------------------------------------------------------------------
 
     def serve(
@@ -283,8 +368,11 @@ class RequestLane:
         self.on, self.timeout_s, self.cap, self.prefix = on, timeout_s, cap, prefix
         self.max_queued, self.may_queue = max_queued, may_queue
 
-    def drain(self) -> tuple[int, int, list[tuple[str, list[int], float]], list[str]]:
-        latencies = [(s, counts, total) for s, (counts, total) in sorted(self.latency.items())]
+    def drain(self) -> tuple[int, int, list[tuple[str, int, list[int], float]], list[str]]:
+        latencies = [
+            (service, status, counts, total)
+            for (service, status), (counts, total) in sorted(self.latency.items())
+        ]
         drained = (self.requests, self.replies, latencies, sorted(self.changed))
         self.requests = self.replies = 0
         self.latency = {}
@@ -300,24 +388,50 @@ class RequestLane:
         if not self.on:
             return None
         if channel is FRONT and isinstance(message, MdpClientRequest):
-            return self._request(rid, message, now)
+            reading = reading_code((message.protocol, message.delimited, message.majortomo))
+            return self._request(rid, reading, message.service, b"", message.body, now)
+        if channel is FRONT and isinstance(message, ClientRequest):
+            return self._request(rid, 0, message.service, message.request_id, message.body, now)
         if channel is BACK and isinstance(message, MdpWorkerReply):
-            return self._reply(rid, message, now)
+            return self._reply(rid, message.ticket, True, 200, message.body, now)
+        if channel is BACK and isinstance(message, WorkerReply):
+            return self._reply(rid, message.ticket, False, message.status, message.body, now)
         return None
 
-    def _request(self, rid: bytes, msg: MdpClientRequest, now: float) -> list[Effect] | None:
+    def _can_write(self, worker: bytes, reading: int) -> bool:
+        """Whether ``worker`` may be sent a request of a client of ``reading`` (0: S0P): it
+        speaks the same protocol, and it has made no promise (R23)."""
+        wnote = self.table.get((BACK, worker))
+        return wnote is not None and bool(wnote.reading) == bool(reading) and not wnote.promise_ms
+
+    def _request(
+        self,
+        rid: bytes,
+        reading: int,
+        service: str,
+        request_id: bytes,
+        body: tuple[bytes, ...],
+        now: float,
+    ) -> list[Effect] | None:
         pool = self.pool
         note = self.table.get((FRONT, rid))
-        service = msg.service
         if (
-            service.startswith("mmi.")
+            service.startswith(("mmi.", "scale0."))
             or note is None
-            or note.reading != reading_code((msg.protocol, msg.delimited, msg.majortomo))
+            or note.reading != reading
             or not note.open
             or note.promise_ms
             or self.held(note.client_id) + self.holds.get(note.client_id, 0) >= self.cap
         ):
             return None
+        if not reading:  # R10: a key the core holds, the lane holds or has cached is the core's
+            key = (note.client_id, request_id)
+            if (
+                key in self.keys
+                or self._by_key(*key) is not None
+                or self.cache.get(key, now) is not None
+            ):
+                return None
         queue = pool.queue(service)  # type: ignore[attr-defined]
         self.counter += 1
         record = Record(
@@ -326,17 +440,16 @@ class RequestLane:
             rid,
             note.client_id,
             service,
-            msg.body,
+            body,
             now,
             now + self.timeout_s,
-            b"mdp.L%d" % self.counter,
-            note.reading,
+            request_id if not reading else b"mdp.L%d" % self.counter,
+            reading,
             self.next_seq(),
         )
         if queue:
             worker = queue[0]
-            wnote = self.table.get((BACK, worker))
-            if self.waits.get(service, 0) or wnote is None or not wnote.reading or wnote.promise_ms:
+            if self.waits.get(service, 0) or not self._can_write(worker, reading):
                 return None
             assert pool.take(service) == worker  # type: ignore[attr-defined]
             effects = self._dispatch(record, worker)
@@ -356,51 +469,79 @@ class RequestLane:
         return effects
 
     def _dispatch(self, record: Record, worker: bytes) -> list[Effect]:
-        """``record`` to ``worker`` (taken from the pool): a ticket, its slot, its REQUEST."""
+        """``record`` to ``worker`` (taken from the pool): a ticket, its slot, its REQUEST in
+        the worker's protocol (IDREQUEST to an S0P worker that asked for ids)."""
         self.tickets += 1
-        ticket = self.prefix + ((1 << 63) | self.tickets).to_bytes(8, "big")
+        ticket = self.prefix + self.next_seq().to_bytes(8, "big")  # (one numbering: _lane.c)
         self.pool.hold(worker, ticket)  # type: ignore[attr-defined]
         record.ticket, record.worker = ticket, worker
         self.records[ticket] = record
         self.changed.add(record.service)
         wnote = self.table[(BACK, worker)]
-        protocol, delimited = _worker_reading(wnote.reading)
-        request = MdpWorkerRequest(ticket, record.body, protocol=protocol, delimited=delimited)
+        request: Message
+        if wnote.reading:
+            protocol, delimited = _worker_reading(wnote.reading)
+            request = MdpWorkerRequest(ticket, record.body, protocol=protocol, delimited=delimited)
+        elif self.pool.ids_of(worker):  # type: ignore[attr-defined]
+            client_id = record.client_id.decode()
+            request = WorkerIdRequest(
+                ticket, record.service, client_id, record.request_id, record.body
+            )
+        else:
+            request = WorkerRequest(ticket, record.service, record.body)
+        self.sent.append(request)
         return [Send(BACK, worker, request)]
 
-    def _reply(self, rid: bytes, msg: MdpWorkerReply, now: float) -> list[Effect] | None:
-        record = self.records.get(msg.ticket)
-        if record is None or record.worker != rid:
+    def _reply(
+        self,
+        rid: bytes,
+        ticket: bytes,
+        majordomo: bool,
+        status: int,
+        body: tuple[bytes, ...],
+        now: float,
+    ) -> list[Effect] | None:
+        record = self.records.get(ticket)
+        if record is None or record.worker != rid or bool(record.reading) != majordomo:
             return None
         # What the worker serves now (a READY since may have changed it), in its order: a
         # request waiting in the core for one of them is the core's to give it; else the
-        # first of the lane's queues that holds one, if the worker still speaks Majordomo
+        # first of the lane's queues that holds one, if the worker can be written its head
         services = self.services_of(rid)
         if any(self.waits.get(service, 0) for service in services):
             return None
         queued = next((s for s in services if self.queues.get(s)), None)
-        wnote = self.table.get((BACK, rid))
-        if queued is not None and (wnote is None or not wnote.reading or wnote.promise_ms):
+        if queued is not None and self.pool.spare(rid) < 0:  # type: ignore[attr-defined]
+            queued = None  # a READY lowered its capacity: full even once this one is answered
+        if queued is not None and not self._can_write(rid, self.queues[queued][0].reading):
             return None
-        del self.records[msg.ticket]
-        self.pool.release(rid, msg.ticket)  # type: ignore[attr-defined]
+        del self.records[ticket]
+        self.pool.release(rid, ticket)  # type: ignore[attr-defined]
         effects: list[Effect] = []
         if queued is not None:
             effects = self._dispatch(self.queues[queued].pop(0), rid)
         else:
             self.pool.list_ready(rid)  # type: ignore[attr-defined]
         self.replies += 1
-        counts, total = self.latency.get(record.service, ([0] * (len(LATENCY_BUCKETS_S) + 1), 0.0))
+        empty = ([0] * (len(LATENCY_BUCKETS_S) + 1), 0.0)
+        counts, total = self.latency.get((record.service, status), empty)
         seconds = max(0.0, now - record.started)
         counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
-        self.latency[record.service] = (counts, total + seconds)
+        self.latency[(record.service, status)] = (counts, total + seconds)
         self.changed.add(record.service)
         self.heard.append((BACK, rid, now))
         self.answered += 1
-        protocol, delimited, majortomo = _client_reading(record.reading)
-        answer = MdpClientReply(
-            record.service, msg.body, protocol=protocol, delimited=delimited, majortomo=majortomo
-        )
+        answer: Message
+        if record.reading:
+            protocol, delimited, majortomo = _client_reading(record.reading)
+            answer = MdpClientReply(
+                record.service, body, protocol=protocol, delimited=delimited, majortomo=majortomo
+            )
+        else:
+            answer = ClientReply(record.service, record.request_id, status, body)
+            self.s0p_answered += 1
+            expires = now + self.cache.max_age_s
+            self.cache.put_until((record.client_id, record.request_id), answer, expires)
         return [Send(FRONT, record.client, answer), *effects]
 
 
@@ -433,6 +574,25 @@ OPS = st.one_of(
     st.tuples(
         st.just("s0p_request"),
     ),
+    st.tuples(
+        st.just("s0p"),
+        st.sampled_from(S0P_CLIENTS),
+        st.sampled_from(S0P_IDS),
+        st.sampled_from(("echo", "echo", "other")),
+    ),
+    st.tuples(
+        st.just("s0p_ready"),
+        st.sampled_from(S0P_WORKERS),
+        st.booleans(),
+        st.sampled_from(("echo", "echo", "other")),
+        st.sampled_from((1, 1, 2)),
+    ),
+    st.tuples(st.just("s0p_reply"), st.sampled_from(S0P_WORKERS), st.sampled_from((200, 500))),
+    st.tuples(st.just("s0p_reply"), st.sampled_from(S0P_WORKERS), st.just(200)),
+    st.tuples(st.just("s0p_partial"), st.sampled_from(S0P_WORKERS)),
+    st.tuples(st.just("s0p_beat"), st.sampled_from(S0P_WORKERS)),
+    st.tuples(st.just("s0p_client_beat"), st.sampled_from(S0P_CLIENTS)),
+    st.tuples(st.just("s0p_hello"), st.sampled_from(S0P_CLIENTS + S0P_WORKERS)),
     st.tuples(st.just("advance"), st.sampled_from((0.2, 0.9, 2.0, 6.0))),
     st.tuples(
         st.just("status"),
@@ -462,9 +622,18 @@ class Twins:
         self.names: list[dict[bytes, int]] = [{}, {}]
         self.readings: dict[bytes, tuple[bytes, bool]] = {}
         self.s0p_ids = 0
+        self.steps = 0
+        self.sent_ids: dict[bytes, list[bytes]] = defaultdict(list)  # per S0P client
         self._unlock()
         for harness in (self.a, self.b):
-            harness.client(S0P_CLIENT)
+            for rid in S0P_CLIENTS:
+                harness.client(rid)
+            for rid in S0P_WORKERS:
+                harness.send(
+                    BACK,
+                    rid,
+                    CheckConfig(config_type=ConfigType.JSON, config_version=3, protocol=SIG_WORKER),
+                )
 
     def _round(self) -> None:
         """The node's round start: what the lane heard and did goes to the core first."""
@@ -493,7 +662,11 @@ class Twins:
                 FRONT,
                 rid,
                 MdpClientRequest(
-                    service, (b"body",), protocol=protocol, delimited=delimited, majortomo=majortomo
+                    service,
+                    (b"body%d" % self.steps,),  # (which request a worker gets shows)
+                    protocol=protocol,
+                    delimited=delimited,
+                    majortomo=majortomo,
                 ),
             )  # type: ignore[arg-type]
         if kind == "ready":
@@ -517,6 +690,27 @@ class Twins:
                 rid,
                 MdpWorkerReply(ticket, (b"done",), protocol=protocol, delimited=delimited),
             )
+        if kind == "s0p_ready":
+            _, rid, ids, service, capacity = op  # type: ignore[misc]
+            wall = self.a.wall
+            ready = Ready((service,), True, 1000, wall, 3, capacity, ids)  # type: ignore[arg-type]
+            return BACK, rid, ready
+        if kind in ("s0p_reply", "s0p_partial"):
+            if not tickets:
+                return None
+            if kind == "s0p_partial":
+                return BACK, rid, WorkerPartial(tickets[0], (b"part",))
+            status = op[2]
+            assert isinstance(status, int)
+            return BACK, rid, WorkerReply(tickets.pop(0), status, (b"done",))
+        if kind == "s0p_beat":
+            return BACK, rid, Heartbeat(time=self.a.wall, config_version=3, protocol=SIG_WORKER)
+        if kind == "s0p_hello":  # a CHECKCONFIG: a session lost at a long advance comes back
+            channel, protocol = (FRONT, SIG_CLIENT) if rid in S0P_CLIENTS else (BACK, SIG_WORKER)
+            hello = CheckConfig(config_type=ConfigType.JSON, config_version=3, protocol=protocol)
+            return channel, rid, hello
+        if kind == "s0p_client_beat":
+            return FRONT, rid, Heartbeat(time=self.a.wall, config_version=3, protocol=SIG_CLIENT)
         if kind == "beat":
             return BACK, rid, MdpWorkerHeartbeat(protocol=protocol, delimited=delimited)
         if kind == "bye":
@@ -532,10 +726,16 @@ class Twins:
             if not isinstance(effect, Send):
                 continue
             message = effect.message
-            if isinstance(message, (MdpWorkerRequest, WorkerRequest)):
+            if isinstance(message, (MdpWorkerRequest, WorkerRequest, WorkerIdRequest)):
                 name = names.setdefault(message.ticket, len(names))
                 self.open[which][effect.routing_id].append(message.ticket)
-                seen.append((effect.channel, effect.routing_id, ("request", name, message.body)))
+                ids: tuple[str, bytes] | None = None
+                if isinstance(message, WorkerIdRequest):
+                    ids = (message.client_id, message.request_id)
+                    if message.request_id.startswith(b"mdp."):  # the lane's are mdp.L<n>, D1
+                        ids = (message.client_id, b"mdp.*")
+                what = ("request", name, type(message).__name__, ids, message.body)
+                seen.append((effect.channel, effect.routing_id, what))
             elif isinstance(message, MdpWorkerDisconnect):
                 self.open[which].pop(effect.routing_id, None)
                 seen.append((effect.channel, effect.routing_id, message))
@@ -544,6 +744,7 @@ class Twins:
         return seen
 
     def step(self, op: Op) -> None:
+        self.steps += 1
         kind = op[0]
         a, b = self.a, self.b
         self._round()
@@ -562,10 +763,20 @@ class Twins:
             )
             assert view_a == view_b
             out_a, out_b = [], []
-        elif kind == "s0p_request":
-            self.s0p_ids += 1
-            request_id = b"s%d" % self.s0p_ids
-            out_a, out_b = a.request(S0P_CLIENT, request_id), b.request(S0P_CLIENT, request_id)
+        elif kind in ("s0p_request", "s0p"):
+            rid, pick, service = (S0P_CLIENT, "new", "echo") if kind == "s0p_request" else op[1:]
+            assert isinstance(rid, bytes) and isinstance(service, str)
+            sent = self.sent_ids[rid]
+            if pick == "new" or len(sent) < (1 if pick == "again" else 2):
+                self.s0p_ids += 1
+                sent.append(b"s%d" % self.s0p_ids)
+                request_id = sent[-1]
+            else:
+                request_id = sent[-1] if pick == "again" else sent[-2]
+            request = ClientRequest(service, request_id, (b"body%d" % self.steps,))
+            out_a = a.send(FRONT, rid, request)
+            taken = self.lane.receive(FRONT, rid, request, b.now)
+            out_b = taken if taken is not None else b.send(FRONT, rid, request)
         else:
             got_a, got_b = self._message(op, 0), self._message(op, 1)
             assert (got_a is None) == (got_b is None), (op, got_a, got_b)
@@ -589,7 +800,7 @@ class Twins:
                     sorted(map(repr, got_a_peer)),
                     sorted(map(repr, got_b_peer)),
                 )
-            assert got_a_peer == got_b_peer, (op, peer)
+            assert got_a_peer == got_b_peer, (op, peer, got_a_peer, got_b_peer)
 
     def finish(self) -> None:
         self._round()
@@ -602,6 +813,8 @@ class Twins:
             "dropped",
             "errors_504",
             "errors_503",
+            "cache_hits",
+            "duplicates_joined",
         )
         assert {k: a.core.counters.get(k) for k in keys} == {
             k: b.core.counters.get(k) for k in keys
@@ -618,6 +831,7 @@ class Twins:
             b.ledger.held_by_client().values()
         )
         assert a.ledger.open_by_connection() == b.ledger.open_by_connection()
+        assert a.ledger.cached_count() == b.ledger.cached_count()
         b.attach_lane(None)  # what the lane holds is adopted: then the ledgers agree in full
         assert a.stats()["in_flight"] == b.stats()["in_flight"]
         assert sorted(a.ledger.held_by_client().values()) == sorted(
@@ -663,21 +877,21 @@ def test_the_lane_takes_a_plain_request_and_its_reply() -> None:
 
 
 def test_the_lanes_queue_is_behind_the_cores() -> None:
-    """R6 across the two queues: an S0P request waits in the core for the busy worker, the
-    next Majordomo request waits in the lane behind it. The lane's REPLY that frees the worker
-    goes to the core (a request waits there), which gives the worker its waiting request; that
-    one's REPLY frees it again, and the core, its own queue empty, lends it the lane's head,
-    which stays the lane's: the lane answers it."""
+    """R6 across the two queues: a new client's first request (its session opens in the
+    core, D1) waits in the core for the busy worker, the next request waits in the lane behind
+    it. The lane's REPLY that frees the worker goes to the core (a request waits there), which
+    gives the worker its waiting request; that one's REPLY frees it again, and the core, its
+    own queue empty, lends it the lane's head, which stays the lane's: the lane answers it."""
     twins = _play(
         [
             _ready(WORKERS[0]),
             _request(CLIENTS[0]),
             ("reply", WORKERS[0]),
             _request(CLIENTS[0]),  # the lane's, dispatched
-            ("s0p_request",),  # waits in the core: the lane is told
+            _request(CLIENTS[1]),  # waits in the core: the lane is told
             _request(CLIENTS[0]),  # waits in the lane, behind it
             ("reply", WORKERS[0]),  # to the core: the lane's request adopted, answered
-            ("reply", WORKERS[0]),  # the S0P one's: the lane's head lent the freed worker
+            ("reply", WORKERS[0]),  # the core's: the lane's head lent the freed worker
             ("reply", WORKERS[0]),  # the lane's again: it answers
         ]
     )
@@ -776,6 +990,103 @@ def test_a_long_random_run_exercises_every_hand_over() -> None:
     assert lane.taken > 150 and lane.queued > 100 and lane.answered > 5 and lane.handed_over > 100
 
 
+def _s0p(rid: bytes = S0P_CLIENT, pick: str = "new", service: str = "echo") -> Op:
+    return ("s0p", rid, pick, service)
+
+
+def _s0p_ready(rid: bytes, ids: bool = True, service: str = "echo", capacity: int = 1) -> Op:
+    return ("s0p_ready", rid, ids, service, capacity)
+
+
+def test_the_lane_takes_s0p_requests_and_the_core_answers_their_resends_from_its_cache() -> None:
+    """An S0P client's REQUEST to an S0P worker is the lane's from the first (the client
+    negotiated: its session exists), and so is the REPLY; the lane puts that REPLY in the
+    reply cache, where the core finds it when the client asks again (R10): the resend is
+    passed, answered from the cache, run nowhere."""
+    twins = _play(
+        [
+            _s0p_ready(S0P_WORKERS[0]),
+            _s0p(),
+            ("s0p_reply", S0P_WORKERS[0], 200),
+            _s0p(pick="again"),
+            _s0p(),
+            ("s0p_reply", S0P_WORKERS[0], 500),  # a worker's status is cached as it is
+            _s0p(pick="again"),
+        ]
+    )
+    lane = twins.lane
+    assert (lane.taken, lane.answered, lane.handed_over) == (2, 2, 0)
+    assert twins.b.broker.core.counters["cache_hits"] == 2
+
+
+def test_a_resend_joins_the_lanes_request_in_flight() -> None:
+    """R10: the resend of a request the lane runs is passed; the core adopts the lane's
+    request by its key and joins it (the answer goes where the client asked from last); the
+    worker's REPLY then is the core's to answer (its ticket adopted)."""
+    twins = _play(
+        [
+            _s0p_ready(S0P_WORKERS[0]),
+            _s0p(),
+            _s0p(pick="again"),
+            ("s0p_reply", S0P_WORKERS[0], 200),
+            _s0p(pick="again"),  # now from the cache the core put it in
+        ]
+    )
+    lane = twins.lane
+    assert (lane.taken, lane.answered, lane.handed_over) == (1, 0, 1)
+    counters = twins.b.broker.core.counters
+    assert (counters["duplicates_joined"], counters["cache_hits"]) == (1, 1)
+
+
+def test_a_resend_of_a_waiting_request_keeps_the_order_of_the_queue() -> None:
+    """R6 and R10: three requests wait in the lane's queue; a resend of the second adopts the
+    whole queue in its order (not the second alone at the back), so the worker gets them in
+    the order they came, as a broker without a lane gives them."""
+    twins = _play(
+        [
+            _s0p_ready(S0P_WORKERS[0], ids=False),
+            _s0p(),  # dispatched
+            _s0p(S0P_CLIENTS[1]),  # waits in the lane
+            _s0p(),  # waits in the lane
+            _s0p(S0P_CLIENTS[1]),  # waits in the lane
+            _s0p(pick="again"),  # the resend of S0P_CLIENT's second (waiting): joins it
+            *[("s0p_reply", S0P_WORKERS[0], 200)] * 4,
+        ]
+    )
+    lane = twins.lane
+    # (and the one in flight, whose REPLY comes while they wait in the core)
+    assert (lane.taken, lane.queued, lane.handed_over) == (4, 3, 4)
+
+
+def test_a_worker_that_asked_for_ids_is_sent_idrequest_by_the_lane() -> None:
+    twins = Twins()
+    twins.step(_s0p_ready(S0P_WORKERS[0], ids=True))
+    twins.step(_s0p_ready(S0P_WORKERS[1], ids=False))
+    twins.step(_s0p())
+    twins.step(_s0p())
+    kinds = [type(m).__name__ for m in twins.lane.sent]
+    assert sorted(kinds) == ["WorkerIdRequest", "WorkerRequest"]
+    twins.finish()
+
+
+def test_an_s0p_worker_and_a_majordomo_client_meet_in_the_core() -> None:
+    """Readings must match for the lane: a Majordomo client's request to an S0P worker, and an
+    S0P client's to a Majordomo worker, are passed to the core, which serves both."""
+    twins = _play(
+        [
+            _s0p_ready(S0P_WORKERS[0], service="other"),
+            _ready(WORKERS[0]),
+            _request(CLIENTS[0], service="other"),
+            ("s0p_reply", S0P_WORKERS[0], 200),
+            _request(CLIENTS[0], service="other"),  # the client has its session: still passed
+            ("s0p_reply", S0P_WORKERS[0], 200),
+            _s0p(),  # echo: only the Majordomo worker offers it
+            ("reply", WORKERS[0]),
+        ]
+    )
+    assert (twins.lane.taken, twins.lane.handed_over) == (0, 0)
+
+
 def test_a_closed_loop_ends_in_the_lane() -> None:
     """The issue's bench in small, closed loop: two clients keep five requests each
     outstanding against two workers. Their first requests open their sessions in the core
@@ -799,6 +1110,22 @@ def test_a_closed_loop_ends_in_the_lane() -> None:
     twins.finish()
 
 
+def test_a_long_s0p_run_exercises_the_cache_the_joins_and_the_hand_overs() -> None:
+    """The property over one long seeded run of mostly S0P clients and workers (resends,
+    statuses, READYs that change capacity and ids, sessions lost and negotiated again), so
+    the lane's S0P rule, R10 across the lane and the core, and the cache are not vacuous."""
+    rng = random.Random(3)
+    twins = Twins()
+    for worker in S0P_WORKERS:
+        twins.step(_s0p_ready(worker))
+    for _ in range(3000):
+        twins.step(OPS_S0P[rng.randrange(len(OPS_S0P))](rng))
+    twins.finish()
+    lane, counters = twins.lane, twins.b.broker.core.counters
+    assert lane.taken > 100 and lane.s0p_answered > 30 and lane.handed_over > 50
+    assert counters["cache_hits"] >= 5 and counters["duplicates_joined"] >= 20
+
+
 def _steady(r: random.Random) -> Op:
     """A request of a client in the reading it always speaks."""
     index = r.randrange(len(CLIENTS))
@@ -815,4 +1142,34 @@ OPS_LONG: list[Callable[[random.Random], Op]] = [
     *[lambda r: ("advance", r.choice((0.1, 0.3)))] * 2,
     lambda r: ("status",),
     lambda r: r.choice((("bye", r.choice(WORKERS)), ("s0p_request",), ("advance", 6.0))),
+]
+
+#: Mostly S0P: new requests and resends, replies with statuses, READYs, beats, hellos.
+OPS_S0P: list[Callable[[random.Random], Op]] = [
+    *[
+        lambda r: _s0p(
+            r.choice(S0P_CLIENTS), r.choice(("new",) * 8 + ("again", "old")), r.choice(SERVICES[:3])
+        )
+    ]
+    * 8,
+    lambda r: _s0p_ready(
+        r.choice(S0P_WORKERS), r.random() < 0.5, r.choice(("echo", "other")), r.choice((1, 2))
+    ),
+    *[lambda r: ("s0p_reply", r.choice(S0P_WORKERS), r.choice((200, 200, 500)))] * 8,
+    lambda r: ("s0p_partial", r.choice(S0P_WORKERS)),
+    *[lambda r: ("s0p_beat", r.choice(S0P_WORKERS))] * 2,
+    *[lambda r: ("s0p_client_beat", r.choice(S0P_CLIENTS))] * 2,
+    lambda r: ("advance", r.choice((0.1, 0.3))),
+    lambda r: ("status",),
+    *[lambda r: ("s0p_hello", r.choice(S0P_CLIENTS + S0P_WORKERS))] * 4,
+    lambda r: r.choice(
+        (
+            ("advance", 6.0),
+            _steady(r),
+            ("reply", r.choice(WORKERS)),
+            _s0p_ready(r.choice(S0P_WORKERS)),
+            _s0p_ready(r.choice(S0P_WORKERS)),
+            ("status",),
+        )
+    ),
 ]

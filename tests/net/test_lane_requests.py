@@ -27,8 +27,16 @@ import pytest
 import zmq
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
+from scale0.config.model import NetworkConfig
+from scale0.core.context import Core
 from scale0.core.majordomo import Reading
 from scale0.core.metrics import LATENCY_BUCKETS_S
 from scale0.wire.mdp import (
@@ -43,6 +51,7 @@ from scale0.wire.mdp import (
     MdpWorkerReply,
     MdpWorkerRequest,
 )
+from scale0.wire.peer import BrokerState
 from scale0.wire.registry import (
     BACKEND_SIGNATURES,
     FRONTEND_SIGNATURES,
@@ -104,7 +113,10 @@ def request(service: str, body: tuple[bytes, ...], reading: Reading) -> list[byt
 
 
 def ticket_of(number: int) -> bytes:
-    return PREFIX + (2**63 | number).to_bytes(8, "big")
+    """The ticket numbered ``number`` of the shared seq (_lane.c's next_ticket; Python's own
+    while a lane is attached, scale0.core.context.Core.next_ticket): one numbering, so a
+    worker's tickets sort in the order they were issued, whoever issued them."""
+    return PREFIX + number.to_bytes(8, "big")
 
 
 @contextmanager
@@ -269,7 +281,7 @@ def test_a_request_and_its_reply_go_through_the_lane_in_every_reading(
     before = time.monotonic()
     body = (b"frame one", b"", b"x" * 60000)
     ticket = net.dispatch(client, worker, body)
-    assert ticket == ticket_of(1)
+    assert ticket == ticket_of(2)  # (the request is numbered 1, its dispatch 2)
     lane, pool = net.lane, net.pool
     assert lane.in_flight() == 1 and lane.held(b"b.c1") == 1 and lane.busy(b"c1")
     with locked(lane):
@@ -287,12 +299,17 @@ def test_a_request_and_its_reply_go_through_the_lane_in_every_reading(
     assert [(c, r) for c, r, _s in lane.heard()] == [(BACK, b"w1")]
     requests, replies, histograms, changed = lane.drain()
     assert (requests, replies, changed) == (1, 1, ["echo"])
-    [(service, counts, sum_s)] = histograms
-    assert service == "echo" and len(counts) == len(LATENCY_BUCKETS_S) + 1 and sum(counts) == 1
+    [(service, status, counts, sum_s)] = histograms  # (a Majordomo answer is status 200)
+    assert (
+        service == "echo"
+        and status == 200
+        and len(counts) == len(LATENCY_BUCKETS_S) + 1
+        and sum(counts) == 1
+    )
     assert 0.0 <= sum_s <= time.monotonic() - before
     assert lane.drain() == (0, 0, [], [])
-    # the next request is numbered on
-    assert net.dispatch(client, worker) == ticket_of(2)
+    # the next request is numbered on: 3, its ticket 4
+    assert net.dispatch(client, worker) == ticket_of(4)
     lane.stop()
     stats = lane.stats()
     assert (stats["requests"], stats["replies"], stats["handed"]) == (2, 1, 0)
@@ -316,10 +333,10 @@ def test_the_least_recently_used_worker_is_dispatched_to(net: Net) -> None:
     workers = [net.worker(b"w%d" % n) for n in range(3)]
     client = net.client(b"c1")
     tickets = [net.dispatch(client, w) for w in workers]  # w0, w1, w2 in LRU order
-    assert tickets == [ticket_of(n) for n in (1, 2, 3)]
+    assert tickets == [ticket_of(n) for n in (2, 4, 6)]  # (each request 1, 3, 5 numbered first)
     net.answered(workers[1], client, tickets[1])
     net.answered(workers[0], client, tickets[0])
-    assert net.dispatch(client, workers[1]) == ticket_of(4)  # w1 freed first: first again
+    assert net.dispatch(client, workers[1]) == ticket_of(8)  # w1 freed first: first again
 
 
 # ---- the REQUEST take rule, each condition both ways ------------------------------------------
@@ -683,7 +700,9 @@ def test_adopt_hands_the_whole_record_and_the_reply_then_goes_to_python() -> Non
             assert net.lane.adopt(ticket) is None
             assert net.pool.tickets(b"w1") == [ticket]  # its slot stays held, under its ticket
         assert record is not None
-        t, wrid, crid, client_id, caller, service, body, started, deadline, request_id, seq = record
+        t, wrid, crid, client_id, caller, service, body, started, deadline, request_id, seq, ids = (
+            record
+        )
         assert (t, wrid, crid, client_id, caller, service, body) == (
             ticket,
             b"w1",
@@ -694,7 +713,7 @@ def test_adopt_hands_the_whole_record_and_the_reply_then_goes_to_python() -> Non
             (b"a", b"", b"c"),
         )
         assert before <= started <= time.monotonic() and deadline == started + TIMEOUT_S
-        assert request_id == b"mdp.L1" and seq == 1
+        assert request_id == b"mdp.L1" and seq == 1 and ids is False
         assert net.lane.in_flight() == 0 and net.lane.held(b"b.c1") == 0
         assert not net.lane.busy(b"c1") and net.lane.stats()["handed"] == 1
         net.passed_reply(worker, net.reply_frames(worker, ticket))
@@ -762,14 +781,14 @@ def test_drain_lists_what_changed_and_the_latencies_sorted(net: Net) -> None:
     net.answered(b, client, tb, service="beta")
     requests, replies, histograms, changed = net.lane.drain()
     assert (requests, replies, changed) == (0, 1, ["beta"])
-    assert [h[0] for h in histograms] == ["beta"]
+    assert [h[:2] for h in histograms] == [("beta", 200)]
     net.answered(a, client, ta, service="alpha")
     ticket = net.dispatch(client, b, service="beta")
     with locked(net.lane):
         assert net.lane.adopt(ticket) is not None
     requests, replies, histograms, changed = net.lane.drain()
     assert (requests, replies, changed) == (1, 1, ["alpha", "beta"])
-    assert [h[0] for h in histograms] == ["alpha"]
+    assert [h[:2] for h in histograms] == [("alpha", 200)]
 
 
 # ---- the lock and the pool's guard ------------------------------------------------------------
@@ -993,25 +1012,52 @@ def test_a_ready_worker_is_not_taken_while_python_has_one_waiting(net: Net) -> N
     net.dispatch(client, worker)
 
 
+def test_a_worker_whose_ready_lowered_its_capacity_gets_no_head(net: Net) -> None:
+    """A worker of capacity 2 runs two of the lane's requests and a third waits in the lane's
+    queue; a READY lowers its capacity to 1. Its first REPLY is answered by the lane, but the
+    worker, full even once that one is out (1 held, capacity 1), is given no head: the head
+    still waits, and the pool lists the worker in no queue (Python's worker_free decides the
+    same). Its second REPLY frees a slot: now it gets the head."""
+    _queueing(net)
+    c1 = net.client(b"c1")
+    worker = net.worker(b"w1", capacity=2)
+    first = net.dispatch(c1, worker, (b"one",))
+    second = net.dispatch(c1, worker, (b"two",))
+    queue_up(net, c1, (b"three",))
+    with locked(net.lane):
+        net.pool.add(b"w1", ("echo",), 1)  # the READY (Python's) that lowers the capacity
+        assert net.pool.spare(b"w1") == -1
+    net.answered(worker, c1, first)
+    assert worker.dealer.poll(200) == 0  # no head for a full worker
+    assert net.lane.waiting("echo") == 1 and net.lane.in_flight() == 1
+    with locked(net.lane):
+        assert net.pool.queue("echo") == [] and net.pool.tickets(b"w1") == [second]
+    net.answered(worker, c1, second)
+    got = recv(worker.dealer)
+    assert got[-1] == b"three" and net.lane.waiting("echo") == 0
+
+
 def test_a_reply_gives_the_worker_the_head_of_the_queue(net: Net) -> None:
     _queueing(net)
     c1, c2, c3 = net.client(b"c1"), net.client(b"c2", CLIENT_READINGS[4]), net.client(b"c3")
-    worker, first = busy_worker(net, b"w1", c1, reading=WORKER_READINGS[2])
-    queue_up(net, c2, (b"two",))
-    queue_up(net, c3, (b"three",))
+    worker, first = busy_worker(net, b"w1", c1, reading=WORKER_READINGS[2])  # seq 1, ticket 2
+    assert first == ticket_of(2)
+    queue_up(net, c2, (b"two",))  # seq 3
+    queue_up(net, c3, (b"three",))  # seq 4
     net.answered(worker, c1, first)
-    got = recv(worker.dealer)  # at once, to the worker that replied, c2's first
+    got = recv(worker.dealer)  # at once, to the worker that replied, c2's first: ticket 5
     assert (
         got
-        == MdpWorkerRequest(ticket_of(2), (b"two",), protocol=MDPW02, delimited=False).to_frames()
+        == MdpWorkerRequest(ticket_of(5), (b"two",), protocol=MDPW02, delimited=False).to_frames()
     )
     assert net.lane.waiting("echo") == 1 and net.lane.in_flight() == 1
     with locked(net.lane):
-        assert net.pool.tickets(b"w1") == [ticket_of(2)] and net.pool.queue("echo") == []
+        assert net.pool.tickets(b"w1") == [ticket_of(5)] and net.pool.queue("echo") == []
     assert net.lane.drain()[3] == ["echo"]
-    net.answered(worker, c2, ticket_of(2))
-    assert recv(worker.dealer)[2] == ticket_of(3)
-    net.answered(worker, c3, ticket_of(3))
+    net.answered(worker, c2, ticket_of(5))
+    assert recv(worker.dealer)[2] == ticket_of(6)
+    net.answered(worker, c3, ticket_of(6))
+    assert net.lane.next_seq() == 7  # (nothing else took a number)
     with locked(net.lane):  # the queue empty: the worker ready again
         assert net.pool.tickets(b"w1") == [] and net.pool.queue("echo") == [b"w1"]
 
@@ -1019,41 +1065,41 @@ def test_a_reply_gives_the_worker_the_head_of_the_queue(net: Net) -> None:
 def test_the_reply_rule_reads_the_worker_s_services_now(net: Net) -> None:
     _queueing(net)
     c1, c2 = net.client(b"c1"), net.client(b"c2")
-    worker, first = busy_worker(net, b"w1", c1)
-    busy_worker(net, b"w2", c2, service="other")  # (offers "other", busy)
-    queue_up(net, c2, (b"for other",), service="other")
+    worker, first = busy_worker(net, b"w1", c1)  # seq 1, ticket 2
+    busy_worker(net, b"w2", c2, service="other")  # (offers "other", busy; seq 3, ticket 4)
+    queue_up(net, c2, (b"for other",), service="other")  # seq 5
     with locked(net.lane):  # w1's READY while busy: now it serves "other" (its ticket kept)
         net.pool.add(b"w1", ("other",), 1)
     net.lane.python_waits("other", 1)  # Python's "other" go first: its to give
     net.passed_reply(worker, net.reply_frames(worker, first))
-    assert net.lane.in_flight() == 2  # (passed: nothing changed)
+    assert net.lane.in_flight() == 2  # (passed: nothing changed, no number taken)
     net.lane.python_waits("other", 0)
     net.lane.python_waits("echo", 1)  # w1 serves "echo" no more: no matter
     net.answered(worker, c1, first)
     got = recv(worker.dealer)
-    assert got == MdpWorkerRequest(ticket_of(3), (b"for other",)).to_frames()
+    assert got == MdpWorkerRequest(ticket_of(6), (b"for other",)).to_frames()
     assert net.lane.waiting("other") == 0
 
 
 def test_a_worker_that_speaks_no_majordomo_now_gets_no_head(net: Net) -> None:
     _queueing(net)
     c1 = net.client(b"c1")
-    worker, first = busy_worker(net, b"w1", c1)
-    queue_up(net, c1)
+    worker, first = busy_worker(net, b"w1", c1)  # seq 1, ticket 2
+    queue_up(net, c1)  # seq 3
     net.lane.note(BACK, b"w1", 0, 0.0, time.monotonic(), 1)  # (True: no reading to write in)
-    net.passed_reply(worker, net.reply_frames(worker, first))
+    net.passed_reply(worker, net.reply_frames(worker, first))  # (passed: no number taken)
     net.lane.note(BACK, b"w1", 0, 0.0, time.monotonic(), pack(worker.reading))
     net.answered(worker, c1, first)
-    assert recv(worker.dealer)[3] == ticket_of(2)
+    assert recv(worker.dealer)[3] == ticket_of(4)
 
 
 def test_waiting_head_and_dispatch_head(net: Net) -> None:
     _queueing(net)
     client = net.client(b"c1")
-    busy_worker(net, b"w1", client)
+    busy_worker(net, b"w1", client)  # seq 1, ticket 2
     assert net.lane.waiting_head("echo") is None
-    queue_up(net, client, (b"a",))
-    queue_up(net, client, (b"b",))
+    queue_up(net, client, (b"a",))  # seq 3
+    queue_up(net, client, (b"b",))  # seq 4
     head = net.lane.waiting_head("echo")
     assert head is not None and head[:2] == (b"", b"") and head[6] == (b"a",)
     assert net.lane.waiting("echo") == 2  # (not removed)
@@ -1061,26 +1107,26 @@ def test_waiting_head_and_dispatch_head(net: Net) -> None:
     with locked(net.lane):  # Python frees w2 and takes it for the lane's head
         assert net.pool.take("echo") == b"w2"
         net.pool.hold(b"w2", b"py-7")
-        net.lane.dispatch_head("echo", b"py-7", b"w2")
+        net.lane.dispatch_head("echo", b"py-7", b"w2")  # (Python's ticket: no number taken)
     assert net.lane.waiting("echo") == 1 and net.lane.in_flight() == 2
     assert net.lane.stats()["lent"] == 1
     assert net.lane.waiting_head("echo")[6] == (b"b",)  # type: ignore[index]
     net.answered(w2, client, b"py-7")  # the lane's to answer: w2 then gets the next head
-    assert recv(w2.dealer)[3] == ticket_of(2)
+    assert recv(w2.dealer)[3] == ticket_of(5)
     with locked(net.lane):
-        assert net.pool.tickets(b"w2") == [ticket_of(2)]
+        assert net.pool.tickets(b"w2") == [ticket_of(5)]
     with pytest.raises(KeyError):
         net.lane.dispatch_head("echo", b"py-8", b"w2")
-    queue_up(net, client, (b"c",))
+    queue_up(net, client, (b"c",))  # seq 6
     with pytest.raises(ValueError, match="already one of the lane's"):
-        net.lane.dispatch_head("echo", ticket_of(2), b"w2")
+        net.lane.dispatch_head("echo", ticket_of(5), b"w2")
     assert net.lane.waiting("echo") == 1  # (refused: nothing changed)
 
 
 def test_adopting_waiting_records_in_order(net: Net) -> None:
     _queueing(net)
     client = net.client(b"c1")
-    busy_worker(net, b"w1", client)
+    busy_worker(net, b"w1", client)  # seq 1, its ticket 2
     for body in (b"a", b"b", b"c"):
         queue_up(net, client, (body,))
     with locked(net.lane):
@@ -1089,7 +1135,7 @@ def test_adopting_waiting_records_in_order(net: Net) -> None:
         assert net.lane.adopt_next_waiting("echo") is None and net.lane.adopt_waiting("echo") == []
     assert first is not None and first[6] == (b"a",) and first[:2] == (b"", b"")
     assert [r[6] for r in rest] == [(b"b",), (b"c",)]
-    assert [first[10]] + [r[10] for r in rest] == [2, 3, 4]
+    assert [first[10]] + [r[10] for r in rest] == [3, 4, 5]
     assert net.lane.waiting_total() == 0 and net.lane.held(b"b.c1") == 1
     assert net.lane.stats()["handed"] == 3
 
@@ -1126,17 +1172,76 @@ def test_adopt_due_takes_a_waiting_one_out_of_its_queue(net: Net) -> None:
 def test_one_numbering_for_the_lane_and_python(net: Net) -> None:
     _queueing(net)
     client = net.client(b"c1")
-    busy_worker(net, b"w1", client)  # seq 1
-    assert net.lane.next_seq() == 2  # Python's own
-    queue_up(net, client)  # 3
+    _w, ticket = busy_worker(net, b"w1", client)  # seq 1, and its ticket 2
+    assert ticket == ticket_of(2)
+    assert net.lane.next_seq() == 3  # Python's own
+    queue_up(net, client)  # 4
     net.lane.seq_from(10)
     net.lane.seq_from(5)  # (only raises)
     queue_up(net, client)  # 11
     assert net.lane.next_seq() == 12
     with locked(net.lane):
         records = net.lane.adopt_all()
-    assert [r[10] for r in records] == [1, 3, 11]
+    assert [r[10] for r in records] == [1, 4, 11]
     assert [r[9] for r in records] == [b"mdp.L1", b"mdp.L2", b"mdp.L3"]
+
+
+def test_python_s_and_the_lane_s_tickets_sort_in_issue_order_on_one_worker(net: Net) -> None:
+    """One numbering: a real Core numbers its tickets from the lane's counter once it shares
+    it (Core.share_seq, Core.next_ticket), so on one worker Python's tickets and the lane's
+    (at take, and a freed worker's head) sort in the order they were issued, whoever issued
+    them: the order R8 retries a lost worker's requests in."""
+    network = NetworkConfig(family="f", config_version=0, brokers=())
+    core = Core(
+        "b1",
+        network,
+        None,
+        state=BrokerState.ACTIVE,
+        wanted=BrokerState.ACTIVE,
+        boot_id=PREFIX,
+        now=0.0,
+    )
+    worker = net.worker(b"w1", capacity=6)
+    client = net.client(b"c1")
+    issued: list[bytes] = []
+
+    def python_dispatches() -> None:
+        """The core frees and takes w1 for one of its own requests, under the lock."""
+        with locked(net.lane):
+            assert net.pool.take("echo") == b"w1"
+            ticket = core.next_ticket()
+            net.pool.hold(b"w1", ticket)
+            net.pool.list_ready(b"w1")  # (room left: ready again)
+        issued.append(ticket)
+
+    python_dispatches()  # before the lane numbers: the core's own counter, 1
+    core.share_seq(net.lane)  # the lane's counter from now on, past the core's numbers
+    issued.append(net.dispatch(client, worker))  # the lane's: numbered 2, its ticket 3
+    python_dispatches()  # 4
+    assert core.next_seq() == 5  # a request the core numbers (not dispatched)
+    issued.append(net.dispatch(client, worker))  # 6, ticket 7
+    python_dispatches()  # 8
+    issued.append(net.dispatch(client, worker))  # 9, ticket 10
+    assert issued == [ticket_of(n) for n in (1, 3, 4, 7, 8, 10)]
+    with locked(net.lane):
+        assert sorted(net.pool.tickets(b"w1")) == issued and net.pool.spare(b"w1") == 0
+    # full: the next request waits in the lane's queue; a REPLY to one of the lane's tickets
+    # gives w1 that head under the next number
+    _queueing(net)
+    queue_up(net, client, (b"queued",))  # 11
+    net.answered(worker, client, ticket_of(7))
+    issued.remove(ticket_of(7))
+    got = recv(worker.dealer)
+    assert got == MdpWorkerRequest(ticket_of(12), (b"queued",)).to_frames()
+    issued.append(ticket_of(12))
+    with locked(net.lane):  # the core answers one of its own: the slot free, w1 ready
+        assert net.pool.release(b"w1", ticket_of(4))
+        net.pool.list_ready(b"w1")
+    issued.remove(ticket_of(4))
+    python_dispatches()  # 13: after the head's, though the core issues it
+    assert issued[-1] == ticket_of(13)
+    with locked(net.lane):
+        assert sorted(net.pool.tickets(b"w1")) == issued
 
 
 def test_note_sets_the_reading_the_client_spoke_last(net: Net) -> None:
@@ -1182,7 +1287,11 @@ class LaneMachine(RuleBasedStateMachine):
     """Random sequences of requests, replies, gates, queueing and adoptions on real sockets,
     against a model of the take rules (tests/core/test_lane_requests.py's RequestLane, cut to
     what a socket shows): each message goes where the model says, and after every step the
-    lane's counts, queues and the pool's tickets are the model's."""
+    lane's counts, queues and the pool's tickets are the model's. The shared counter is
+    tracked exactly: a request that reaches the numbering point (serving, its session open,
+    under the cap) takes the next number, taken or not; each dispatch by the lane (at take, or
+    a freed worker's head) the next; Python's own (next_seq, its tickets for dispatch_head as
+    Core.next_ticket gives them) the next; seq_from only raises it."""
 
     SERVICES = ("echo", "other")
 
@@ -1215,9 +1324,10 @@ class LaneMachine(RuleBasedStateMachine):
             s: [] for s in self.SERVICES
         }
         self.python: dict[bytes, bytes] = {}  # adopted (Python's): ticket -> worker rid
-        self.tickets = 0
+        self.seq = 0  # the shared counter's last number given
+        self.issue = itertools.count()
+        self.issued: dict[bytes, int] = {}  # every ticket given -> the order it was issued in
         self.bodies = itertools.count()
-        self.lent = itertools.count()
 
     def teardown(self) -> None:
         self.rig.close()
@@ -1230,6 +1340,18 @@ class LaneMachine(RuleBasedStateMachine):
 
     def held(self, cid: bytes) -> int:
         return sum(1 for c in self.mine() if self.client_id[c.rid] == cid)
+
+    @initialize(busy=st.booleans())
+    def start(self, busy: bool) -> None:
+        """Half the runs start with every worker's slots taken and one request waiting per
+        service, so a REPLY gives its worker the head (rare from random steps alone)."""
+        if busy:
+            for n, service in ((0, "echo"), (1, "echo"), (2, "echo"), (4, "other")):
+                self.request(n, service)
+            assert len(self.records) == 4 and self.seq == 8  # (each numbered, then its ticket)
+            self.request(3, "echo")
+            self.request(2, "other")
+            assert [len(q) for q in self.queues.values()] == [1, 1] and self.seq == 10
 
     @rule(n=st.integers(0, 4), service=st.sampled_from(SERVICES))
     def request(self, n: int, service: str) -> None:
@@ -1246,6 +1368,7 @@ class LaneMachine(RuleBasedStateMachine):
         ):
             self.net.ask(client, body, service=service)
             return
+        self.seq += 1  # the numbering point: numbered, taken or not
         waits = self.waits.get(service, 0)
         if ready:
             if waits:
@@ -1253,8 +1376,9 @@ class LaneMachine(RuleBasedStateMachine):
                 return
             worker = next(w for w in self.workers if w.rid == ready[0])
             ticket = self.net.dispatch(client, worker, body, service=service)
-            self.tickets += 1
-            assert ticket == ticket_of(self.tickets)
+            self.seq += 1  # the dispatch's own number
+            assert ticket == ticket_of(self.seq)
+            self.issued[ticket] = next(self.issue)
             self.records[ticket] = (worker, client, service, body)
         elif self.may_queue and offered and waits + len(self.queues[service]) < self.max_queued:
             queue_up(self.net, client, body, service)
@@ -1264,9 +1388,18 @@ class LaneMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), w=st.integers(0, 2))
     def reply(self, data: st.DataObject, w: int) -> None:
-        worker = self.workers[w]
         known = sorted([*self.records, *self.python])
-        ticket = data.draw(st.sampled_from([*known, ticket_of(999)]))
+        ticket = data.draw(st.sampled_from([*known, ticket_of(2**64 - 1)]))  # (never given)
+        self.reply_from(self.workers[w], ticket)
+
+    @rule(data=st.data())
+    def answer(self, data: st.DataObject) -> None:
+        """The worker of one of the lane's tickets answers it (reply's any worker rarely is)."""
+        if self.records:
+            ticket = data.draw(st.sampled_from(sorted(self.records)))
+            self.reply_from(self.records[ticket][0], ticket)
+
+    def reply_from(self, worker: Peer, ticket: bytes) -> None:
         record = self.records.get(ticket)
         service = self.service_of[worker.rid]
         queue = self.queues[service]
@@ -1280,15 +1413,16 @@ class LaneMachine(RuleBasedStateMachine):
             del self.records[ticket]
             if queue:  # the head of the worker's service's queue, to it at once
                 client, body = queue.pop(0)
-                self.tickets += 1
+                self.seq += 1  # the dispatch's number
                 expect = MdpWorkerRequest(
-                    ticket_of(self.tickets),
+                    ticket_of(self.seq),
                     body,
                     protocol=worker.reading.protocol,
                     delimited=worker.reading.delimited,
                 ).to_frames()
                 assert recv(worker.dealer) == expect
-                self.records[ticket_of(self.tickets)] = (worker, client, service, body)
+                self.issued[ticket_of(self.seq)] = next(self.issue)
+                self.records[ticket_of(self.seq)] = (worker, client, service, body)
             return
         self.net.passed_reply(worker, self.net.reply_frames(worker, ticket))
         if self.python.get(ticket) == worker.rid:  # Python answers its own: the slot is free
@@ -1334,12 +1468,28 @@ class LaneMachine(RuleBasedStateMachine):
                         self.net.lane.dispatch_head(service, b"py-none", b"w0")
                 return
             rid = self.net.pool.take(service)
-            ticket = b"py-%d" % next(self.lent)
+            ticket = PREFIX + self.net.lane.next_seq().to_bytes(8, "big")  # (Core.next_ticket)
+            self.seq += 1
+            assert ticket == ticket_of(self.seq)
+            self.issued[ticket] = next(self.issue)
             self.net.pool.hold(rid, ticket)
             self.net.lane.dispatch_head(service, ticket, rid)
         client, body = self.queues[service].pop(0)
         worker = next(w for w in self.workers if w.rid == rid)
         self.records[ticket] = (worker, client, service, body)
+
+    @rule()
+    def next_seq(self) -> None:
+        """Python numbers one of its own requests (or a ticket it gives elsewhere)."""
+        self.seq += 1
+        assert self.net.lane.next_seq() == self.seq
+
+    @rule(delta=st.integers(-2, 3))
+    def seq_from(self, delta: int) -> None:
+        """Python's counter handed over (Core.share_seq): only ever raises the lane's."""
+        target = max(0, self.seq + delta)
+        self.net.lane.seq_from(target)
+        self.seq = max(self.seq, target)
 
     @rule(on=st.booleans(), may_queue=st.booleans(), max_queued=st.integers(0, 3))
     def serve(self, on: bool, may_queue: bool, max_queued: int) -> None:
@@ -1389,6 +1539,8 @@ class LaneMachine(RuleBasedStateMachine):
                 lanes = [t for t, r in self.records.items() if r[0] is w]
                 python = [t for t, rid in self.python.items() if rid == w.rid]
                 assert self.net.pool.tickets(w.rid) == sorted(lanes + python)
+                # one numbering: byte order is issue order, whoever issued them
+                assert sorted(lanes + python) == sorted(lanes + python, key=self.issued.__getitem__)
 
 
 @contextmanager

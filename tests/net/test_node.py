@@ -318,6 +318,13 @@ def test_many_requests_in_one_burst_are_all_answered(
         assert len(answered) == count
 
 
+#: The loop's pump, tested where the loop reads these requests: with a lane they never reach
+#: it (the lane takes a negotiated S0P client's requests, phase 3b; its own batching is held
+#: by tests/net/test_lane*.py).
+LOOP_ONLY = pytest.mark.parametrize("broker_io", ["loop"], indirect=True)
+
+
+@LOOP_ONLY
 def test_one_pump_drains_every_socket(node: NodeThread, ctx: zmq.Context[Any]) -> None:
     # docs/performance.md step 1: a worker's REPLY and the client REQUEST waiting for that worker
     # are handled in one pass of the loop, not one wake-up per socket.
@@ -378,6 +385,7 @@ def test_one_pump_drains_every_socket(node: NodeThread, ctx: zmq.Context[Any]) -
         assert node.call(broker_node.stats)["net_wakeups"] > wakeups_before
 
 
+@LOOP_ONLY
 def test_a_port_sent_on_after_its_batch_is_read_again(
     signing: tuple[Path, Path], ctx: zmq.Context[Any]
 ) -> None:
@@ -415,20 +423,12 @@ def test_a_port_sent_on_after_its_batch_is_read_again(
                 # its REQUEST waits in the outbox for the backend, the round's reads are done.
                 if not signalled and any(item[0] == backend.io for item in broker_node._outbox):
                     worker.send(WorkerReply(first.ticket, 200, (b"a",)))
-                    # With a lane the REPLY reaches the pipe through its thread, which reads
-                    # a ROUTER only under the lock the loop holds for the round: let it go
-                    # while this stands in for the REPLY's arrival in the round
-                    lane = broker_node._lane
-                    if lane is not None:
-                        lane.unlock()
                     deadline = time.monotonic() + WAIT_S
                     ready: list[int] = []
                     while not ready and time.monotonic() < deadline:
                         ready = select.select([backend.fd], [], [], 0.1)[0]  # libzmq signalled
                     signalled.append(bool(ready))
                     time.sleep(0.01)  # past libzmq's ~1 ms throttle: the send processes commands
-                    if lane is not None:
-                        lane.lock()
                 flush()
 
             thread.call(lambda: setattr(broker_node, "_flush", reply_arrives_before_the_send))

@@ -26,6 +26,7 @@ from scale0.wire import (
     Disconnect,
     DisconnectError,
     Heartbeat,
+    Message,
     WorkerReply,
     WorkerRequest,
 )
@@ -41,6 +42,7 @@ from scale0.wire.mdp import (
     MdpWorkerRequest,
 )
 from scale0.wire.registry import decode_from_broker
+from scale0.wire.worker import WorkerIdRequest
 from tests.net import s0p
 from tests.net.test_node import WAIT_S, NodeThread, _network, _signature, ctx, signing
 
@@ -167,9 +169,11 @@ def test_a_skewed_or_stale_heartbeat_goes_to_the_loop_and_gets_its_rule(
         _until(laned, "the session ended", lambda s: s["clients"] == 0)
 
 
-def test_requests_and_replies_pass_through_the_lane_and_stop_says_disconnect(
+def test_requests_and_replies_go_through_the_lane_and_stop_says_disconnect(
     laned: NodeThread, ctx: zmq.Context[Any]
 ) -> None:
+    """A negotiated S0P client's requests to an S0P worker are the lane's (phase 3b), and
+    the core's DISCONNECTs at stop still go out through it."""
     frontend, backend = laned.endpoint(Channel.FRONTEND), laned.endpoint(Channel.BACKEND)
     with (
         s0p.worker(ctx, backend, ("echo",)) as worker,
@@ -181,8 +185,9 @@ def test_requests_and_replies_pass_through_the_lane_and_stop_says_disconnect(
             worker.send(WorkerReply(request.ticket, 200, request.body))
             reply = client.recv(ClientReply)
             assert (reply.request_id, reply.body) == (b"r%d" % n, (b"ping", b"%d" % n))
-        stats = _stats(laned)
-        assert stats["lane_passed"] >= 40 and stats["lane_send_dropped"] == 0
+        stats = _until(laned, "the lane's counts told", lambda s: s["replies"] == 20)
+        assert stats["lane_requests"] == stats["lane_replies"] == stats["requests"] == 20
+        assert stats["lane_send_dropped"] == 0
         laned.stop()  # the core's DISCONNECTs go out through the lane before it stops
         assert isinstance(client.recv(Disconnect, timeout_s=WAIT_S), Disconnect)
 
@@ -360,3 +365,83 @@ def test_majordomo_requests_are_dispatched_queued_and_answered_by_the_lane(
     finally:
         for sock in (*workers, *clients):
             sock.close(0)
+
+
+def test_s0p_requests_are_dispatched_queued_answered_and_cached_by_the_lane(
+    laned: NodeThread, ctx: zmq.Context[Any]
+) -> None:
+    """Phase 3b, S0P: two clients keep 20 requests each outstanding against two S0P workers,
+    one that asked for request ids (IDREQUEST) and one that did not. The clients negotiated,
+    so the lane takes their requests from the first: it queues, dispatches and answers them
+    without the loop and puts every answer in the reply cache; the core counts and measures
+    every one, per status (the workers answer every tenth with 500). Then every tenth request
+    is asked again: the core answers each from the cache the lane filled, with the worker's
+    own status and body, and no worker runs it again."""
+    frontend, backend = laned.endpoint(Channel.FRONTEND), laned.endpoint(Channel.BACKEND)
+    workers = [
+        s0p.worker(ctx, backend, ("echo",), request_ids=True),
+        s0p.worker(ctx, backend, ("echo",)),
+    ]
+    clients = [s0p.client(ctx, frontend) for _ in range(2)]
+    total = 400
+    try:
+        _until(laned, "the workers' sessions", lambda s: s["workers"] == 2)
+        sent = {0: 0, 1: 0}
+
+        def ask(index: int) -> None:
+            request_id = b"c%d.%d" % (index, sent[index])
+            clients[index].send(ClientRequest("echo", request_id, (request_id,)))
+            sent[index] += 1
+
+        for index in (0, 1):
+            for _ in range(20):
+                ask(index)
+        answers: dict[bytes, ClientReply] = {}
+        kinds: set[str] = set()
+        poller = zmq.Poller()
+        for dealer in (*workers, *clients):
+            poller.register(dealer.socket, zmq.POLLIN)
+        deadline = time.monotonic() + 4 * WAIT_S
+        while len(answers) < total:
+            assert time.monotonic() < deadline, f"answered {len(answers)} of {total}"
+            for sock, _ in poller.poll(100):
+                dealer = next(d for d in (*workers, *clients) if d.socket is sock)
+                message = dealer.recv(Message)
+                if isinstance(message, WorkerRequest | WorkerIdRequest):
+                    kinds.add(type(message).__name__)
+                    (request_id,) = message.body
+                    if isinstance(message, WorkerIdRequest):  # the client's own ids
+                        assert message.request_id == request_id
+                    status = 500 if int(request_id.rsplit(b".", 1)[1]) % 10 == 0 else 200
+                    dealer.send(WorkerReply(message.ticket, status, (b"done", request_id)))
+                elif isinstance(message, ClientReply):
+                    index = clients.index(dealer)
+                    assert message.body == (b"done", message.request_id)  # its own answer
+                    assert message.request_id.startswith(b"c%d." % index)
+                    answers[message.request_id] = message
+                    if sent[index] < total // 2:
+                        ask(index)
+        stats = _until(laned, "the lane drained", lambda s: s["replies"] == total)
+        assert stats["requests"] == total and stats["in_flight"] == 0 and stats["queued"] == 0
+        assert stats["lane_replies"] >= total - 40  # all but the first window's, at most
+        assert kinds == {"WorkerRequest", "WorkerIdRequest"}
+        node = laned.node
+        assert node is not None
+        echo = laned.call(lambda: node.broker.core.metrics.services["echo"])
+        assert echo.replies == {200: total - total // 10, 500: total // 10}
+        assert stats["reply_cache"] == total
+        # The resends: answered from the cache, the worker's status and body, no worker asked
+        for request_id in sorted(answers)[::10]:
+            index = int(request_id[1:2])
+            clients[index].send(ClientRequest("echo", request_id, (request_id,)))
+            again = clients[index].recv(ClientReply)
+            assert again == answers[request_id]
+        for dealer in workers:  # (the broker's HEARTBEATs at most)
+            while (frames := dealer.recv_frames(timeout_s=0.2)) is not None:
+                assert frames[2] == b"HEARTBEAT", frames
+        stats = _stats(laned)
+        assert stats["cache_hits"] == total // 10
+        assert stats["requests"] == total + total // 10 and stats["replies"] == total
+    finally:
+        for dealer in (*workers, *clients):
+            dealer.close()

@@ -280,14 +280,14 @@ def test_a_joining_broker_whose_ports_differ_from_its_entry_says_so(tmp_path: Pa
 def test_turning_the_lane_on_and_off_as_operations_md_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/operations.md "Many idle connections": ``lane: true`` in one broker's file and a
-    restart; broker_ready says it runs, and the family is managed through it (MANAGEMENTREQ
-    crosses the lane); off again the same way."""
+    """docs/operations.md "The lane": ``lane: true`` / ``false`` in one broker's file and a
+    restart; broker_ready says it is off, then runs again, and the family is managed through
+    it (MANAGEMENTREQ crosses the lane)."""
     monkeypatch.delenv("SCALE0_LANE", raising=False)  # the file decides here
     with operated_family(tmp_path) as family:
         wait_until(everyone(family, 1), "the family runs v1")
         b1 = family["b1"]
-        for lane, said in ((True, "c"), (False, "off")):
+        for lane, said in ((False, "off"), (True, "c")):  # (on by default: off first)
             edit_yaml(b1.broker_file, lane=lane)
             restart(b1)
             wait_until(everyone(family, 1), f"b1 back with lane: {lane}")
