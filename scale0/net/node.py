@@ -382,12 +382,14 @@ class BrokerNode:
     def with_core(self, read: Callable[[Broker], T]) -> T:
         """``read(broker)`` on the loop thread, with the lane's lock held while a lane shares
         the core's pool (what the core reads is then what the lane has done, and the pool may
-        be read: docs/architecture.md "Phase 3b")."""
+        be read: docs/architecture.md "Phase 3b"); what the lane heard and did is told to the
+        core first, so the counters read include it."""
         lane = self._lane
         if lane is None:
             return read(self.broker)
         lane.lock()
         try:
+            self._lane_heard()
             return read(self.broker)
         finally:
             lane.unlock()
@@ -1505,6 +1507,7 @@ class BrokerNode:
             return
         lane.lock()
         try:
+            self._lane_heard()  # (what the lane did first, as at a round's start)
             self._feed_locked(event)
         finally:
             self._lane_unlock(lane)
