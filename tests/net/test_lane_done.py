@@ -11,14 +11,17 @@ from typing import Any
 import pytest
 
 from scale0.core.majordomo import Reading
-from tests.net.test_lane import Lane, Rig
+from tests.net.test_lane import Lane, Rig, recv
 from tests.net.test_lane_requests import (
     CLIENT_READINGS,
     Net,
     Peer,
     Pool,
+    _queueing,
+    busy_worker,
     locked,
     pack,
+    queue_up,
 )
 from tests.net.test_lane_s0p import S0P
 
@@ -171,6 +174,35 @@ def test_records_come_in_the_order_the_replies_were_taken(s0p: S0P, net: Net) ->
         ("echo", b"w1", b"c1", 201),
         ("mdp", b"mw", b"mc", 200),
     ]
+
+
+def test_a_head_lent_to_python_s_worker_and_one_given_at_a_reply_are_recorded(net: Net) -> None:
+    """A queued request keeps the started of when the lane took it, whoever dispatches it."""
+    lane = net.lane
+    lane.record_done(True)
+    _queueing(net)
+    client = net.client(b"c1")
+    before = time.monotonic()
+    w1, first = busy_worker(net, b"w1", client)
+    queue_up(net, client, (b"lent",))
+    queue_up(net, client, (b"given", b"!"))
+    queued = time.monotonic()
+    w2 = net.worker(b"w2")
+    with locked(lane):  # Python frees w2 and lends it the lane's head under its own ticket
+        assert net.pool.take("echo") == b"w2"
+        net.pool.hold(b"w2", b"py-7")
+        lane.dispatch_head("echo", b"py-7", b"w2")
+    answered = time.monotonic()
+    net.answered(w2, client, b"py-7", (b"one",))  # w2 then gets the next head
+    second = recv(w2.dealer)[3]
+    net.answered(w2, client, second, (b"two", b"2"))
+    net.answered(w1, client, first, (b"three",))
+    after = time.monotonic()
+    records = lane.done_drain()
+    assert [(r[1], r[5], r[6]) for r in records] == [(b"w2", 4, 3), (b"w2", 6, 4), (b"w1", 2, 5)]
+    for _service, _w, crid, started, finished, _i, _o, status in records:
+        assert (crid, status) == (b"c1", 200)
+        assert before <= started <= queued <= answered <= finished <= after
 
 
 # ---- the bound ------------------------------------------------------------------------------
