@@ -40,8 +40,8 @@
  *       families), handed (records adopted by Python), queued (requests the lane put in its
  *       queue, in all), lent (dispatch_head calls), waiting (records in its queues now), cached
  *       (S0P replies the lane put in its reply cache, in all), done (RequestDone records made,
- *       in all), done_full (final REPLYs passed to Python because the ring was full). After stop():
- *       received == beats + requests + replies + passed + lost.
+ *       in all), done_full (final REPLYs passed to Python because the ring was full).
+ *       After stop(): received == beats + requests + replies + passed + lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
  *   serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue);
@@ -192,8 +192,8 @@
  * MdpWorkerRequest of its reading with copies of that record's body. Anything else (a PARTIAL,
  * an unknown ticket, another worker's reply) goes to Python unchanged; Python adopts the record
  * when it finds the ticket is not its own. If record_done is on and the ring is full: passed
- * (unchanged, done_full + 1; "The RequestDone ring"). Sends refused by libzmq count in send_dropped (the
- * record of a REQUEST stays: its deadline hands it to Python).
+ * (unchanged, done_full + 1; "The RequestDone ring"). Sends refused by libzmq count in
+ * send_dropped (the record of a REQUEST stays: its deadline hands it to Python).
  *
  * Records. One per request the lane holds, in flight (ticket and worker) or waiting (neither):
  * (ticket, worker_rid, client_rid, client_id, caller (the header's CURVE key, "" without),
@@ -1641,11 +1641,11 @@ undo:
 
 #define S0_SERVICES_INLINE 32
 
-/* ---- the RequestDone ring ------------------------------------------------------------------- */
+/* ---- the RequestDone ring ---------------------------------------------------------------- */
 
-#define S0_DONE_SLOTS 64      /* the ring's first allocation */
-#define S0_DONE_KEEP 1024     /* a drained ring keeps its slots up to this many */
-#define S0_DONE_LIMIT 65536   /* done_capacity's default */
+#define S0_DONE_SLOTS 64    /* the ring's first allocation */
+#define S0_DONE_KEEP 1024   /* a drained ring keeps its slots up to this many */
+#define S0_DONE_LIMIT 65536 /* done_capacity's default */
 
 /* Room for one more record (the mutex held): 1 yes, 0 the ring is full (done_limit records),
  * -1 out of memory (nothing changed). Grows the slots by doubling, never past done_limit. */
@@ -3660,7 +3660,7 @@ static PyObject *lane_cache_take(LaneObject *self, PyObject *unused) {
     return out;
 }
 
-/* ---- the RequestDone ring, Python's side ----------------------------------------------------- */
+/* ---- the RequestDone ring, Python's side ------------------------------------------------ */
 
 static PyObject *lane_record_done(LaneObject *self, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
