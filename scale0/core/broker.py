@@ -659,19 +659,19 @@ class Broker(HotEntries):
             core.share_seq(lane)
             self.ledger.attach_lane(lane, core.timers.push)
 
-    def lane_serves(self) -> tuple[bool, float, int, bytes, int, bool]:
+    def lane_serves(self, records: bool = False) -> tuple[bool, float, int, bytes, int, bool]:
         """What the lane is told it may do with requests (its ``serve``): whether it may take
         one at all (the broker active and not draining, no event log to write each request's
-        record, no ``routes`` to hold unknown services to), the request timeout, R20's cap,
-        the prefix of every ticket (the core's boot id), R6's cap on what waits per service,
-        and whether it may queue a request no worker is ready for (no peer: F6 would forward
-        it)."""
+        record unless the lane ``records`` what it answers for it, no ``routes`` to hold
+        unknown services to), the request timeout, R20's cap, the prefix of every ticket (the
+        core's boot id), R6's cap on what waits per service, and whether it may queue a
+        request no worker is ready for (no peer: F6 would forward it)."""
         core = self.core
         network = core.network
         on = (
             core.state is BrokerState.ACTIVE
             and not core.draining
-            and core.event_log is None
+            and (core.event_log is None or records)
             and core.routes is None
         )
         return (

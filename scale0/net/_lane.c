@@ -39,8 +39,9 @@
  *       and replies (REQUESTs, dispatched or queued, and final REPLYs the lane took, both
  *       families), handed (records adopted by Python), queued (requests the lane put in its
  *       queue, in all), lent (dispatch_head calls), waiting (records in its queues now), cached
- *       (S0P replies the lane put in its reply cache, in all). After stop():
- *       received == beats + requests + replies + passed + lost.
+ *       (S0P replies the lane put in its reply cache, in all), done (RequestDone records made,
+ *       in all), done_full (final REPLYs passed to Python because the ring was full).
+ *       After stop(): received == beats + requests + replies + passed + lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
  *   serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue);
@@ -61,6 +62,9 @@
  *   cache_get(client_id, request_id, now) -> (service, status, body) | None;
  *   cache_prune(now); cache_count() -> int; cache_bytes() -> int;
  *   cache_take() -> [(client_id, request_id, service, status, body, expires)]  ("The reply cache")
+ *   record_done(on); done_capacity(n);
+ *   done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, bytes_out,
+ *       status)]                                                   ("The RequestDone ring")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
  *
@@ -187,8 +191,9 @@
  * majortomo) of the record's reading, the body frames moved; then the worker, if it got a head,
  * MdpWorkerRequest of its reading with copies of that record's body. Anything else (a PARTIAL,
  * an unknown ticket, another worker's reply) goes to Python unchanged; Python adopts the record
- * when it finds the ticket is not its own. Sends refused by libzmq count in send_dropped (the
- * record of a REQUEST stays: its deadline hands it to Python).
+ * when it finds the ticket is not its own. If record_done is on and the ring is full: passed
+ * (unchanged, done_full + 1; "The RequestDone ring"). Sends refused by libzmq count in
+ * send_dropped (the record of a REQUEST stays: its deadline hands it to Python).
  *
  * Records. One per request the lane holds, in flight (ticket and worker) or waiting (neither):
  * (ticket, worker_rid, client_rid, client_id, caller (the header's CURVE key, "" without),
@@ -279,6 +284,24 @@
  * entry whose expires < now is dropped and None returned. cache_prune(now): drop from the
  * oldest while expires < now. cache_take(): every entry, oldest first, the cache emptied (the
  * ledger takes them back when the lane detaches). Bounded by its limits; freed at dealloc.
+ *
+ * The RequestDone ring (the event log's `request` records, scale0.core.records.request_done:
+ * the lane serves while the broker writes an event log). record_done(on) (off at start): while
+ * on, every final REPLY the lane takes (S0P or Majordomo) appends one record to a bounded ring,
+ * made after every check of the take rule passed and before anything changes or is sent; off,
+ * none is made (turning it off keeps what the ring holds for the next drain). A record:
+ * (service (str), worker_rid (the worker that replied), client_rid (the routing id the answer
+ * goes to), started (the request record's: the batch's monotonic clock when the lane took the
+ * REQUEST, or Python's for a lent head), finished (the REPLY batch's monotonic clock, the
+ * latency histogram's: finished - started as is, negative allowed), bytes_in (the sum of the
+ * request body's frame sizes), bytes_out (the sum of the reply body's frame sizes, what the
+ * client is sent as body), status (the S0P worker's; 200 for a Majordomo reply)); done + 1.
+ * done_capacity(n): the bound, default 65536 (ValueError if n < 1 or below what the ring holds
+ * now). The ring full, the REPLY is not taken: it goes to Python unchanged (Python adopts the
+ * record by its ticket, answers and logs it), so no record is lost; done_full + 1. Out of
+ * memory for a record: passed too. done_drain(): every record in the order the REPLYs were
+ * taken, the ring emptied (the tuples made first: a MemoryError leaves it whole). Records own
+ * their strings (copied), are freed at drain and at dealloc; the thread makes no Python object.
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
@@ -690,6 +713,8 @@ enum {
     ST_QUEUED,
     ST_LENT,
     ST_CACHED,
+    ST_DONE,
+    ST_DONE_FULL,
     ST_COUNT,
 };
 
@@ -704,7 +729,18 @@ enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
     "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent", "cached",
+    "done", "done_full",
 };
+
+/* One RequestDone record (record_done, "The RequestDone ring"): one allocation, its strings
+ * (service, worker_rid, client_rid) in data, in that order. */
+typedef struct {
+    double started, finished;
+    unsigned long long bytes_in, bytes_out;
+    int status;
+    size_t service_len, wrid_len, crid_len;
+    unsigned char data[];
+} s0_done;
 
 typedef struct {
     void *router;
@@ -759,6 +795,11 @@ typedef struct {
     s0_table svcs;  /* service -> s0_svc */
     s0_table hists; /* (service, status) -> s0_hist */
     uint64_t drain_requests, drain_replies;
+    /* The RequestDone ring: a circular buffer of done_n records from done_head, grown on demand
+     * (done_cap slots) up to done_limit records. */
+    int record_done;
+    s0_done **done;
+    size_t done_cap, done_head, done_n, done_limit;
 } LaneObject;
 
 static const s0_pool_api *pool_api; /* set by the first attach_pool (PyCapsule_Import) */
@@ -1600,6 +1641,80 @@ undo:
 
 #define S0_SERVICES_INLINE 32
 
+/* ---- the RequestDone ring ---------------------------------------------------------------- */
+
+#define S0_DONE_SLOTS 64    /* the ring's first allocation */
+#define S0_DONE_KEEP 1024   /* a drained ring keeps its slots up to this many */
+#define S0_DONE_LIMIT 65536 /* done_capacity's default */
+
+/* Room for one more record (the mutex held): 1 yes, 0 the ring is full (done_limit records),
+ * -1 out of memory (nothing changed). Grows the slots by doubling, never past done_limit. */
+static int done_room(LaneObject *self) {
+    if (self->done_n >= self->done_limit)
+        return 0;
+    if (self->done_n < self->done_cap)
+        return 1;
+    size_t cap = self->done_cap ? self->done_cap * 2 : S0_DONE_SLOTS;
+    if (cap > self->done_limit)
+        cap = self->done_limit; /* (> done_n: done_n < done_limit) */
+    s0_done **slots = malloc(cap * sizeof(*slots));
+    if (slots == NULL)
+        return -1;
+    for (size_t i = 0; i < self->done_n; i++)
+        slots[i] = self->done[(self->done_head + i) % self->done_cap];
+    free(self->done);
+    self->done = slots;
+    self->done_cap = cap;
+    self->done_head = 0;
+    return 1;
+}
+
+/* The record of a final REPLY about to be answered (the mutex held, nothing sent yet): the
+ * record r, the reply m's body from body_at. NULL: out of memory. */
+static s0_done *done_make(const s0_record *r, const s0_message *m, size_t body_at, int status,
+                          double now) {
+    size_t strings = r->service_len + r->wrid_len + r->crid_len;
+    s0_done *d = malloc(sizeof(*d) + (strings ? strings : 1));
+    if (d == NULL)
+        return NULL;
+    d->started = r->started;
+    d->finished = now;
+    d->status = status;
+    d->bytes_in = 0;
+    for (size_t i = 0; i < r->n_body; i++)
+        d->bytes_in += p_msg_size(&r->body[i]);
+    d->bytes_out = 0;
+    for (size_t i = body_at; i < m->n; i++)
+        d->bytes_out += p_msg_size(&m->frames[i]);
+    d->service_len = r->service_len;
+    d->wrid_len = r->wrid_len;
+    d->crid_len = r->crid_len;
+    unsigned char *at = d->data;
+    if (r->service_len)
+        memcpy(at, r->service, r->service_len);
+    at += r->service_len;
+    if (r->wrid_len)
+        memcpy(at, r->wrid, r->wrid_len);
+    at += r->wrid_len;
+    if (r->crid_len)
+        memcpy(at, r->crid, r->crid_len);
+    return d;
+}
+
+/* Append (the mutex held, after done_room said 1). */
+static void done_push(LaneObject *self, s0_done *d) {
+    self->done[(self->done_head + self->done_n) % self->done_cap] = d;
+    self->done_n++;
+}
+
+static void done_free_all(LaneObject *self) {
+    for (size_t i = 0; i < self->done_n; i++)
+        free(self->done[(self->done_head + i) % self->done_cap]);
+    free(self->done);
+    self->done = NULL;
+    self->done_cap = self->done_head = self->done_n = 0;
+}
+
 /* The take rule for a backend final REPLY, and its answer (the mutex held): 1 when taken (the
  * client's reply is sent, and the worker the head of a lane queue if it got one), 0 when it
  * goes to Python (nothing changed). */
@@ -1666,12 +1781,26 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         q = NULL;
     if (pass || (q != NULL && !worker_fits(e, q->head->s0p)))
         return 0;
+    /* Every check passed: with record_done on, its RequestDone record, made before any change;
+     * the ring full, the REPLY goes to Python (which answers and logs it: nothing is lost). */
+    s0_done *done = NULL;
+    if (self->record_done) {
+        int room = done_room(self);
+        if (room == 0) {
+            count(self, ST_DONE_FULL, 1);
+            return 0;
+        }
+        if (room < 0 || (done = done_make(r, m, body_at, status, now)) == NULL)
+            return 0; /* out of memory: Python answers it */
+    }
     s0_svc *sv = svc_make(self, r->service, r->service_len);
     s0_hist *hv = sv != NULL ? hist_make(self, r->service, r->service_len, status) : NULL;
     s0_svc *qsv = NULL;
     s0_record *next = q != NULL ? q->head : NULL;
-    if (hv == NULL)
+    if (hv == NULL) {
+        free(done);
         return 0; /* out of memory: Python answers it (it adopts the record) */
+    }
     s0_cent *cached = NULL; /* an S0P reply's entry in the cache, made before any change */
     if (s0p) {
         size_t n_body = m->n - body_at;
@@ -1696,8 +1825,10 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
             free((void *)ptrs);
         if (sizes != inline_sizes)
             free(sizes);
-        if (cached == NULL)
+        if (cached == NULL) {
+            free(done);
             return 0; /* out of memory: Python answers it */
+        }
     }
     if (next != NULL) {
         if (table_reserve(&self->records, 1) < 0 ||
@@ -1731,6 +1862,10 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     sv->changed = 1;
     self->drain_replies++;
     count(self, ST_REPLIES, 1);
+    if (done != NULL) {
+        done_push(self, done);
+        count(self, ST_DONE, 1);
+    }
     heard_add(t, e);
     if (cached != NULL && cache_commit(&self->cache, cached)) /* (the body copied: sent below) */
         count(self, ST_CACHED, 1);
@@ -1792,6 +1927,7 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
 
 nomem:
     free(cached);
+    free(done);
     return 0;
 }
 
@@ -2137,6 +2273,7 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->cache.max_entries = 10000;
     self->cache.max_bytes = 64LL << 20;
     self->cache.max_age_s = 60.0;
+    self->done_limit = S0_DONE_LIMIT;
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
@@ -2201,6 +2338,7 @@ static void lane_dealloc(LaneObject *self) {
     free(self->lkeys.slots);        /* (its keys were in the heap's records) */
     table_free_all(&self->pkeys);
     cache_free(&self->cache);
+    done_free_all(self);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
     for (int k = 0; k < 2; k++)
@@ -3522,6 +3660,76 @@ static PyObject *lane_cache_take(LaneObject *self, PyObject *unused) {
     return out;
 }
 
+/* ---- the RequestDone ring, Python's side ------------------------------------------------ */
+
+static PyObject *lane_record_done(LaneObject *self, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    py_lock(self);
+    self->record_done = on;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_done_capacity(LaneObject *self, PyObject *arg) {
+    Py_ssize_t n = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "Lane.done_capacity: n must be >= 1, not %zd", n);
+        return NULL;
+    }
+    py_lock(self);
+    size_t held = self->done_n;
+    if ((size_t)n < held) {
+        pthread_mutex_unlock(&self->mutex);
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.done_capacity: n (%zd) is smaller than the %zu records the ring holds "
+                     "now (done_drain() first)",
+                     n, held);
+        return NULL;
+    }
+    self->done_limit = (size_t)n;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_done_drain(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    PyObject *out = PyList_New((Py_ssize_t)self->done_n);
+    if (out == NULL) {
+        pthread_mutex_unlock(&self->mutex);
+        return NULL;
+    }
+    for (size_t i = 0; i < self->done_n; i++) { /* every tuple made before the ring is emptied */
+        const s0_done *d = self->done[(self->done_head + i) % self->done_cap];
+        const char *service = (const char *)d->data;
+        PyObject *t = Py_BuildValue(
+            "(s#y#y#ddKKi)", service, (Py_ssize_t)d->service_len, service + d->service_len,
+            (Py_ssize_t)d->wrid_len, service + d->service_len + d->wrid_len,
+            (Py_ssize_t)d->crid_len, d->started, d->finished, d->bytes_in, d->bytes_out,
+            d->status);
+        if (t == NULL) {
+            pthread_mutex_unlock(&self->mutex);
+            Py_DECREF(out);
+            return NULL; /* (the ring unchanged) */
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+    for (size_t i = 0; i < self->done_n; i++)
+        free(self->done[(self->done_head + i) % self->done_cap]);
+    self->done_head = self->done_n = 0;
+    if (self->done_cap > S0_DONE_KEEP) { /* a burst's slots go back */
+        free(self->done);
+        self->done = NULL;
+        self->done_cap = 0;
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
 static PyMethodDef lane_methods[] = {
     {"start", (PyCFunction)lane_start, METH_NOARGS, "start(): spawn the lane thread (once)"},
     {"stop", (PyCFunction)lane_stop, METH_NOARGS,
@@ -3611,6 +3819,14 @@ static PyMethodDef lane_methods[] = {
     {"cache_take", (PyCFunction)lane_cache_take, METH_NOARGS,
      "cache_take() -> [(client_id, request_id, service, status, body, expires)]: every entry, "
      "oldest first; the cache emptied"},
+    {"record_done", (PyCFunction)lane_record_done, METH_O,
+     "record_done(on): while on, every final REPLY the lane takes appends a RequestDone "
+     "record to the ring"},
+    {"done_capacity", (PyCFunction)lane_done_capacity, METH_O,
+     "done_capacity(n): the ring's bound (default 65536); full, a REPLY goes to Python"},
+    {"done_drain", (PyCFunction)lane_done_drain, METH_NOARGS,
+     "done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, "
+     "bytes_out, status)]: in the order taken; the ring emptied"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -346,6 +346,8 @@ class BrokerNode:
         # What the lane was last told it may do with requests (Broker.lane_serves), None: never
         # (a lane on a Python pool takes only HEARTBEATs)
         self._lane_serving: tuple[bool, float, int, bytes, int, bool] | None = None
+        # The lane records each request it answers for the event log (its done ring)
+        self._lane_records = False
         self._lane_requests = False
 
     # ---- public ---------------------------------------------------------------------------
@@ -444,6 +446,9 @@ class BrokerNode:
             self.event_log = BrokerEventLog(writer)
             self.broker.event_log = self.event_log.stats  # the core reports RequestDone now
             self.event_log.started()
+            if self._lane is not None and self._lane_requests:  # and the lane, what it answers
+                self._lane.record_done(True)
+                self._lane_records = True
         self._started = True
         self._endpoints = {port.channel: port.endpoint for port in self._ports.values()}
         self._endpoints.pop(Channel.CONFIG, None)
@@ -957,11 +962,12 @@ class BrokerNode:
         if self._lane_requests:  # what it still holds is the ledger's now, the pool its own
             lane.lock()
             try:
+                self._lane_drained(lane)  # (what it did since the last round: the last of it)
                 self.broker.attach_lane(None)
                 lane.attach_pool(None)
             finally:
                 lane.unlock()
-            self._lane_requests = False
+            self._lane_requests = self._lane_records = False
 
     def _lane_state(self) -> str:
         """What broker_ready says of the lane: "c" (running), "off" or "not built"."""
@@ -985,9 +991,31 @@ class BrokerNode:
         if heard:
             self.broker.heard_elsewhere(heard)
         if self._lane_requests:
-            requests, replies, latencies, changed = self._lane.drain()
-            if requests or replies or changed:
-                self.broker.lane_did(requests, replies, latencies, changed, time.monotonic())
+            self._lane_drained(self._lane)
+
+    def _lane_drained(self, lane: Any) -> None:
+        """What the lane did with requests since the last call, to the core (counters,
+        metrics, the table the peers read) and, with an event log, the records of the
+        requests it answered."""
+        requests, replies, latencies, changed = lane.drain()
+        if requests or replies or changed:
+            self.broker.lane_did(requests, replies, latencies, changed, time.monotonic())
+        if self._lane_records:
+            self._lane_done(lane)
+
+    def _lane_done(self, lane: Any) -> None:
+        """The requests the lane answered since the last call, as the event log's ``request``
+        records (RequestDone, as scale0/core/records.py makes them: one attempt, no peer)."""
+        events = self.event_log
+        done = lane.done_drain()
+        if events is None:
+            return
+        for service, worker, client, started, finished, bytes_in, bytes_out, status in done:
+            events.request(
+                RequestDone(
+                    service, worker, client, None, started, finished, bytes_in, bytes_out, status, 1
+                )
+            )
 
     def _lane_unlock(self, lane: Any) -> None:
         """The end of an entry into the core while the lane is locked: tell the lane what it
@@ -995,7 +1023,7 @@ class BrokerNode:
         state, draining, the config), then let it go on."""
         try:
             if self._lane_requests:
-                serving = self.broker.lane_serves()
+                serving = self.broker.lane_serves(self._lane_records)
                 if serving != self._lane_serving:
                     if not serving[0]:  # what the lane holds is the core's to move or answer
                         self.broker.adopt_lane()

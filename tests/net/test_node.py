@@ -89,10 +89,15 @@ class NodeThread:
     """A BrokerNode serving on its own asyncio/Tornado loop in a thread."""
 
     def __init__(
-        self, network: NetworkConfig, signature: str | None, **broker_overrides: Any
+        self,
+        network: NetworkConfig,
+        signature: str | None,
+        events: Path | None = None,
+        **broker_overrides: Any,
     ) -> None:
         self.network = network
         self.signature = signature
+        self.events = events  # the event log's directory, None: no event log
         self.broker_config = _broker_config(**broker_overrides)
         self.node: BrokerNode | None = None
         self.loop: IOLoop | None = None
@@ -103,7 +108,12 @@ class NodeThread:
     def _run(self) -> None:
         async def serve() -> None:
             self.loop = IOLoop.current()
-            self.node = BrokerNode(self.broker_config, self.network, signature=self.signature)
+            self.node = BrokerNode(
+                self.broker_config,
+                self.network,
+                signature=self.signature,
+                event_log_dir=self.events,
+            )
             self.node.start()
             self._ready.set()
             await self.node.serve()

@@ -44,6 +44,7 @@ from scale0.wire.mdp import (
 from scale0.wire.registry import decode_from_broker
 from scale0.wire.worker import WorkerIdRequest
 from tests.net import s0p
+from tests.net.test_eventlog import records
 from tests.net.test_node import WAIT_S, NodeThread, _network, _signature, ctx, signing
 
 __all__ = ["ctx", "signing"]  # (fixtures, used by name)
@@ -445,3 +446,48 @@ def test_s0p_requests_are_dispatched_queued_answered_and_cached_by_the_lane(
     finally:
         for dealer in (*workers, *clients):
             dealer.close()
+
+
+def test_with_the_event_log_on_the_lane_serves_and_every_request_is_recorded(
+    signing: tuple[Path, Path], ctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    """With an event log the lane still takes requests (its done ring): 200 S0P requests, a
+    window of 10, all but the first window the lane's; after the stop every request has one
+    ``request`` record with the worker's status, as the core writes them (docs/trend.md)."""
+    network = _network()
+    thread = NodeThread(network, _signature(signing[0], network), events=tmp_path, lane=True)
+    thread.start()
+    total, window = 200, 10
+    try:
+        with (
+            s0p.worker(ctx, thread.endpoint(Channel.BACKEND), ("echo",)) as worker,
+            s0p.client(ctx, thread.endpoint(Channel.FRONTEND)) as client,
+        ):
+            _until(thread, "the worker's session", lambda s: s["workers"] == 1)
+            sent = answered = 0
+            while sent < window:
+                client.send(ClientRequest("echo", b"e%d" % sent, (b"x" * 7,)))
+                sent += 1
+            while answered < total:
+                request = worker.recv(WorkerRequest)
+                status = 500 if request.ticket[-1] % 5 == 0 else 200
+                worker.send(WorkerReply(request.ticket, status, (b"y" * 11,)))
+                reply = client.recv(ClientReply)
+                assert reply.body == (b"y" * 11,)
+                answered += 1
+                if sent < total:
+                    client.send(ClientRequest("echo", b"e%d" % sent, (b"x" * 7,)))
+                    sent += 1
+            stats = _until(thread, "the lane's counts", lambda s: s["replies"] == total)
+            assert stats["lane_replies"] >= total - window
+            assert stats["lane_done"] == stats["lane_replies"] and stats["lane_done_full"] == 0
+            node = thread.node
+            assert node is not None
+            counted = thread.call(lambda: dict(node.broker.core.metrics.services["echo"].replies))
+    finally:
+        thread.stop()
+    requests = [r for r in records(tmp_path) if r["kind"] == "request"]
+    assert len(requests) == total
+    assert all(r["bytes_in"] == 7 and r["bytes_out"] == 11 for r in requests)
+    by_status = {s: sum(1 for r in requests if r["status"] == s) for s in (200, 500)}
+    assert by_status == counted and set(counted) == {200, 500}  # the records are the answers
