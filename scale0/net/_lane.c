@@ -3797,7 +3797,8 @@ static PyMethodDef lane_methods[] = {
     {"seq_from", (PyCFunction)lane_seq_from, METH_O,
      "seq_from(n): raise the numbering to at least n"},
     {"drain", (PyCFunction)lane_drain, METH_NOARGS,
-     "drain() -> (requests, replies, [(service, counts, sum_s)], changed): since the last one"},
+     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed): since the "
+     "last one"},
     {"python_key", (PyCFunction)lane_python_key, METH_VARARGS,
      "python_key(client_id, request_id, live): Python holds (True) / no longer holds (False) a "
      "request not answered yet under this key (R10)"},
