@@ -136,8 +136,9 @@ def open_lane(
     name: str,
 ) -> tuple[Any, list[zmq.Socket[bytes]], list[zmq.Socket[bytes]]]:
     """A lane (not started) on the frontend, backend and peer ``routers`` (``keyed``: which
-    carry CURVE keys), and the pipes: the loop's ends (in that order) and the lane's. Towards the loop a pipe holds ``hwm``
-    messages (then the lane stops reading that ROUTER: backpressure as without a lane);
+    carry CURVE keys), and the pipes: the loop's ends (in that order) and the lane's. Towards
+    the loop a pipe holds ``hwm`` messages (then the lane stops reading that ROUTER:
+    backpressure as without a lane);
     towards the lane it has no limit (a round's sends are bounded by the round, and the
     ROUTER's per-peer limit applies behind it)."""
     if _Lane is None:
