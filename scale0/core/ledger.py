@@ -199,7 +199,7 @@ def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
     R10; a Majordomo one's are the lane's, D1). ``lane``: the head of the lane's queue, lent to
     a worker the core freed (its REQUEST built as for any other); never opened here:
     ``dispatched`` puts it in flight in the lane, which answers it."""
-    _, _, client, client_id, caller, service, body, started, deadline, rid, seq, ids = record
+    _, _, client, client_id, caller, service, body, started, deadline, rid, seq, ids = record[:12]
     return Pending(
         RequestDue(seq),
         client,

@@ -213,9 +213,25 @@ class MirrorPort(Protocol):
 #: caller (its CURVE key), service, body, started, deadline, request_id, its number
 #: (``next_seq``'s, shared with the core: its deadline's timer key), and ids: True for an S0P
 #: client's request (request_id is the client's own: R10's key, an IDREQUEST's ids), False for
-#: a Majordomo one (request_id is the lane's, D1).
+#: a Majordomo one (request_id is the lane's, D1); then origin, via, limit: a forwarded
+#: request's (the FORWARD's ticket, the peer's broker_id, the client's own deadline; its client
+#: routing id is the peer's on the peer ROUTER), else b"", "", inf.
 LaneRecord = tuple[
-    bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes, int, bool
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    str,
+    str,
+    tuple[bytes, ...],
+    float,
+    float,
+    bytes,
+    int,
+    bool,
+    bytes,
+    str,
+    float,
 ]
 
 #: One of the lane's cached replies as it hands them back: (client_id, request_id, service,

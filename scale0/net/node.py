@@ -997,7 +997,7 @@ class BrokerNode:
         """What the lane did with requests since the last call, to the core (counters,
         metrics, the table the peers read) and, with an event log, the records of the
         requests it answered."""
-        requests, replies, latencies, changed = lane.drain()
+        requests, replies, latencies, changed, _forwards = lane.drain()
         if requests or replies or changed:
             self.broker.lane_did(requests, replies, latencies, changed, time.monotonic())
         if self._lane_records:
