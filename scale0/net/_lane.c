@@ -326,6 +326,7 @@
 #define S0_LANE_BUDGET 256 /* messages read per socket per wake-up */
 #define S0_LANE_INLINE_FRAMES 8
 #define S0_LANE_MAX_FD (1 << 24)
+#define S0_CHANNELS 3 /* frontend, backend, peer (the peer ROUTER only when the lane has one) */
 
 static const char *const SIGNATURES[2] = {"S0C1", "S0W1"};
 
@@ -352,17 +353,17 @@ static void entry_free(s0_entry *e) {
 }
 
 typedef struct {
-    s0_table entries[2];
-    unsigned char *negotiated[2]; /* one byte per fd */
-    size_t negotiated_cap[2];
+    s0_table entries[S0_CHANNELS];
+    unsigned char *negotiated[S0_CHANNELS]; /* one byte per fd */
+    size_t negotiated_cap[S0_CHANNELS];
     s0_entry **heard;
     size_t n_heard, heard_cap;
     int configured;
     long long config_version;
     double max_skew_s;
-    uint64_t passed_seq[2]; /* messages passed to Python per channel, numbered from 1 */
-    uint64_t done_seq[2];   /* (the thread's own) Python's last "done" mark per channel */
-    int ordered[2];         /* (the thread's own) a mark came: the order rule is on */
+    uint64_t passed_seq[S0_CHANNELS]; /* messages passed to Python per channel, numbered from 1 */
+    uint64_t done_seq[S0_CHANNELS]; /* (the thread's own) Python's last "done" mark per channel */
+    int ordered[S0_CHANNELS]; /* (the thread's own) a mark came: the order rule is on */
 } s0_sessions;
 
 static s0_entry *entry_find(s0_sessions *t, int channel, const unsigned char *rid, size_t len) {
@@ -397,7 +398,7 @@ static int heard_add(s0_sessions *t, s0_entry *e) {
 }
 
 static void sessions_clear(s0_sessions *t) {
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < S0_CHANNELS; c++) {
         s0_table *tab = &t->entries[c];
         if (tab->slots != NULL)
             for (size_t i = 0; i <= tab->mask; i++)
@@ -412,7 +413,7 @@ static void sessions_clear(s0_sessions *t) {
 
 static void sessions_free(s0_sessions *t) {
     sessions_clear(t);
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < S0_CHANNELS; c++) {
         free(t->negotiated[c]);
         t->negotiated[c] = NULL;
         t->negotiated_cap[c] = 0;
@@ -715,10 +716,11 @@ enum {
     ST_CACHED,
     ST_DONE,
     ST_DONE_FULL,
+    ST_FORWARDS,
     ST_COUNT,
 };
 
-enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
+enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY, TAKE_FORWARD };
 
 /* A Majordomo reading packed (scale0.core.majordomo.Reading; note()'s majordomo). */
 #define READ_V1 1        /* MDPC01 / MDPW01 */
@@ -729,7 +731,7 @@ enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
     "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent", "cached",
-    "done", "done_full",
+    "done", "done_full", "forwards",
 };
 
 /* One RequestDone record (record_done, "The RequestDone ring"): one allocation, its strings
@@ -753,7 +755,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    s0_channel ch[2];
+    s0_channel ch[S0_CHANNELS];
+    int n_ch; /* 2, or 3 with the peer ROUTER */
     Py_ssize_t max_frame_bytes;
     int wake_fd;
     int started, stopped, joined;
@@ -794,7 +797,8 @@ typedef struct {
     /* What drain() hands over. */
     s0_table svcs;  /* service -> s0_svc */
     s0_table hists; /* (service, status) -> s0_hist */
-    uint64_t drain_requests, drain_replies;
+    uint64_t drain_requests, drain_replies, drain_forwards;
+    int serve_forwards; /* the gate serve_forwards(on): FORWARDs may be taken ("Forwards") */
     /* The RequestDone ring: a circular buffer of done_n records from done_head, grown on demand
      * (done_cap slots) up to done_limit records. */
     int record_done;
@@ -909,8 +913,8 @@ static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, doub
     double previous = e->last_seen;
     if (now > e->last_seen)
         e->last_seen = now;
-    if (!t->configured)
-        return 0;
+    if (!t->configured || channel == 2)
+        return 0; /* (no HEARTBEAT is taken on the peer ROUTER) */
     /* A Majordomo worker's HEARTBEAT: Majordomo.worker_heartbeat only marks its session heard
      * (Sessions.seen: no answer, no skew, version, promise or gap to check) */
     if (channel == 1 && mdp_worker_beat(m, self->max_frame_bytes))
@@ -1011,10 +1015,15 @@ typedef struct s0_record {
     size_t n_body;
     double started, deadline;
     int reading;     /* the client's Majordomo reading; 0 for an S0P client */
-    int s0p;         /* an S0P client's request: request_id is the client's own, ikey its key */
-    const unsigned char *request_id; /* (S0P) the client's request_id */
+    int s0p;         /* an S0P request (a client's or a forwarded one): S0P workers only */
+    int ids;         /* request_id is the client's own, ikey its key (in lkeys) */
+    int fwd;         /* a forwarded request ("Forwards"): its client is a peer, on channel 2 */
+    const unsigned char *request_id; /* (ids) the client's request_id */
     size_t request_id_len;
-    s0_key ikey;     /* (S0P) (client_id, request_id) as rkey_make writes it, in lkeys */
+    s0_key ikey;     /* (ids) (client_id, request_id) as rkey_make writes it, in lkeys */
+    const unsigned char *origin, *via; /* (fwd) the FORWARD's ticket; the peer's broker id */
+    size_t origin_len, via_len;
+    double limit; /* (fwd) the client's own deadline (FORWARDWITH's deadline_ms); else +inf */
     uint64_t number; /* request_id b"mdp.L%d" (Majordomo) */
     uint64_t seq;    /* the shared numbering */
     size_t heap_at;
@@ -1188,11 +1197,13 @@ static void record_out(LaneObject *self, s0_record *r) {
         wq_unlink(self, r);
     else
         table_remove(&self->records, &r->key);
-    if (r->s0p)
+    if (r->ids)
         table_remove(&self->lkeys, &r->ikey);
     heap_remove(self, r);
-    count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
-    count_add(&self->rid_counts, r->crid, r->crid_len, -1);
+    if (!r->fwd) { /* (a forwarded request is in no per-client count) */
+        count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
+        count_add(&self->rid_counts, r->crid, r->crid_len, -1);
+    }
 }
 
 /* scale0.core.metrics.LATENCY_BUCKETS_S (tests/net/test_lane_requests.py holds them equal). */
@@ -1404,9 +1415,12 @@ static int send_request(LaneObject *self, const s0_record *r, const s0_entry *we
             S0_HEAD("REQUEST", 7);
         S0_HEAD(r->key.data, r->key.len);
         S0_HEAD(r->service, r->service_len);
-        if (ids) {
+        if (ids && r->ids) {
             S0_HEAD(r->client_id, r->client_id_len);
             S0_HEAD(r->request_id, r->request_id_len);
+        } else if (ids) { /* a forwarded request without ids (dispatch_to: own is False) */
+            S0_HEAD("", 0);
+            S0_HEAD("", 0);
         }
     } else {
         if (we->majordomo & READ_DELIMITED)
@@ -1563,7 +1577,7 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         r->ikey.data = p;
         r->ikey.len = k.len;
         r->ikey.hash = hash_bytes(p, k.len);
-        r->s0p = 1;
+        r->s0p = r->ids = 1;
     }
     rkey_free(&k);
     for (size_t i = 0; i < n_body; i++) {
@@ -1577,6 +1591,7 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     r->n_body = n_body;
     r->started = now;
     r->deadline = now + self->timeout_s;
+    r->limit = INFINITY;
     r->reading = reading;
     r->number = number;
     r->seq = seq;
@@ -1636,6 +1651,244 @@ undo:
     count_settle(&self->client_counts, cc);
     count_settle(&self->rid_counts, rc);
     record_free(r);
+    return 0;
+}
+
+
+/* ---- Forwards: a peer broker's FORWARD served here (phase 4a) ------------------------------ */
+
+/* FORWARDWITH's options, exactly one of the two byte forms Forward.to_frames writes (json,
+ * separators (",", ":"), ensure_ascii) that the lane takes: {"deadline_ms":N} or
+ * {"deadline_ms":N,"client_id":"C","request_id":"H"}; N 1..2**53 in decimal without a leading
+ * zero, C 1..255 bytes of 0x20..0x7e but '"' and '\', H 2..510 lower-case hex digits (an even
+ * count). 1: read (*cid_len 0 without ids; else *cid into s and rq the request_id decoded,
+ * *rq_len bytes); 0: anything else (Python reads it). */
+static int fwd_options(const unsigned char *s, size_t n, long long *deadline_ms,
+                       const unsigned char **cid, size_t *cid_len, unsigned char *rq,
+                       size_t *rq_len) {
+    static const char head[] = "{\"deadline_ms\":";
+    static const char mid[] = ",\"client_id\":\"";
+    static const char rqs[] = "\",\"request_id\":\"";
+    size_t i = sizeof(head) - 1;
+    if (n < i || memcmp(s, head, i) != 0)
+        return 0;
+    size_t at = i;
+    uint64_t v = 0;
+    while (i < n && i - at < 17 && s[i] >= '0' && s[i] <= '9')
+        v = v * 10 + (uint64_t)(s[i++] - '0');
+    if (i == at || i - at > 16 || s[at] == '0' || v > (1ULL << 53))
+        return 0;
+    *deadline_ms = (long long)v;
+    *cid_len = *rq_len = 0;
+    if (n - i == 1 && s[i] == '}')
+        return 1;
+    if (n - i < sizeof(mid) - 1 || memcmp(s + i, mid, sizeof(mid) - 1) != 0)
+        return 0;
+    i += sizeof(mid) - 1;
+    at = i;
+    while (i < n && s[i] >= 0x20 && s[i] <= 0x7e && s[i] != '"' && s[i] != '\\')
+        i++;
+    size_t c_len = i - at;
+    if (c_len == 0 || c_len > 255)
+        return 0;
+    const unsigned char *c = s + at;
+    if (n - i < sizeof(rqs) - 1 || memcmp(s + i, rqs, sizeof(rqs) - 1) != 0)
+        return 0;
+    i += sizeof(rqs) - 1;
+    at = i;
+    while (i < n && ((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+        i++;
+    size_t h = i - at;
+    if (h < 2 || h > 510 || h % 2 != 0 || n - i != 2 || s[i] != '"' || s[i + 1] != '}')
+        return 0;
+    for (size_t k = 0; k < h / 2; k++) {
+        unsigned char hi = s[at + 2 * k], lo = s[at + 2 * k + 1];
+        hi = hi <= '9' ? hi - '0' : hi - 'a' + 10;
+        lo = lo <= '9' ? lo - '0' : lo - 'a' + 10;
+        rq[k] = (unsigned char)(hi << 4 | lo);
+    }
+    *cid = c;
+    *cid_len = c_len;
+    *rq_len = h / 2;
+    return 1;
+}
+
+/* The take rule for a FORWARD on the peer ROUTER (the mutex held; "Forwards" above): 1 when
+ * taken (the worker's REQUEST sent), 0 when it goes to Python (nothing changed but the request
+ * and seq counters once it got that far, and an expired reply cache entry of its key dropped). */
+static int take_forward(LaneObject *self, s0_message *m, s0_entry *e, double now) {
+    s0_sessions *t = &self->sessions;
+    if (!self->serving || self->pool == NULL || !self->serve_forwards || self->record_done)
+        return 0;
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 7 || !frame_is(&f[1], "", 0) || !frame_is(&f[2], "S0B1", 4))
+        return 0;
+    int with;
+    if (frame_is(&f[3], "FORWARD", 7))
+        with = 0;
+    else if (n >= 8 && frame_is(&f[3], "FORWARDWITH", 11))
+        with = 1;
+    else
+        return 0; /* (FORWARDAS, a CURVE caller's, is never taken) */
+    if (!frames_fit(m, self->max_frame_bytes))
+        return 0;
+    const unsigned char *ticket = p_msg_data(&f[4]);
+    size_t ticket_len = p_msg_size(&f[4]);
+    const unsigned char *svc = p_msg_data(&f[5]);
+    size_t svc_len = p_msg_size(&f[5]);
+    const unsigned char *origin = p_msg_data(&f[6]);
+    size_t origin_len = p_msg_size(&f[6]);
+    if (ticket_len == 0 || ticket_len > 255 || !service_ok(svc, svc_len) || origin_len == 0 ||
+        origin_len > 255)
+        return 0;
+    for (size_t i = 0; i < origin_len; i++)
+        if (origin[i] < 0x20 || origin[i] > 0x7e)
+            return 0;
+    long long deadline_ms = 0;
+    const unsigned char *cid = NULL;
+    size_t cid_len = 0, rq_len = 0;
+    unsigned char rq[255];
+    if (with && !fwd_options(p_msg_data(&f[7]), p_msg_size(&f[7]), &deadline_ms, &cid, &cid_len,
+                             rq, &rq_len))
+        return 0;
+    size_t body_at = with ? 8 : 7;
+    if (!e->open || e->client_id == NULL || e->client_id_len == 0)
+        return 0;
+    if (t->ordered[2] && e->last_passed > t->done_seq[2])
+        return 0; /* Order */
+    int ids = cid_len > 0;
+    s0_rkey k;
+    k.len = 0;
+    k.data = k.inline_buf;
+    if (ids) { /* R10 across brokers: a key Python holds, the lane holds, or the cache answers */
+        if (rkey_make(&k, cid, cid_len, rq, rq_len) < 0)
+            return 0;
+        uint64_t h = hash_bytes(k.data, k.len);
+        if (table_find(&self->pkeys, k.data, k.len, h) != NULL ||
+            table_find(&self->lkeys, k.data, k.len, h) != NULL ||
+            cache_lookup(&self->cache, k.data, k.len, now) != NULL) {
+            rkey_free(&k);
+            return 0;
+        }
+    }
+    uint64_t number = ++self->number, seq = ++self->seq; /* (as an S0P REQUEST's: given) */
+    (void)number;
+    size_t wrid_len = 0;
+    const unsigned char *wrid = pool_api->peek(self->pool, svc, svc_len, &wrid_len);
+    s0_entry *we = wrid != NULL ? entry_find(t, 1, wrid, wrid_len) : NULL;
+    if (wrid == NULL || count_of(&self->waits, svc, svc_len) > 0 || !worker_fits(we, 1) ||
+        wrid_len > 255)
+        goto pass; /* (never queued by the lane: Python queues it) */
+
+    /* Everything that can fail, before the first change. */
+    const unsigned char *crid = p_msg_data(&f[0]);
+    size_t crid_len = p_msg_size(&f[0]);
+    size_t n_body = n - body_at;
+    size_t client_len = ids ? cid_len : 1 + e->client_id_len;
+    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + client_len + svc_len + rq_len +
+                   k.len + ticket_len + e->client_id_len;
+    s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
+    if (r == NULL)
+        goto pass;
+    record_set_ticket(r, NULL, 0);
+    unsigned char *p = (unsigned char *)r + sizeof(s0_record);
+    r->body = (s0_zmq_msg_t *)p;
+    p += n_body * sizeof(s0_zmq_msg_t);
+#define S0_PUT(field, data, len)                                                                  \
+    do {                                                                                          \
+        if (len)                                                                                  \
+            memcpy(p, data, len);                                                                 \
+        r->field = p;                                                                             \
+        r->field##_len = len;                                                                     \
+        p += len;                                                                                 \
+    } while (0)
+    S0_PUT(crid, crid, crid_len);
+    if (ids) {
+        S0_PUT(client_id, cid, cid_len);
+    } else { /* b"\x00" + the peer's broker id: the ledger's key of a forward without ids */
+        p[0] = 0;
+        memcpy(p + 1, e->client_id, e->client_id_len);
+        r->client_id = p;
+        r->client_id_len = client_len;
+        p += client_len;
+    }
+    r->caller = p;
+    r->caller_len = 0;
+    S0_PUT(service, svc, svc_len);
+    S0_PUT(request_id, rq, rq_len);
+    S0_PUT(origin, ticket, ticket_len);
+    S0_PUT(via, e->client_id, e->client_id_len);
+#undef S0_PUT
+    if (ids) {
+        memcpy(p, k.data, k.len);
+        r->ikey.data = p;
+        r->ikey.len = k.len;
+        r->ikey.hash = hash_bytes(p, k.len);
+    }
+    rkey_free(&k);
+    r->s0p = r->fwd = 1;
+    r->ids = ids;
+    for (size_t i = 0; i < n_body; i++) {
+        p_msg_init(&r->body[i]);
+        if (p_msg_copy(&r->body[i], &f[body_at + i]) != 0) {
+            r->n_body = i + 1;
+            record_free(r);
+            return 0;
+        }
+    }
+    r->n_body = n_body;
+    /* Forwarding.forward_in's arithmetic, so the doubles are bit-equal */
+    r->started = now;
+    if (with) {
+        r->limit = now + (double)deadline_ms / 1000.0;
+        r->deadline = fmin(now + self->timeout_s, r->limit);
+    } else {
+        r->limit = INFINITY;
+        r->deadline = now + self->timeout_s;
+    }
+    r->seq = seq;
+    s0_svc *sv = NULL;
+    if (heap_reserve(self) < 0 || (ids && table_reserve(&self->lkeys, 1) < 0) ||
+        table_reserve(&self->records, 1) < 0 || (sv = svc_make(self, svc, svc_len)) == NULL) {
+        record_free(r);
+        return 0;
+    }
+    unsigned char tk[255 + 8];
+    size_t tk_len = next_ticket(self, tk);
+    record_set_ticket(r, tk, tk_len); /* (fits ticket_buf) */
+    record_set_worker(r, wrid, wrid_len);
+    size_t took_len;
+    const unsigned char *took = pool_api->take(self->pool, svc, svc_len, &took_len);
+    /* (peek named it; nothing changed the pool since: the same worker) */
+    if (took == NULL || took_len != wrid_len || memcmp(took, r->wrid, wrid_len) != 0) {
+        record_free(r);
+        return 0;
+    }
+    if (pool_api->hold(self->pool, r->wrid, wrid_len, tk, tk_len) != 0) {
+        pool_api->list_ready(self->pool, r->wrid, wrid_len); /* back where take found it */
+        record_free(r);
+        return 0;
+    }
+    /* Nothing below fails. */
+    heap_push(self, r);
+    if (ids)
+        table_insert(&self->lkeys, &r->ikey);
+    self->drain_requests++;
+    self->drain_forwards++;
+    count(self, ST_REQUESTS, 1);
+    count(self, ST_FORWARDS, 1);
+    heard_add(t, e);
+    self->tickets++;
+    self->seq++; /* (the ticket's number, next_ticket) */
+    table_insert(&self->records, &r->key);
+    sv->changed = 1;
+    if (send_request(self, r, we, &f[body_at], n_body) != 0)
+        count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it to Python */
+    return 1;
+
+pass:
+    rkey_free(&k);
     return 0;
 }
 
@@ -1740,6 +1993,8 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     if (r == NULL || r->s0p != s0p || r->wrid_len != p_msg_size(&f[0]) ||
         (r->wrid_len && memcmp(r->wrid, p_msg_data(&f[0]), r->wrid_len) != 0))
         return 0; /* (a reply of the other family to a record: Python adopts and answers it) */
+    if (r->fwd && self->record_done)
+        return 0; /* (the ring has no field for the origin: Python adopts, answers and logs it) */
     if (!is_negotiated(t, 1, m->fd) || (t->ordered[1] && e->last_passed > t->done_seq[1]))
         return 0;
     /* What the worker serves now (a READY since may have changed it), in its order: one of
@@ -1802,7 +2057,7 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         return 0; /* out of memory: Python answers it (it adopts the record) */
     }
     s0_cent *cached = NULL; /* an S0P reply's entry in the cache, made before any change */
-    if (s0p) {
+    if (r->ids) { /* (an S0P client's, or a forwarded one with ids; one without: not cached) */
         size_t n_body = m->n - body_at;
         const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
         size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
@@ -1877,7 +2132,15 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         head[n_head] = (const char *)(data);                                                      \
         head_len[n_head++] = (len);                                                               \
     } while (0)
-    if (s0p) { /* ClientReply: [b"", S0C1, REPLY, service, request_id, status (as received)] */
+    void *router = self->ch[0].router;
+    if (r->fwd) { /* ForwardReply on the peer ROUTER: [b"", S0B1, FORWARDREPLY, origin, status] */
+        router = self->ch[2].router;
+        S0_HEAD("", 0);
+        S0_HEAD("S0B1", 4);
+        S0_HEAD("FORWARDREPLY", 12);
+        S0_HEAD(r->origin, r->origin_len);
+        S0_HEAD(p_msg_data(&f[at + 1]), 3);
+    } else if (s0p) { /* ClientReply: [b"", S0C1, REPLY, service, request_id, status] */
         S0_HEAD("", 0);
         S0_HEAD(SIGNATURES[0], 4);
         S0_HEAD("REPLY", 5);
@@ -1897,8 +2160,8 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
             S0_HEAD(r->service, r->service_len);
     }
 #undef S0_HEAD
-    int err = send_message(self->ch[0].router, r->crid, r->crid_len, head, head_len, n_head,
-                           &f[body_at], m->n - body_at);
+    int err = send_message(router, r->crid, r->crid_len, head, head_len, n_head, &f[body_at],
+                           m->n - body_at);
     if (err != 0)
         count(self, ST_SEND_DROPPED, 1);
     record_free(r);
@@ -1942,7 +2205,13 @@ static void classify(LaneObject *self, int channel, s0_message *m, double now, d
         heard_add(t, e);
         return;
     }
-    if (e != NULL && (channel == 0 ? take_request(self, m, e, now) : take_reply(self, m, e, now))) {
+    if (e != NULL && channel == 2) {
+        if (take_forward(self, m, e, now)) {
+            m->take = TAKE_FORWARD;
+            return;
+        }
+    } else if (e != NULL &&
+               (channel == 0 ? take_request(self, m, e, now) : take_reply(self, m, e, now))) {
         m->take = channel == 0 ? TAKE_REQUEST : TAKE_REPLY;
         return;
     }
@@ -2142,9 +2411,9 @@ static void *lane_main(void *arg) {
     locale_t c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
     locale_t previous = c_locale ? uselocale(c_locale) : (locale_t)0;
     for (;;) {
-        s0_zmq_pollitem_t items[5];
+        s0_zmq_pollitem_t items[2 * S0_CHANNELS + 1];
         int n = 0;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < self->n_ch; k++) {
             s0_channel *c = &self->ch[k];
             int held = c->cursor < c->count;
             items[n++] = (s0_zmq_pollitem_t){c->router, 0, held ? 0 : S0_ZMQ_POLLIN, 0};
@@ -2163,10 +2432,10 @@ static void *lane_main(void *arg) {
         count(self, ST_WAKEUPS, 1);
         if (__atomic_load_n(&self->stop_flag, __ATOMIC_ACQUIRE))
             break;
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < self->n_ch; k++)
             if (items[2 * k + 1].revents & S0_ZMQ_POLLIN)
                 forward(self, k, S0_LANE_BUDGET);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < self->n_ch; k++) {
             s0_channel *c = &self->ch[k];
             if (c->cursor < c->count && !deliver(self, c))
                 continue;
@@ -2175,9 +2444,9 @@ static void *lane_main(void *arg) {
         }
     }
     /* Python's last sends (its DISCONNECTs at shutdown), all of them. */
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < self->n_ch; k++)
         forward(self, k, 0);
-    for (int k = 0; k < 2; k++) { /* held for a full pipe: what it takes now, the rest is lost */
+    for (int k = 0; k < self->n_ch; k++) { /* held for a full pipe: what it takes now, the rest is lost */
         s0_channel *c = &self->ch[k];
         if (c->cursor < c->count && !deliver(self, c)) {
             count(self, ST_LOST, c->count - c->cursor);
@@ -2206,10 +2475,16 @@ static void py_lock(LaneObject *self) {
     Py_END_ALLOW_THREADS
 }
 
-static int parse_channel(int channel) {
-    if (channel != 0 && channel != 1) {
-        PyErr_Format(PyExc_ValueError, "channel must be 0 (frontend) or 1 (backend), not %d",
-                     channel);
+static int parse_channel(const LaneObject *self, int channel) {
+    if (channel < 0 || channel >= self->n_ch) {
+        if (self->n_ch == 3)
+            PyErr_Format(PyExc_ValueError,
+                         "channel must be 0 (frontend), 1 (backend) or 2 (peer), not %d", channel);
+        else
+            PyErr_Format(PyExc_ValueError,
+                         "channel must be 0 (frontend) or 1 (backend), not %d (2, the peer "
+                         "ROUTER, only for a lane made with peer and peer_pipe)",
+                         channel);
         return -1;
     }
     return 0;
@@ -2231,18 +2506,29 @@ static void *handle_of(PyObject *obj, const char *name) {
 }
 
 static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"frontend", "backend", "front_pipe", "back_pipe", "keyed_front",
-                             "keyed_back", "max_frame_bytes", NULL};
-    PyObject *handles[4];
-    int keyed_front, keyed_back;
+    static char *kwlist[] = {"frontend",   "backend", "front_pipe", "back_pipe",
+                             "keyed_front", "keyed_back", "max_frame_bytes", "peer",
+                             "peer_pipe",  "keyed_peer", NULL};
+    PyObject *handles[6] = {NULL, NULL, NULL, NULL, Py_None, Py_None};
+    int keyed_front, keyed_back, keyed_peer = 0;
     Py_ssize_t max_frame_bytes;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOppn:Lane", kwlist, &handles[0], &handles[1],
-                                     &handles[2], &handles[3], &keyed_front, &keyed_back,
-                                     &max_frame_bytes))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOppn|OOp:Lane", kwlist, &handles[0],
+                                     &handles[1], &handles[2], &handles[3], &keyed_front,
+                                     &keyed_back, &max_frame_bytes, &handles[4], &handles[5],
+                                     &keyed_peer))
         return NULL;
-    static const char *names[4] = {"frontend", "backend", "front_pipe", "back_pipe"};
-    void *socks[4];
-    for (int i = 0; i < 4; i++) {
+    if ((handles[4] == Py_None) != (handles[5] == Py_None)) {
+        PyErr_SetString(PyExc_ValueError,
+                        handles[4] == Py_None
+                            ? "Lane: peer_pipe given without peer (give both, or neither)"
+                            : "Lane: peer given without peer_pipe (give both, or neither)");
+        return NULL;
+    }
+    int n_ch = handles[4] == Py_None ? 2 : 3;
+    static const char *names[6] = {"frontend", "backend", "front_pipe", "back_pipe", "peer",
+                                   "peer_pipe"};
+    void *socks[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 2 * n_ch; i++) {
         socks[i] = handle_of(handles[i], names[i]);
         if (socks[i] == NULL)
             return NULL;
@@ -2257,11 +2543,13 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         return NULL;
     /* tp_alloc zeroed it */
     self->wake_fd = -1;
-    for (int k = 0; k < 2; k++) {
+    self->n_ch = n_ch;
+    for (int k = 0; k < S0_CHANNELS; k++) { /* (every batch set up: dealloc closes them) */
         s0_channel *c = &self->ch[k];
-        c->router = socks[k];
-        c->pipe = socks[2 + k];
-        c->keyed = k == 0 ? keyed_front : keyed_back;
+        static const int router_at[S0_CHANNELS] = {0, 1, 4}, pipe_at[S0_CHANNELS] = {2, 3, 5};
+        c->router = socks[router_at[k]];
+        c->pipe = socks[pipe_at[k]];
+        c->keyed = k == 0 ? keyed_front : k == 1 ? keyed_back : keyed_peer;
         for (size_t i = 0; i < S0_LANE_BUDGET; i++) {
             c->batch[i].frames = c->batch[i].inline_frames;
             c->batch[i].cap = S0_LANE_INLINE_FRAMES;
@@ -2341,7 +2629,7 @@ static void lane_dealloc(LaneObject *self) {
     done_free_all(self);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < S0_CHANNELS; k++)
         for (size_t i = 0; i < S0_LANE_BUDGET; i++)
             message_close(&self->ch[k].batch[i]);
     sessions_free(&self->sessions);
@@ -2417,13 +2705,21 @@ static PyObject *lane_note(LaneObject *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy#Ldd|iy#p:note", kwlist, &channel, &rid,
                                      &rid_len, &promise, &gap, &last_seen, &majordomo, &cid,
                                      &cid_len, &open) ||
-        parse_channel(channel) < 0)
+        parse_channel(self, channel) < 0)
         return NULL;
     if (majordomo < 0 || majordomo > 15) {
         PyErr_Format(PyExc_ValueError,
                      "Lane.note: majordomo must be 0 (S0P) or a Majordomo reading packed in 4 "
                      "bits (1..15), not %d",
                      majordomo);
+        return NULL;
+    }
+    if (channel == 2 &&
+        (cid_len < 1 || cid_len > 255 || !utf8_valid((const unsigned char *)cid, (size_t)cid_len))) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.note: a peer's client_id (its broker_id) must be 1..255 bytes of "
+                     "UTF-8, not %zd bytes%s",
+                     cid_len, cid_len >= 1 && cid_len <= 255 ? " that are not UTF-8" : "");
         return NULL;
     }
     if (isnan(gap) || gap < 0) {
@@ -2495,7 +2791,7 @@ static PyObject *lane_forget(LaneObject *self, PyObject *args) {
     const char *rid;
     Py_ssize_t rid_len;
     if (!PyArg_ParseTuple(args, "iy#:forget", &channel, &rid, &rid_len) ||
-        parse_channel(channel) < 0)
+        parse_channel(self, channel) < 0)
         return NULL;
     py_lock(self);
     s0_entry *e = entry_find(&self->sessions, channel, (const unsigned char *)rid, (size_t)rid_len);
@@ -2516,8 +2812,9 @@ static PyObject *lane_clear(LaneObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static int parse_fd(PyObject *args, const char *format, int *channel, int *fd) {
-    if (!PyArg_ParseTuple(args, format, channel, fd) || parse_channel(*channel) < 0)
+static int parse_fd(const LaneObject *self, PyObject *args, const char *format, int *channel,
+                    int *fd) {
+    if (!PyArg_ParseTuple(args, format, channel, fd) || parse_channel(self, *channel) < 0)
         return -1;
     if (*fd < 0 || *fd >= S0_LANE_MAX_FD) {
         PyErr_Format(PyExc_ValueError, "Lane: fd must be in 0..%d, not %d", S0_LANE_MAX_FD - 1,
@@ -2529,7 +2826,7 @@ static int parse_fd(PyObject *args, const char *format, int *channel, int *fd) {
 
 static PyObject *lane_negotiated(LaneObject *self, PyObject *args) {
     int channel, fd;
-    if (parse_fd(args, "ii:negotiated", &channel, &fd) < 0)
+    if (parse_fd(self, args, "ii:negotiated", &channel, &fd) < 0)
         return NULL;
     int failed = 0;
     py_lock(self);
@@ -2557,7 +2854,7 @@ static PyObject *lane_negotiated(LaneObject *self, PyObject *args) {
 
 static PyObject *lane_gone(LaneObject *self, PyObject *args) {
     int channel, fd;
-    if (parse_fd(args, "ii:gone", &channel, &fd) < 0)
+    if (parse_fd(self, args, "ii:gone", &channel, &fd) < 0)
         return NULL;
     py_lock(self);
     s0_sessions *t = &self->sessions;
@@ -2651,7 +2948,7 @@ static PyObject *lane_last_seen(LaneObject *self, PyObject *args) {
     const char *rid;
     Py_ssize_t rid_len;
     if (!PyArg_ParseTuple(args, "iy#:last_seen", &channel, &rid, &rid_len) ||
-        parse_channel(channel) < 0)
+        parse_channel(self, channel) < 0)
         return NULL;
     int found = 0;
     double seen = 0.0;
@@ -2863,8 +3160,9 @@ static PyObject *lane_python_holds(LaneObject *self, PyObject *args) {
 }
 
 /* (ticket, worker_rid, client_rid, client_id, caller, service, body, started, deadline,
- * request_id, seq, ids) of a record handed over (ticket and worker_rid b"" while it waits;
- * ids: an S0P client's, its request_id the client's own). */
+ * request_id, seq, ids, origin, via, limit) of a record handed over (ticket and worker_rid b""
+ * while it waits; ids: its request_id the client's own; origin, via, limit: a forwarded one's,
+ * else b"", "", inf: see "Forwards"). */
 static PyObject *record_tuple(s0_record *r) {
     PyObject *body = PyTuple_New((Py_ssize_t)r->n_body);
     if (body == NULL)
@@ -2887,13 +3185,17 @@ static PyObject *record_tuple(s0_record *r) {
     } else {
         id_len = snprintf(mdp_id, sizeof(mdp_id), "mdp.L%llu", (unsigned long long)r->number);
     }
-    return Py_BuildValue("(y#y#y#y#s#s#Nddy#KN)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
-                         (const char *)r->wrid, (Py_ssize_t)r->wrid_len, (const char *)r->crid,
-                         (Py_ssize_t)r->crid_len, (const char *)r->client_id,
-                         (Py_ssize_t)r->client_id_len, (const char *)r->caller,
-                         (Py_ssize_t)r->caller_len, (const char *)r->service,
-                         (Py_ssize_t)r->service_len, body, r->started, r->deadline, request_id,
-                         id_len, (unsigned long long)r->seq, PyBool_FromLong(r->s0p));
+    return Py_BuildValue("(y#y#y#y#s#s#Nddy#KNy#s#d)", (const char *)r->key.data,
+                         (Py_ssize_t)r->key.len, (const char *)r->wrid, (Py_ssize_t)r->wrid_len,
+                         (const char *)r->crid, (Py_ssize_t)r->crid_len,
+                         (const char *)r->client_id, (Py_ssize_t)r->client_id_len,
+                         (const char *)r->caller, (Py_ssize_t)r->caller_len,
+                         (const char *)r->service, (Py_ssize_t)r->service_len, body, r->started,
+                         r->deadline, request_id, id_len, (unsigned long long)r->seq,
+                         PyBool_FromLong(r->ids), r->origin ? (const char *)r->origin : "",
+                         (Py_ssize_t)r->origin_len, r->via ? (const char *)r->via : "",
+                         (Py_ssize_t)r->via_len,
+                         r->limit);
 }
 
 static int seq_order(const void *a, const void *b) {
@@ -3112,7 +3414,8 @@ static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
     memset(&self->svcs, 0, sizeof(self->svcs));
     memset(&self->hists, 0, sizeof(self->hists));
     uint64_t requests = self->drain_requests, replies = self->drain_replies;
-    self->drain_requests = self->drain_replies = 0;
+    uint64_t forwards = self->drain_forwards;
+    self->drain_requests = self->drain_replies = self->drain_forwards = 0;
     pthread_mutex_unlock(&self->mutex);
     PyObject *out = NULL, *hist = NULL, *changed = NULL;
     size_t n = 0, n_hists = 0;
@@ -3167,8 +3470,8 @@ static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
         if (bad)
             goto done;
     }
-    out = Py_BuildValue("(KKOO)", (unsigned long long)requests, (unsigned long long)replies, hist,
-                        changed);
+    out = Py_BuildValue("(KKOOK)", (unsigned long long)requests, (unsigned long long)replies, hist,
+                        changed, (unsigned long long)forwards);
 done:
     Py_XDECREF(hist);
     Py_XDECREF(changed);
@@ -3662,6 +3965,16 @@ static PyObject *lane_cache_take(LaneObject *self, PyObject *unused) {
 
 /* ---- the RequestDone ring, Python's side ------------------------------------------------ */
 
+static PyObject *lane_serve_forwards(LaneObject *self, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    py_lock(self);
+    self->serve_forwards = on;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
 static PyObject *lane_record_done(LaneObject *self, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
     if (on < 0)
@@ -3797,8 +4110,8 @@ static PyMethodDef lane_methods[] = {
     {"seq_from", (PyCFunction)lane_seq_from, METH_O,
      "seq_from(n): raise the numbering to at least n"},
     {"drain", (PyCFunction)lane_drain, METH_NOARGS,
-     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed): since the "
-     "last one"},
+     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards): "
+     "since the last one"},
     {"python_key", (PyCFunction)lane_python_key, METH_VARARGS,
      "python_key(client_id, request_id, live): Python holds (True) / no longer holds (False) a "
      "request not answered yet under this key (R10)"},
@@ -3820,6 +4133,9 @@ static PyMethodDef lane_methods[] = {
     {"cache_take", (PyCFunction)lane_cache_take, METH_NOARGS,
      "cache_take() -> [(client_id, request_id, service, status, body, expires)]: every entry, "
      "oldest first; the cache emptied"},
+    {"serve_forwards", (PyCFunction)lane_serve_forwards, METH_O,
+     "serve_forwards(on): while on (and serve on, record_done off), the lane may take a "
+     "peer's FORWARD on channel 2"},
     {"record_done", (PyCFunction)lane_record_done, METH_O,
      "record_done(on): while on, every final REPLY the lane takes appends a RequestDone "
      "record to the ring"},
