@@ -886,3 +886,30 @@ def test_the_constructor_wants_peer_and_peer_pipe_together(rig: PeerRig) -> None
     explicit = Lane(*args, peer=None, peer_pipe=None, keyed_peer=False)  # (as without them)
     with pytest.raises(ValueError, match="only for a lane made with peer"):
         explicit.last_seen(PEER, b"x")
+
+
+def test_a_forwarded_record_leaves_a_local_client_s_counts_alone(fwd: Fwd) -> None:
+    """The same client_id (and routing id) on the frontend: its counts are its own requests'."""
+    lane = fwd.lane
+    w1 = fwd.worker(b"w1")
+    w2 = fwd.worker(b"w2")
+    client, cfd = fwd.rig.dealer(FRONT, LINK)  # (a frontend client whose routing id is the link's)
+    lane.negotiated(FRONT, cfd)
+    lane.note(FRONT, LINK, 0, 0.0, time.monotonic(), 0, client_id=b"c")
+    c = Peer(client, LINK, cfd, S0P_READING)
+    assert fwd.send(c, [b"", b"S0C1", b"REQUEST", b"echo", b"mine", b"x"], FRONT) == []
+    got = recv(w1.dealer)
+    assert lane.held(b"c") == 1 and lane.busy(LINK)
+    link = fwd.link()
+    frames = forward(b"t-1", client_id="c", request_id=b"theirs", deadline_ms=60_000)
+    ticket = fwd.served(link, w2, frames)
+    assert lane.held_by_client() == {b"c": 1} and lane.open_by_connection() == {LINK: 1}
+    fwd.answered(w2, link, ticket, b"t-1")
+    assert lane.held(b"c") == 1 and lane.busy(LINK)  # (untouched by the forward's answer)
+    ticket = fwd.served(link, w2, forward(b"t-2"))
+    with locked(lane):
+        assert lane.adopt(ticket) is not None
+    assert lane.held_by_client() == {b"c": 1} and lane.open_by_connection() == {LINK: 1}
+    assert fwd.send(w1, WorkerReply(got[3], 200, (b"y",)).to_frames(), BACK) == []
+    assert recv(client)[2] == b"REPLY"
+    assert lane.held_by_client() == {} and lane.open_by_connection() == {}
