@@ -913,3 +913,25 @@ def test_a_forwarded_record_leaves_a_local_client_s_counts_alone(fwd: Fwd) -> No
     assert fwd.send(w1, WorkerReply(got[3], 200, (b"y",)).to_frames(), BACK) == []
     assert recv(client)[2] == b"REPLY"
     assert lane.held_by_client() == {} and lane.open_by_connection() == {}
+
+
+def test_max_per_client_and_python_holds_do_not_apply_to_a_forward(fwd: Fwd) -> None:
+    fwd.lane.serve(True, TIMEOUT_S, 0, PREFIX, MAX_QUEUED, False)  # max_per_client 0
+    fwd.lane.python_holds(b"c", 5)
+    fwd.lane.python_holds(b"\x00" + BROKER, 5)
+    worker = fwd.worker()
+    link = fwd.link()
+    ticket = fwd.served(link, worker, forward(b"t-1"))
+    fwd.answered(worker, link, ticket, b"t-1")
+    frames = forward(b"t-2", client_id="c", request_id=b"r", deadline_ms=60_000)
+    ticket = fwd.served(link, worker, frames)
+    fwd.answered(worker, link, ticket, b"t-2")
+
+
+def test_a_non_ascii_service_is_taken_when_the_pool_offers_it(fwd: Fwd) -> None:
+    service = "\u00e9cho"
+    worker = fwd.worker(service=service)
+    link = fwd.link()
+    fwd.passed(link, forward(b"t-0", service="\u00e9ch\u00f6"))  # (not offered: no worker)
+    ticket = fwd.served(link, worker, forward(b"t-1", service=service), service=service)
+    fwd.answered(worker, link, ticket, b"t-1")
