@@ -4125,14 +4125,16 @@ static PyMethodDef lane_methods[] = {
      "configure(config_version, max_skew_s): the running config's version and R12 limit"},
     {"note", (PyCFunction)(void (*)(void))lane_note, METH_VARARGS | METH_KEYWORDS,
      "note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b'', "
-     "open=True): insert or update a session; majordomo: 0 (S0P) or its Majordomo reading"},
+     "open=True): insert or update a session; majordomo: 0 (S0P) or its Majordomo reading; "
+     "on channel 2 (the peer ROUTER) client_id is the peer's broker_id (1..255 bytes)"},
     {"forget", (PyCFunction)lane_forget, METH_VARARGS, "forget(channel, routing_id)"},
     {"clear", (PyCFunction)lane_clear, METH_NOARGS, "clear(): forget every session"},
     {"negotiated", (PyCFunction)lane_negotiated, METH_VARARGS,
      "negotiated(channel, fd): the connection negotiated (R20)"},
     {"gone", (PyCFunction)lane_gone, METH_VARARGS, "gone(channel, fd): the connection closed"},
     {"heard", (PyCFunction)lane_heard, METH_NOARGS,
-     "heard() -> [(channel, routing_id, last_seen)] raised by beats the lane took, once each"},
+     "heard() -> [(channel, routing_id, last_seen)] raised by what the lane took (beats, "
+     "requests, replies, forwards), once each"},
     {"last_seen", (PyCFunction)lane_last_seen, METH_VARARGS,
      "last_seen(channel, routing_id) -> float | None"},
     {"stats", (PyCFunction)lane_stats, METH_NOARGS, "stats() -> dict of counters"},
