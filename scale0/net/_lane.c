@@ -7,12 +7,17 @@
  * queues them, behind Python's queue) and returns their final REPLYs (an S0P one into the
  * lane's reply cache too), sharing the worker pool (scale0/core/_pool.c) with the Python core
  * under one lock (phase 3b: "Requests", "S0P requests", "R10's keys" and "The reply cache"
- * below; the rule's Python twin is RequestLane in tests/core/test_lane_requests.py).
+ * below; the rule's Python twin is RequestLane in tests/core/test_lane_requests.py). Given the
+ * peer ROUTER too, it runs the simplest FORWARDs of peer brokers on its S0P workers and answers
+ * their FORWARDREPLYs (phase 4a: "Forwards" below).
  *
- *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
+ *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes,
+ *        peer=None, peer_pipe=None, keyed_peer=False)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
- *       inproc PAIR pipes whose other ends Python keeps. From start() until stop() returns the
- *       lane thread is the only user of these four sockets.
+ *       inproc PAIR pipes whose other ends Python keeps. peer and peer_pipe: both given (the
+ *       peer ROUTER and the lane's end of its pipe: channel 2) or both None (ValueError if one
+ *       only; without them the lane has channels 0 and 1 only). From start() until stop()
+ *       returns the lane thread is the only user of these four (six) sockets.
  *   start()                     spawn the thread (once)
  *   stop()                      idempotent: wake the thread (an eventfd in its poll set), join
  *       it with the GIL released. Before it exits the thread forwards everything waiting on both
@@ -27,10 +32,16 @@
  *       still means "speaks Majordomo" for HEARTBEATs, and is no reading a REQUEST is taken
  *       in or written for. client_id: a frontend session's (UTF-8 bytes); open: its key may
  *       call every service (T1-T4's grant "all"). client_id and open replace the entry's.
+ *       On channel 2 (a peer's link on the peer ROUTER) client_id is that peer's broker_id,
+ *       1..255 bytes of UTF-8 (ValueError else, empty too) and open says FORWARDs from it may
+ *       be taken; promise_ms, gap_s and majordomo are stored there, no rule reads them.
  *   forget(channel, routing_id); clear()
  *   negotiated(channel, fd); gone(channel, fd)                 R20: the negotiated connections
- *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT taken by the lane
- *       raised since the last call, once each, by last_seen ascending
+ *       (accepted on channel 2, where no rule reads them: peers do not negotiate R20)
+ *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT (or a REQUEST,
+ *       REPLY or FORWARD) taken by the lane raised since the last call, once each, by
+ *       last_seen ascending
+ *   A channel argument is 0, 1, or 2 when the lane has a peer socket (else ValueError).
  *   last_seen(channel, routing_id) -> float | None
  *   stats() -> dict[str, int]   wakeups, received (from the ROUTERs), beats (taken), passed (to
  *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
@@ -40,8 +51,10 @@
  *       families), handed (records adopted by Python), queued (requests the lane put in its
  *       queue, in all), lent (dispatch_head calls), waiting (records in its queues now), cached
  *       (S0P replies the lane put in its reply cache, in all), done (RequestDone records made,
- *       in all), done_full (final REPLYs passed to Python because the ring was full).
- *       After stop(): received == beats + requests + replies + passed + lost.
+ *       in all), done_full (final REPLYs passed to Python because the ring was full),
+ *       forwards (FORWARDs taken, in all; each counts in requests too). Every counter counts
+ *       channel 2 as 0 and 1. After stop(): received == beats + requests + replies + passed +
+ *       lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
  *   serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue);
@@ -54,7 +67,9 @@
  *   waiting(service) -> int; waiting_total() -> int;
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
  *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
- *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed)   ("Records")
+ *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards)
+ *                                                                         ("Records")
+ *   serve_forwards(on)          the gate of FORWARDs ("Forwards")
  *   python_key(client_id, request_id, live); python_keys() -> int;
  *   adopt_key(client_id, request_id) -> record | None            ("R10's keys")
  *   cache_limits(max_entries, max_bytes, max_age_s);
@@ -66,7 +81,11 @@
  *   done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, bytes_out,
  *       status)]                                                   ("The RequestDone ring")
  *
- * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
+ * Channels: 0 = frontend (S0C1), 1 = backend (S0W1), 2 = the peer ROUTER (S0B1; only when
+ * the lane was given peer and peer_pipe). Channel 2 is a channel exactly as 0 and 1: its own
+ * pipe, pass-through with the header, Python's sends, Order marks, stall and backpressure, the
+ * last sends at stop(); but it takes no HEARTBEAT and has no fd rule (only a FORWARD is taken
+ * there, "Forwards").
  *
  * ROUTER -> Python: a message the lane does not take goes to its channel's pipe as [header,
  * routing id, frames...], every frame as received (zmq_msg_send: zero-copy), in order. header:
@@ -211,8 +230,9 @@
  * adopt_waiting(service) (its whole queue, in order); each record is the tuple (ticket,
  * worker_rid, client_rid, client_id (bytes), caller (str), service (str), body (tuple of
  * bytes), started, deadline, request_id, seq, ids (bool: True for an S0P client's request,
- * its request_id the client's own; False for a Majordomo one)), ticket and worker_rid b"" for a
- * waiting one.
+ * its request_id the client's own, and for a forwarded one with ids; False for a Majordomo
+ * one), origin (bytes), via (str), limit (float)), ticket and worker_rid b"" for a waiting
+ * one; origin, via, limit are a forwarded record's ("Forwards"), b"", "", inf for a client's.
  * waiting_head(service): the head's tuple, not removed. dispatch_head(service, ticket,
  * worker_rid): Python freed the worker, took it from the pool and hold(worker_rid, ticket)
  * (any bytes): the head is in flight there under that ticket and stays the lane's (its REPLY is
@@ -224,9 +244,10 @@
  * waiting ones too (a heap); held(client_id), busy(client_rid), open_by_connection(),
  * held_by_client(): in flight and waiting; in_flight(): in flight only; waiting(service),
  * waiting_total(). drain(): (requests, replies, [(service, status, counts (len(buckets) + 1),
- * sum_s)], changed) since the last drain: one histogram per (service, status) the lane
- * answered, sorted by (service, status) (a Majordomo answer is status 200); changed: the
- * services taken or answered, sorted. At stop() the records stay, adoptable.
+ * sum_s)], changed, forwards) since the last drain: one histogram per (service, status) the
+ * lane answered, sorted by (service, status) (a Majordomo answer is status 200); changed: the
+ * services taken or answered, sorted; forwards: the FORWARDs taken (in requests too). At
+ * stop() the records stay, adoptable.
  * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
  * tables by what Python tells, drain's tables by the services (and statuses) between two drains.
  *
@@ -261,6 +282,57 @@
  * request_id), expires = now + max_age_s (its entry made, the body copied, before any change:
  * out of memory, the REPLY goes to Python); cached + 1 when stored.
  *
+ * Forwards (docs/protocol.md §5.4; the twin of scale0.core.forwarding.Forwarding.forward_in
+ * and scale0.core.dispatch's dispatch_to/finish for a request whose origin is not None). A
+ * peer broker's link DEALER sends FORWARD/FORWARDWITH to our peer ROUTER (channel 2); the lane
+ * runs the simplest ones on its S0P workers. serve_forwards(on): off at start; serve(False)
+ * does not change it, but stops every take. A channel 2 message is taken iff all of:
+ *   serve is on, a pool attached, serve_forwards on, and record_done off (the RequestDone ring
+ *   has no field for the origin: with the ring on, FORWARDs go to Python);
+ *   it is exactly [b"", b"S0B1", b"FORWARD", ticket, service, origin, body..] (6+ frames after
+ *   the routing id) or [b"", b"S0B1", b"FORWARDWITH", ticket, service, origin, options,
+ *   body..] (7+) with options exactly {"deadline_ms":N} or
+ *   {"deadline_ms":N,"client_id":"C","request_id":"H"} (what scale0.wire.peer.Forward.to_frames
+ *   writes: json, separators (",", ":"), ensure_ascii): N decimal 1..2**53 without a sign or
+ *   leading zero (0 goes to Python, which answers 504), C 1..255 bytes of 0x20..0x7e but '"'
+ *   and '' (an escape: passed), H 2..510 lower-case hex digits, an even count (decoded: the
+ *   raw request_id, 1..255 bytes); any other options bytes (a "caller", another key order,
+ *   spaces) and FORWARDAS (a CURVE caller's) are passed;
+ *   every frame <= max_frame_bytes; the ticket 1..255 bytes; the service passes service_ok (a
+ *   non-ASCII one is taken only when the pool offers it); origin 1..255 bytes of 0x20..0x7e;
+ *   the session (2, rid) exists and is open; Order allows it (channel 2's marks);
+ *   with ids (C and H): the key (C, raw request_id) is not one of Python's keys, not a record
+ *   of the lane's, and not in the reply cache at the batch's clock (cache_get's rule, an
+ *   expired entry dropped): the S0P client rule, one key space with the clients';
+ * then (the numbering point, as an S0P REQUEST's: after every check above, before the
+ * worker's) the request counter and seq each give it their next number, taken or not; and
+ *   the pool's LRU ready worker for the service (peek) exists, the service has python_waits 0,
+ *   and that worker's session (1, wrid) speaks S0P (majordomo 0) with promise_ms 0. A forwarded
+ *   request is never queued by the lane: no such worker at the head, it goes to Python.
+ * Taken: ticket = prefix + seq as a client's, hold(wrid, ticket), the record in flight, the
+ * service marked changed, requests + 1, forwards + 1, the peer's entry heard; the worker is
+ * sent [b"", b"S0W1", b"REQUEST", ticket, service, body..], or if ids_of(wrid)
+ * [b"", b"S0W1", b"IDREQUEST", ticket, service, client_id, request_id, body..] with C and the
+ * raw request_id, both frames empty without ids (dispatch_to's own = origin is None or ids);
+ * the body msgs moved. The record: client_rid the peer's routing id (on channel 2), client_id
+ * C with ids, else b"\x00" + the peer entry's client_id (the ledger's key of a forward without
+ * ids); caller ""; request_id the raw one with ids, else b""; ids; origin the FORWARD's ticket;
+ * via the peer entry's client_id (str); started the batch's clock, limit = started +
+ * (double)N / 1000.0 and deadline = fmin(started + timeout_s, limit) (forward_in's doubles,
+ * bit for bit; a plain FORWARD: limit +inf, deadline started + timeout_s). Indexed by key (for
+ * adopt_key and the key rules) only with ids. A forwarded record counts in no per-client count
+ * (held, held_by_client, busy, open_by_connection, R20's cap with python_holds), as the
+ * ledger's `open` counts only origin-None requests; max_per_client does not apply to it.
+ * Its S0P final REPLY (channel 1) is taken under the S0P REPLY rule ("S0P requests": the
+ * worker's session, python_waits of its services, the next head, which a forwarded record's
+ * worker may be given from a local queue) and only with record_done off (else passed: Python
+ * adopts it); then as an S0P REPLY (record out, release, the next head or list_ready, replies
+ * + 1, the latency histogram, the service changed, the worker heard), but the answer goes on
+ * the peer ROUTER to the record's client_rid: [b"", b"S0B1", b"FORWARDREPLY", origin, status
+ * (the frame as received), body..]; with ids the reply goes into the reply cache under (C,
+ * request_id) as an S0P answer (made before any change; out of memory: passed), without ids
+ * nothing is cached. A Majordomo REPLY, a PARTIAL, another worker's: passed, as for a client's.
+ *
  * R10's keys. A request's key is (client_id, request_id), the core's RequestKey (the client's
  * client_id as UTF-8 bytes, its own request_id). python_key(client_id, request_id, live): the
  * core holds (True) / no longer holds (False) a request not answered yet under that key (a set:
@@ -287,7 +359,8 @@
  *
  * The RequestDone ring (the event log's `request` records, scale0.core.records.request_done:
  * the lane serves while the broker writes an event log). record_done(on) (off at start): while
- * on, every final REPLY the lane takes (S0P or Majordomo) appends one record to a bounded ring,
+ * on, no FORWARD is taken nor a forwarded record's REPLY ("Forwards"), and every final REPLY
+ * the lane takes (S0P or Majordomo) appends one record to a bounded ring,
  * made after every check of the take rule passed and before anything changes or is sent; off,
  * none is made (turning it off keeps what the ring holds for the next drain). A record:
  * (service (str), worker_rid (the worker that replied), client_rid (the routing id the answer
@@ -2446,7 +2519,8 @@ static void *lane_main(void *arg) {
     /* Python's last sends (its DISCONNECTs at shutdown), all of them. */
     for (int k = 0; k < self->n_ch; k++)
         forward(self, k, 0);
-    for (int k = 0; k < self->n_ch; k++) { /* held for a full pipe: what it takes now, the rest is lost */
+    /* held for a full pipe: what it takes now, the rest is lost */
+    for (int k = 0; k < self->n_ch; k++) {
         s0_channel *c = &self->ch[k];
         if (c->cursor < c->count && !deliver(self, c)) {
             count(self, ST_LOST, c->count - c->cursor);
@@ -2714,8 +2788,8 @@ static PyObject *lane_note(LaneObject *self, PyObject *args, PyObject *kwds) {
                      majordomo);
         return NULL;
     }
-    if (channel == 2 &&
-        (cid_len < 1 || cid_len > 255 || !utf8_valid((const unsigned char *)cid, (size_t)cid_len))) {
+    if (channel == 2 && (cid_len < 1 || cid_len > 255 ||
+                         !utf8_valid((const unsigned char *)cid, (size_t)cid_len))) {
         PyErr_Format(PyExc_ValueError,
                      "Lane.note: a peer's client_id (its broker_id) must be 1..255 bytes of "
                      "UTF-8, not %zd bytes%s",
@@ -4051,14 +4125,16 @@ static PyMethodDef lane_methods[] = {
      "configure(config_version, max_skew_s): the running config's version and R12 limit"},
     {"note", (PyCFunction)(void (*)(void))lane_note, METH_VARARGS | METH_KEYWORDS,
      "note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b'', "
-     "open=True): insert or update a session; majordomo: 0 (S0P) or its Majordomo reading"},
+     "open=True): insert or update a session; majordomo: 0 (S0P) or its Majordomo reading; "
+     "on channel 2 (the peer ROUTER) client_id is the peer's broker_id (1..255 bytes)"},
     {"forget", (PyCFunction)lane_forget, METH_VARARGS, "forget(channel, routing_id)"},
     {"clear", (PyCFunction)lane_clear, METH_NOARGS, "clear(): forget every session"},
     {"negotiated", (PyCFunction)lane_negotiated, METH_VARARGS,
      "negotiated(channel, fd): the connection negotiated (R20)"},
     {"gone", (PyCFunction)lane_gone, METH_VARARGS, "gone(channel, fd): the connection closed"},
     {"heard", (PyCFunction)lane_heard, METH_NOARGS,
-     "heard() -> [(channel, routing_id, last_seen)] raised by beats the lane took, once each"},
+     "heard() -> [(channel, routing_id, last_seen)] raised by what the lane took (beats, "
+     "requests, replies, forwards), once each"},
     {"last_seen", (PyCFunction)lane_last_seen, METH_VARARGS,
      "last_seen(channel, routing_id) -> float | None"},
     {"stats", (PyCFunction)lane_stats, METH_NOARGS, "stats() -> dict of counters"},
