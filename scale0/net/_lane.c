@@ -67,6 +67,7 @@
  *   waiting(service) -> int; waiting_total() -> int;
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
  *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
+ *   held_from(via) -> {service: int}                    (a peer's FORWARDs, "Forwards")
  *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards)
  *                                                                         ("Records")
  *   serve_forwards(on)          the gate of FORWARDs ("Forwards")
@@ -79,7 +80,7 @@
  *   cache_take() -> [(client_id, request_id, service, status, body, expires)]  ("The reply cache")
  *   record_done(on); done_capacity(n);
  *   done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, bytes_out,
- *       status)]                                                   ("The RequestDone ring")
+ *       status, via)]                                              ("The RequestDone ring")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1), 2 = the peer ROUTER (S0B1; only when
  * the lane was given peer and peer_pipe). Channel 2 is a channel exactly as 0 and 1: its own
@@ -287,8 +288,7 @@
  * peer broker's link DEALER sends FORWARD/FORWARDWITH to our peer ROUTER (channel 2); the lane
  * runs the simplest ones on its S0P workers. serve_forwards(on): off at start; serve(False)
  * does not change it, but stops every take. A channel 2 message is taken iff all of:
- *   serve is on, a pool attached, serve_forwards on, and record_done off (the RequestDone ring
- *   has no field for the origin: with the ring on, FORWARDs go to Python);
+ *   serve is on, a pool attached, and serve_forwards on;
  *   it is exactly [b"", b"S0B1", b"FORWARD", ticket, service, origin, body..] (6+ frames after
  *   the routing id) or [b"", b"S0B1", b"FORWARDWITH", ticket, service, origin, options,
  *   body..] (7+) with options exactly {"deadline_ms":N} or
@@ -321,12 +321,15 @@
  * (double)N / 1000.0 and deadline = fmin(started + timeout_s, limit) (forward_in's doubles,
  * bit for bit; a plain FORWARD: limit +inf, deadline started + timeout_s). Indexed by key (for
  * adopt_key and the key rules) only with ids. A forwarded record counts in no per-client count
- * (held, held_by_client, busy, open_by_connection, R20's cap with python_holds), as the
- * ledger's `open` counts only origin-None requests; max_per_client does not apply to it.
+ * (held, held_by_client, busy, R20's cap with python_holds), as the ledger's `open` counts only
+ * origin-None requests; max_per_client does not apply to it. open_by_connection() counts it by
+ * its client_rid (the peer link), as the ledger's counts every request by the routing id it
+ * answers; held_from(via) -> {service: count}: the forwarded records of that peer (F16's
+ * tables count what each peer's forwards hold here).
  * Its S0P final REPLY (channel 1) is taken under the S0P REPLY rule ("S0P requests": the
  * worker's session, python_waits of its services, the next head, which a forwarded record's
- * worker may be given from a local queue) and only with record_done off (else passed: Python
- * adopts it); then as an S0P REPLY (record out, release, the next head or list_ready, replies
+ * worker may be given from a local queue; with record_done on, its RequestDone record names
+ * the peer, "The RequestDone ring"); then as an S0P REPLY (record out, release, the next head or list_ready, replies
  * + 1, the latency histogram, the service changed, the worker heard), but the answer goes on
  * the peer ROUTER to the record's client_rid: [b"", b"S0B1", b"FORWARDREPLY", origin, status
  * (the frame as received), body..]; with ids the reply goes into the reply cache under (C,
@@ -359,8 +362,9 @@
  *
  * The RequestDone ring (the event log's `request` records, scale0.core.records.request_done:
  * the lane serves while the broker writes an event log). record_done(on) (off at start): while
- * on, no FORWARD is taken nor a forwarded record's REPLY ("Forwards"), and every final REPLY
- * the lane takes (S0P or Majordomo) appends one record to a bounded ring,
+ * on, every final REPLY the lane takes (S0P or Majordomo, a client's or a peer's FORWARD's)
+ * appends one record to a bounded ring, but a FORWARD's answered 404 or 503 (it goes back to
+ * its origin, which routes it again and records it: request_done makes none either),
  * made after every check of the take rule passed and before anything changes or is sent; off,
  * none is made (turning it off keeps what the ring holds for the next drain). A record:
  * (service (str), worker_rid (the worker that replied), client_rid (the routing id the answer
@@ -368,7 +372,9 @@
  * REQUEST, or Python's for a lent head), finished (the REPLY batch's monotonic clock, the
  * latency histogram's: finished - started as is, negative allowed), bytes_in (the sum of the
  * request body's frame sizes), bytes_out (the sum of the reply body's frame sizes, what the
- * client is sent as body), status (the S0P worker's; 200 for a Majordomo reply)); done + 1.
+ * client is sent as body), status (the S0P worker's; 200 for a Majordomo reply), via (a
+ * FORWARD's: the peer's broker id, its client_rid then the peer link's; "" for a client's));
+ * done + 1.
  * done_capacity(n): the bound, default 65536 (ValueError if n < 1 or below what the ring holds
  * now). The ring full, the REPLY is not taken: it goes to Python unchanged (Python adopts the
  * record by its ticket, answers and logs it), so no record is lost; done_full + 1. Out of
@@ -808,12 +814,12 @@ static const char *const STAT_NAMES[ST_COUNT] = {
 };
 
 /* One RequestDone record (record_done, "The RequestDone ring"): one allocation, its strings
- * (service, worker_rid, client_rid) in data, in that order. */
+ * (service, worker_rid, client_rid, via) in data, in that order. */
 typedef struct {
     double started, finished;
     unsigned long long bytes_in, bytes_out;
     int status;
-    size_t service_len, wrid_len, crid_len;
+    size_t service_len, wrid_len, crid_len, via_len;
     unsigned char data[];
 } s0_done;
 
@@ -1791,7 +1797,7 @@ static int fwd_options(const unsigned char *s, size_t n, long long *deadline_ms,
  * and seq counters once it got that far, and an expired reply cache entry of its key dropped). */
 static int take_forward(LaneObject *self, s0_message *m, s0_entry *e, double now) {
     s0_sessions *t = &self->sessions;
-    if (!self->serving || self->pool == NULL || !self->serve_forwards || self->record_done)
+    if (!self->serving || self->pool == NULL || !self->serve_forwards)
         return 0;
     s0_zmq_msg_t *f = m->frames;
     size_t n = m->n;
@@ -1999,7 +2005,8 @@ static int done_room(LaneObject *self) {
  * record r, the reply m's body from body_at. NULL: out of memory. */
 static s0_done *done_make(const s0_record *r, const s0_message *m, size_t body_at, int status,
                           double now) {
-    size_t strings = r->service_len + r->wrid_len + r->crid_len;
+    size_t via_len = r->fwd ? r->via_len : 0;
+    size_t strings = r->service_len + r->wrid_len + r->crid_len + via_len;
     s0_done *d = malloc(sizeof(*d) + (strings ? strings : 1));
     if (d == NULL)
         return NULL;
@@ -2015,6 +2022,7 @@ static s0_done *done_make(const s0_record *r, const s0_message *m, size_t body_a
     d->service_len = r->service_len;
     d->wrid_len = r->wrid_len;
     d->crid_len = r->crid_len;
+    d->via_len = via_len;
     unsigned char *at = d->data;
     if (r->service_len)
         memcpy(at, r->service, r->service_len);
@@ -2024,6 +2032,9 @@ static s0_done *done_make(const s0_record *r, const s0_message *m, size_t body_a
     at += r->wrid_len;
     if (r->crid_len)
         memcpy(at, r->crid, r->crid_len);
+    at += r->crid_len;
+    if (via_len)
+        memcpy(at, r->via, via_len);
     return d;
 }
 
@@ -2066,8 +2077,6 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     if (r == NULL || r->s0p != s0p || r->wrid_len != p_msg_size(&f[0]) ||
         (r->wrid_len && memcmp(r->wrid, p_msg_data(&f[0]), r->wrid_len) != 0))
         return 0; /* (a reply of the other family to a record: Python adopts and answers it) */
-    if (r->fwd && self->record_done)
-        return 0; /* (the ring has no field for the origin: Python adopts, answers and logs it) */
     if (!is_negotiated(t, 1, m->fd) || (t->ordered[1] && e->last_passed > t->done_seq[1]))
         return 0;
     /* What the worker serves now (a READY since may have changed it), in its order: one of
@@ -2112,7 +2121,9 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     /* Every check passed: with record_done on, its RequestDone record, made before any change;
      * the ring full, the REPLY goes to Python (which answers and logs it: nothing is lost). */
     s0_done *done = NULL;
-    if (self->record_done) {
+    /* (A FORWARD answered 404 or 503 goes back to its origin, which routes it again and
+     * records it: no record here, as scale0.core.records.request_done decides.) */
+    if (self->record_done && !(r->fwd && (status == 404 || status == 503))) {
         int room = done_room(self);
         if (room == 0) {
             count(self, ST_DONE_FULL, 1);
@@ -3720,10 +3731,57 @@ static PyObject *counts_dict(const s0_table *t) {
     return out;
 }
 
+/* out[key] += 1 (0 when absent); key's reference is stolen. 0, or -1 with an exception. */
+static int dict_count(PyObject *out, PyObject *key) {
+    if (key == NULL)
+        return -1;
+    PyObject *was = PyDict_GetItemWithError(out, key); /* borrowed */
+    long long n = was != NULL ? PyLong_AsLongLong(was) : 0;
+    PyObject *v = PyErr_Occurred() ? NULL : PyLong_FromLongLong(n + 1);
+    int rc = v == NULL ? -1 : PyDict_SetItem(out, key, v);
+    Py_XDECREF(v);
+    Py_DECREF(key);
+    return rc;
+}
+
 static PyObject *lane_open_by_connection(LaneObject *self, PyObject *unused) {
     (void)unused;
     py_lock(self);
     PyObject *out = counts_dict(&self->rid_counts);
+    /* A peer link's FORWARDs count by its routing id too (the ledger's open_by_connection
+     * counts every request by the routing id it answers), though in no client's count. */
+    for (size_t i = 0; out != NULL && i < self->n_heap; i++) {
+        const s0_record *r = self->heap[i];
+        if (r->fwd &&
+            dict_count(out, PyBytes_FromStringAndSize((const char *)r->crid,
+                                                      (Py_ssize_t)r->crid_len)) < 0)
+            Py_CLEAR(out);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
+static PyObject *lane_held_from(LaneObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.held_from: via must be str, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t via_len;
+    const char *via = PyUnicode_AsUTF8AndSize(arg, &via_len);
+    if (via == NULL)
+        return NULL;
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    py_lock(self);
+    for (size_t i = 0; out != NULL && i < self->n_heap; i++) {
+        const s0_record *r = self->heap[i];
+        if (r->fwd && r->via_len == (size_t)via_len && memcmp(r->via, via, r->via_len) == 0 &&
+            dict_count(out, PyUnicode_DecodeUTF8((const char *)r->service,
+                                                 (Py_ssize_t)r->service_len, "strict")) < 0)
+            Py_CLEAR(out);
+    }
     pthread_mutex_unlock(&self->mutex);
     return out;
 }
@@ -4093,11 +4151,12 @@ static PyObject *lane_done_drain(LaneObject *self, PyObject *unused) {
     for (size_t i = 0; i < self->done_n; i++) { /* every tuple made before the ring is emptied */
         const s0_done *d = self->done[(self->done_head + i) % self->done_cap];
         const char *service = (const char *)d->data;
+        const char *via = service + d->service_len + d->wrid_len + d->crid_len;
         PyObject *t = Py_BuildValue(
-            "(s#y#y#ddKKi)", service, (Py_ssize_t)d->service_len, service + d->service_len,
+            "(s#y#y#ddKKis#)", service, (Py_ssize_t)d->service_len, service + d->service_len,
             (Py_ssize_t)d->wrid_len, service + d->service_len + d->wrid_len,
             (Py_ssize_t)d->crid_len, d->started, d->finished, d->bytes_in, d->bytes_out,
-            d->status);
+            d->status, via, (Py_ssize_t)d->via_len);
         if (t == NULL) {
             pthread_mutex_unlock(&self->mutex);
             Py_DECREF(out);
@@ -4181,6 +4240,8 @@ static PyMethodDef lane_methods[] = {
      "open_by_connection() -> {client_rid: requests}: in flight and waiting"},
     {"held_by_client", (PyCFunction)lane_held_by_client, METH_NOARGS,
      "held_by_client() -> {client_id: requests}: in flight and waiting"},
+    {"held_from", (PyCFunction)lane_held_from, METH_O,
+     "held_from(via) -> {service: requests}: the FORWARDs of peer `via` the lane holds (F16)"},
     {"next_seq", (PyCFunction)lane_next_seq, METH_NOARGS,
      "next_seq() -> int: the shared request numbering's next value"},
     {"seq_from", (PyCFunction)lane_seq_from, METH_O,
@@ -4210,8 +4271,8 @@ static PyMethodDef lane_methods[] = {
      "cache_take() -> [(client_id, request_id, service, status, body, expires)]: every entry, "
      "oldest first; the cache emptied"},
     {"serve_forwards", (PyCFunction)lane_serve_forwards, METH_O,
-     "serve_forwards(on): while on (and serve on, record_done off), the lane may take a "
-     "peer's FORWARD on channel 2"},
+     "serve_forwards(on): while on (and serve on), the lane may take a peer's FORWARD on "
+     "channel 2"},
     {"record_done", (PyCFunction)lane_record_done, METH_O,
      "record_done(on): while on, every final REPLY the lane takes appends a RequestDone "
      "record to the ring"},
@@ -4219,7 +4280,7 @@ static PyMethodDef lane_methods[] = {
      "done_capacity(n): the ring's bound (default 65536); full, a REPLY goes to Python"},
     {"done_drain", (PyCFunction)lane_done_drain, METH_NOARGS,
      "done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, "
-     "bytes_out, status)]: in the order taken; the ring emptied"},
+     "bytes_out, status, via)]: in the order taken; the ring emptied"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1007,15 +1007,25 @@ class BrokerNode:
 
     def _lane_done(self, lane: Any) -> None:
         """The requests the lane answered since the last call, as the event log's ``request``
-        records (RequestDone, as scale0/core/records.py makes them: one attempt, no peer)."""
+        records (RequestDone, as scale0/core/records.py makes them: one attempt; a peer's
+        FORWARD's with no client, forwarded from that peer)."""
         events = self.event_log
         done = lane.done_drain()
         if events is None:
             return
-        for service, worker, client, started, finished, bytes_in, bytes_out, status in done:
-            events.request(
+        for service, worker, client, started, finished, size_in, size_out, status, via in done:
+            events.request(  # (a peer's FORWARD: no client of ours, forwarded from ``via``)
                 RequestDone(
-                    service, worker, client, None, started, finished, bytes_in, bytes_out, status, 1
+                    service,
+                    worker,
+                    None if via else client,
+                    via or None,
+                    started,
+                    finished,
+                    size_in,
+                    size_out,
+                    status,
+                    1,
                 )
             )
 

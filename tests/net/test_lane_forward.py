@@ -268,9 +268,13 @@ def test_a_plain_forward_is_served_and_answered_with_forwardreply(fwd: Fwd) -> N
     assert lane.in_flight() == 1
     with locked(lane):
         assert fwd.pool.tickets(b"w1") == [ticket]
-    # in no per-client count: neither by client_id nor by routing id
+    # in no client's count (by client_id or routing id), but open by its link's routing id
+    # (as the ledger counts every request by the routing id it answers), held from its peer
     assert lane.held(b"\x00" + BROKER) == 0 and not lane.busy(LINK)
-    assert lane.held_by_client() == {} and lane.open_by_connection() == {}
+    assert lane.held_by_client() == {} and lane.open_by_connection() == {LINK: 1}
+    assert lane.held_from(BROKER.decode()) == {"echo": 1} and lane.held_from("b9") == {}
+    with pytest.raises(TypeError, match="via must be str"):
+        lane.held_from(BROKER)  # type: ignore[arg-type]
     [(channel, rid, seen)] = lane.heard()
     assert (channel, rid) == (PEER, LINK) and before <= seen <= time.monotonic()
     assert lane.last_seen(PEER, LINK) == seen
@@ -535,11 +539,6 @@ def _no_pool(f: Fwd, link: Peer, w: Peer) -> Callable[[], None]:
     return lambda: f.lane.attach_pool(f.pool)
 
 
-def _record_done(f: Fwd, link: Peer, w: Peer) -> Callable[[], None]:
-    f.lane.record_done(True)
-    return lambda: f.lane.record_done(False)
-
-
 def _closed(f: Fwd, link: Peer, w: Peer) -> Callable[[], None]:
     f.lane.note(PEER, link.rid, 0, 0.0, 0.0, client_id=BROKER, open=False)
     return lambda: f.lane.note(PEER, link.rid, 0, 0.0, 0.0, client_id=BROKER)
@@ -590,7 +589,6 @@ SPOILS: dict[str, Spoil] = {
     "serve off": _serve_off,
     "serve off and on": _serve_off_and_on_keeps_serve_forwards,
     "no pool attached": _no_pool,
-    "record_done on": _record_done,
     "peer closed": _closed,
     "peer unknown": _unknown,
     "python waits": _python_waits,
@@ -707,17 +705,27 @@ def test_the_numbering_point(fwd: Fwd) -> None:
     assert fwd.lane.next_seq() == 4
 
 
-def test_a_reply_to_a_forwarded_record_with_record_done_on_is_passed(fwd: Fwd) -> None:
+def test_with_record_done_on_a_forward_is_served_and_recorded_as_the_peers(fwd: Fwd) -> None:
+    """The event log's record of a FORWARD the lane answered names the peer it came from (the
+    node writes it with no client: scale0.core.records.request_done); one answered 404 or 503
+    goes back to its origin, which routes it again and records it: answered, not recorded."""
+    lane = fwd.lane
     worker = fwd.worker()
     link = fwd.link()
-    ticket = fwd.served(link, worker, forward(b"t-1"))
-    fwd.lane.record_done(True)
-    frames = WorkerReply(ticket, 200, (b"x",)).to_frames()
-    assert fwd.send(worker, frames, BACK) == [[header(worker.fd), b"w1", *frames]]
-    with locked(fwd.lane):
-        record = fwd.lane.adopt(ticket)  # Python adopts it by its ticket
-    assert record is not None and record[12:14] == (b"t-1", ORIGIN)
-    assert fwd.lane.done_drain() == [] and fwd.lane.stats()["done"] == 0
+    lane.record_done(True)
+    before = time.monotonic()
+    ticket = fwd.served(link, worker, forward(b"t-1", body=(b"abc",)), (b"abc",))
+    fwd.answered(worker, link, ticket, b"t-1", 201, (b"four",))
+    [record] = lane.done_drain()
+    service, wrid, crid, started, finished, size_in, size_out, status, via = record
+    assert (service, wrid, crid, size_in, size_out, status) == ("echo", b"w1", LINK, 3, 4, 201)
+    assert via == BROKER.decode() and before <= started <= finished <= time.monotonic()
+    for refused in (503, 404, 200):
+        ticket = fwd.served(link, worker, forward(b"t-%d" % refused))
+        fwd.answered(worker, link, ticket, b"t-%d" % refused, refused)
+    assert [(r[7], r[8]) for r in lane.done_drain()] == [(200, BROKER.decode())]
+    stats = lane.stats()
+    assert (stats["forwards"], stats["replies"], stats["done"]) == (4, 4, 2)
 
 
 def test_a_partial_or_another_worker_s_reply_to_a_forwarded_record_is_passed(fwd: Fwd) -> None:
@@ -903,7 +911,8 @@ def test_a_forwarded_record_leaves_a_local_client_s_counts_alone(fwd: Fwd) -> No
     link = fwd.link()
     frames = forward(b"t-1", client_id="c", request_id=b"theirs", deadline_ms=60_000)
     ticket = fwd.served(link, w2, frames)
-    assert lane.held_by_client() == {b"c": 1} and lane.open_by_connection() == {LINK: 1}
+    # (the client's request and the link's forward, by the routing id they share)
+    assert lane.held_by_client() == {b"c": 1} and lane.open_by_connection() == {LINK: 2}
     fwd.answered(w2, link, ticket, b"t-1")
     assert lane.held(b"c") == 1 and lane.busy(LINK)  # (untouched by the forward's answer)
     ticket = fwd.served(link, w2, forward(b"t-2"))
