@@ -217,6 +217,7 @@ def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
             ids=ids,
             via=via,
             limit=limit,
+            lane=lane,
         )
     return Pending(
         RequestDue(seq),
@@ -542,8 +543,11 @@ class Ledger:
         return taken
 
     def forwarded_waiting(self, service: str) -> Iterator[Pending]:
-        if self._lane is None:
+        lane = self._lane
+        if lane is None:
             return self._waiting.forwarded_to_us(service)
+        if lane.waiting(service):  # (the FORWARDs the lane queued: behind ours, in order)
+            self._adopted(lane.adopt_waiting(service))
         return self._forwarded_waiting_told(service)
 
     def _forwarded_waiting_told(self, service: str) -> Iterator[Pending]:

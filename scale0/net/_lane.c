@@ -306,10 +306,17 @@
  *   expired entry dropped): the S0P client rule, one key space with the clients';
  * then (the numbering point, as an S0P REQUEST's: after every check above, before the
  * worker's) the request counter and seq each give it their next number, taken or not; and
- *   the pool's LRU ready worker for the service (peek) exists, the service has python_waits 0,
- *   and that worker's session (1, wrid) speaks S0P (majordomo 0) with promise_ms 0. A forwarded
- *   request is never queued by the lane: no such worker at the head, it goes to Python.
- * Taken: ticket = prefix + seq as a client's, hold(wrid, ticket), the record in flight, the
+ *   dispatch: the pool's LRU ready worker for the service (peek) exists, the service has
+ *   python_waits 0, and that worker's session (1, wrid) speaks S0P (majordomo 0) with
+ *   promise_ms 0 (a ready worker otherwise: passed); or
+ *   queue: no ready worker, the pool's offered(service) > 0 (else Python's 404, F7), and
+ *   python_waits + the lane's waiting of the service < max_queued (else Python's 503, R6),
+ *   whatever may_queue says (F6: a FORWARD is never forwarded again, so it may wait in the
+ *   lane in a family too): the record, without ticket or worker, at the back of the lane's
+ *   queue of the service, exactly as a client's queued record (requests + 1, forwards + 1,
+ *   queued + 1, the peer heard; nothing sent, the service not marked changed), given a worker
+ *   later as any head (a REPLY's next head, or Python's dispatch_head), written as below.
+ * Taken and dispatched: ticket = prefix + seq as a client's, hold(wrid, ticket), the record in flight, the
  * service marked changed, requests + 1, forwards + 1, the peer's entry heard; the worker is
  * sent [b"", b"S0W1", b"REQUEST", ticket, service, body..], or if ids_of(wrid)
  * [b"", b"S0W1", b"IDREQUEST", ticket, service, client_id, request_id, body..] with C and the
@@ -324,8 +331,8 @@
  * (held, held_by_client, busy, R20's cap with python_holds), as the ledger's `open` counts only
  * origin-None requests; max_per_client does not apply to it. open_by_connection() counts it by
  * its client_rid (the peer link), as the ledger's counts every request by the routing id it
- * answers; held_from(via) -> {service: count}: the forwarded records of that peer (F16's
- * tables count what each peer's forwards hold here).
+ * answers; held_from(via) -> {service: count}: the forwarded records of that peer, in flight
+ * and waiting (F16's tables count what each peer's forwards hold here).
  * Its S0P final REPLY (channel 1) is taken under the S0P REPLY rule ("S0P requests": the
  * worker's session, python_waits of its services, the next head, which a forwarded record's
  * worker may be given from a local queue; with record_done on, its RequestDone record names
@@ -1856,9 +1863,17 @@ static int take_forward(LaneObject *self, s0_message *m, s0_entry *e, double now
     size_t wrid_len = 0;
     const unsigned char *wrid = pool_api->peek(self->pool, svc, svc_len, &wrid_len);
     s0_entry *we = wrid != NULL ? entry_find(t, 1, wrid, wrid_len) : NULL;
-    if (wrid == NULL || count_of(&self->waits, svc, svc_len) > 0 || !worker_fits(we, 1) ||
-        wrid_len > 255)
-        goto pass; /* (never queued by the lane: Python queues it) */
+    long long waits = count_of(&self->waits, svc, svc_len);
+    if (wrid != NULL) {
+        if (waits > 0 || !worker_fits(we, 1) || wrid_len > 255)
+            goto pass;
+    } else if (pool_api->offered(self->pool, svc, svc_len) <= 0 ||
+               waits + (long long)wq_count(self, svc, svc_len) >= self->max_queued) {
+        /* (no worker offers it: Python's 404, F7; R6's cap: Python's 503) */
+        goto pass;
+    }
+    /* No ready worker: queued whatever may_queue says (F6: a FORWARD is never forwarded again,
+     * so it may wait in the lane in a family too), behind Python's queue, as a client's. */
 
     /* Everything that can fail, before the first change. */
     const unsigned char *crid = p_msg_data(&f[0]);
@@ -1928,10 +1943,25 @@ static int take_forward(LaneObject *self, s0_message *m, s0_entry *e, double now
     }
     r->seq = seq;
     s0_svc *sv = NULL;
+    s0_wq *q = NULL;
     if (heap_reserve(self) < 0 || (ids && table_reserve(&self->lkeys, 1) < 0) ||
-        table_reserve(&self->records, 1) < 0 || (sv = svc_make(self, svc, svc_len)) == NULL) {
+        table_reserve(&self->records, 1) < 0 || (sv = svc_make(self, svc, svc_len)) == NULL ||
+        (wrid == NULL && (q = wq_make(self, svc, svc_len)) == NULL)) {
         record_free(r);
         return 0;
+    }
+    if (q != NULL) { /* queued: no ticket, no worker, the service not marked changed */
+        heap_push(self, r);
+        if (ids)
+            table_insert(&self->lkeys, &r->ikey);
+        self->drain_requests++;
+        self->drain_forwards++;
+        count(self, ST_REQUESTS, 1);
+        count(self, ST_FORWARDS, 1);
+        count(self, ST_QUEUED, 1);
+        heard_add(t, e);
+        wq_push(self, q, r);
+        return 1;
     }
     unsigned char tk[255 + 8];
     size_t tk_len = next_ticket(self, tk);

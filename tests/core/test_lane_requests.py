@@ -437,7 +437,7 @@ class RequestLane:
     def _forward(self, rid: bytes, message: Forward, now: float) -> list[Effect] | None:
         """Phase 4a: a peer's FORWARD or FORWARDWITH (not FORWARDAS: no caller), with a
         deadline left if it says one, from a link the lane was told of, to the least recently
-        used ready S0P worker (never queued: what waits is the core's)."""
+        used ready S0P worker, or queued when none is ready (in a family too: F6)."""
         note = self.table.get((PEER, rid))
         if (
             not self.forwards_on
@@ -459,9 +459,17 @@ class RequestLane:
                 return None
         self.counter += 1
         seq = self.next_seq()
-        queue = self.pool.queue(message.service)  # type: ignore[attr-defined]
-        if not queue or self.waits.get(message.service, 0) or not self._can_write(queue[0], 0):
-            return None
+        service = message.service
+        queue = self.pool.queue(service)  # type: ignore[attr-defined]
+        waits = self.waits.get(service, 0)
+        if queue:
+            if waits or not self._can_write(queue[0], 0):
+                return None
+        elif (
+            not self.pool.offered_count(service)  # type: ignore[attr-defined]
+            or waits + self.waiting(service) >= self.max_queued
+        ):
+            return None  # (the core's 404, F7, or 503, R6)
         limit = float("inf")
         deadline = now + self.timeout_s
         if message.deadline_ms is not None:  # (as Forwarding.forward_in computes them)
@@ -484,8 +492,13 @@ class RequestLane:
             limit=limit,
             forwarded_ids=ids,
         )
-        worker = self.pool.take(message.service)  # type: ignore[attr-defined]
-        effects = self._dispatch(record, worker)
+        if queue:
+            worker = self.pool.take(service)  # type: ignore[attr-defined]
+            effects = self._dispatch(record, worker)
+        else:  # F6: never forwarded again, so it may wait in the lane in a family too
+            self.queues.setdefault(service, []).append(record)
+            self.queued += 1
+            effects = []
         self.requests += 1
         self.forwards += 1
         self.forwarded += 1
@@ -1382,19 +1395,24 @@ def test_the_lane_serves_a_peers_forwards_and_their_resends_are_the_cores() -> N
 
 def test_a_forward_the_lane_may_not_take_is_the_cores() -> None:
     """What the lane passes: a FORWARDWITH whose deadline passed on the way (the core's
-    504), a FORWARD no local worker offers (F7: the core's 404), one no worker is ready for
-    (the core queues it: the lane never queues a FORWARD), the REPLY of a worker whose
-    service has a request waiting in the core, the resend of a FORWARD the lane runs (the
-    core adopts it by its ids and joins it), and a reserved service."""
+    504), a FORWARD no local worker offers (F7: the core's 404), the REPLY of a worker whose
+    service has a request waiting in the core (a client's, queued there in a family), the
+    resend of a FORWARD the lane runs (the core adopts it by its ids and joins it), and a
+    reserved service. One no worker is ready for waits in the lane (F6: it is never forwarded
+    again), behind what waits in the core."""
     twins = Twins(peer=True)
     for op in [
         _forward("with", deadline_ms=0),
         _forward("ids"),  # no worker offers it: 404
         _s0p_ready(S0P_WORKERS[0]),
-        _forward("plain"),  # the lane's
-        _forward("plain"),  # none ready: waits in the core
-        ("s0p_reply", S0P_WORKERS[0], 200),  # the core's: a request waits for the worker
-        ("s0p_reply", S0P_WORKERS[0], 200),
+        _forward("plain"),  # the lane's, dispatched
+        _forward("plain"),  # the lane's, queued: none ready
+        ("s0p_reply", S0P_WORKERS[0], 200),  # the lane's: the worker gets the queued one
+        _s0p(),  # a client's: waits in the core (a family: the lane queues no client's)
+        _forward("plain"),  # the lane's, queued behind it
+        ("s0p_reply", S0P_WORKERS[0], 200),  # the core's (adopted): a request waits there
+        ("s0p_reply", S0P_WORKERS[0], 200),  # the client's: the core lends the lane's head
+        ("s0p_reply", S0P_WORKERS[0], 200),  # the lane's again
         _forward("ids"),  # the lane's
         _forward("ids", pick="again"),  # the core's: joins it
         ("s0p_reply", S0P_WORKERS[0], 200),
@@ -1403,7 +1421,8 @@ def test_a_forward_the_lane_may_not_take_is_the_cores() -> None:
         twins.step(op)
     twins.finish()
     lane = twins.lane
-    assert (lane.forwarded, lane.answered, lane.handed_over) == (2, 0, 2)
+    assert (lane.forwarded, lane.queued, lane.answered, lane.handed_over) == (4, 2, 2, 2)
+    assert lane.lent == 1
     counters = twins.b.broker.core.counters
     assert (counters["errors_404"], counters["duplicates_joined"]) == (2, 1)  # (and mmi.*)
 

@@ -172,7 +172,7 @@ class Fwd:
         got = self.send(link, frames, PEER)
         assert got == [[header(link.fd, link.key), link.rid, *frames]]
         assert self.lane.stats()["forwards"] == before
-        assert self.lane.waiting_total() == 0  # (a forwarded request is never queued by the lane)
+        assert self.lane.waiting_total() == 0  # (nor queued)
 
     def taken(self, link: Peer, frames: list[bytes]) -> None:
         before = self.lane.stats()["forwards"]
@@ -554,11 +554,31 @@ def _python_waits(f: Fwd, link: Peer, w: Peer) -> Callable[[], None]:
     return lambda: f.lane.python_waits("echo", 0)
 
 
-def _no_ready_worker(f: Fwd, link: Peer, w: Peer) -> Callable[[], None]:
-    f.serve(True, may_queue=True)  # (the lane would queue a client's: never a forward)
+def _no_ready_worker_and_r6_full(f: Fwd, link: Peer, w: Peer) -> Callable[[], None]:
+    """None ready (busy), and as many wait in Python as R6 allows (the lane would queue a
+    FORWARD with room: "a FORWARD no worker is ready for waits in the lane")."""
     with locked(f.lane):
         assert f.pool.take("echo") == w.rid
-    return lambda: f.ready(w)
+    f.lane.python_waits("echo", MAX_QUEUED)
+
+    def restore() -> None:
+        f.lane.python_waits("echo", 0)
+        f.ready(w)
+
+    return restore
+
+
+def _no_worker_offers_it(f: Fwd, link: Peer, w: Peer) -> Callable[[], None]:
+    """No worker of the service at all: Python's 404 (F7), never queued."""
+    with locked(f.lane):
+        assert f.pool.remove(w.rid) == []
+
+    def restore() -> None:
+        with locked(f.lane):
+            f.pool.add(w.rid, ("echo",), 1, False)
+            f.pool.list_ready(w.rid)
+
+    return restore
 
 
 def _worker_majordomo(f: Fwd, link: Peer, w: Peer) -> Callable[[], None]:
@@ -592,7 +612,8 @@ SPOILS: dict[str, Spoil] = {
     "peer closed": _closed,
     "peer unknown": _unknown,
     "python waits": _python_waits,
-    "no ready worker": _no_ready_worker,
+    "no ready worker, R6's cap": _no_ready_worker_and_r6_full,
+    "no worker offers it": _no_worker_offers_it,
     "worker speaks Majordomo": _worker_majordomo,
     "worker promise": _worker_promise,
     "worker without session": _worker_without_session,
@@ -744,7 +765,7 @@ def test_a_partial_or_another_worker_s_reply_to_a_forwarded_record_is_passed(fwd
 
 
 def test_a_freed_worker_of_a_forward_gets_a_local_queue_s_head(fwd: Fwd) -> None:
-    """A forwarded record never waits, but its worker may be given the head of a lane queue."""
+    """A forwarded record's worker may be given the head of a client's lane queue."""
     lane = fwd.lane
     fwd.serve(True, may_queue=True)
     worker = fwd.worker()
@@ -760,6 +781,55 @@ def test_a_freed_worker_of_a_forward_gets_a_local_queue_s_head(fwd: Fwd) -> None
     got = recv(worker.dealer)
     assert got == WorkerRequest(got[3], "echo", (b"x",)).to_frames()
     assert lane.waiting_total() == 0 and lane.held(b"b.c1") == 1
+
+
+def test_a_forward_no_worker_is_ready_for_waits_in_the_lane_and_goes_at_the_next_reply(
+    fwd: Fwd,
+) -> None:
+    """F6: a FORWARD is never forwarded again, so the lane queues it in a family too
+    (may_queue off): behind Python's queue, given to the worker its REPLY frees (IDREQUEST with
+    the FORWARD's ids), answered FORWARDREPLY; one Python frees is lent as any head; held from
+    its peer while it waits; R6's cap counts it."""
+    lane = fwd.lane
+    worker = fwd.worker(ids=True)
+    link = fwd.link()
+    first = fwd.served(link, worker, forward(b"t-1"), ids=("", b""))
+    kw: dict[str, Any] = {"client_id": "c", "request_id": b"r2", "deadline_ms": 60_000}
+    fwd.taken(link, forward(b"t-2", body=(b"two",), **kw))
+    fwd.taken(link, forward(b"t-3", body=(b"three",)))
+    assert lane.waiting_total() == 2 and lane.waiting("echo") == 2
+    assert lane.held_from(BROKER.decode()) == {"echo": 3}
+    assert lane.open_by_connection() == {LINK: 3} and lane.held_by_client() == {}
+    head = lane.waiting_head("echo")
+    assert head is not None and head[:2] == (b"", b"") and head[12] == b"t-2"
+    assert (head[3], head[9], head[11]) == (b"c", b"r2", True)
+    stats = lane.stats()
+    assert (stats["forwards"], stats["queued"]) == (3, 2)
+    # the worker's REPLY: FORWARDREPLY to the first, and the next head at once
+    fwd.answered(worker, link, first, b"t-1")
+    got = recv(worker.dealer)
+    assert got == WorkerIdRequest(got[3], "echo", "c", b"r2", (b"two",)).to_frames()
+    assert lane.waiting_total() == 1
+    # Python frees it (say a READY raised its capacity): the head is lent, the lane's still
+    with locked(lane):
+        fwd.pool.hold(worker.rid, b"py-1")
+        head = lane.waiting_head("echo")
+        assert head is not None and head[12] == b"t-3"
+        lane.dispatch_head("echo", b"py-1", worker.rid)
+    assert lane.waiting_total() == 0 and lane.in_flight() == 2
+    fwd.answered(worker, link, got[3], b"t-2")
+    assert lane.cache_get(b"c", b"r2", time.monotonic()) == ("echo", 200, (b"done",))
+    fwd.answered(worker, link, b"py-1", b"t-3")
+    assert lane.in_flight() == 0 and lane.held_from(BROKER.decode()) == {}
+    # R6: the lane's queue counts against max_queued with Python's
+    with locked(lane):
+        assert fwd.pool.take("echo") == worker.rid
+    lane.python_waits("echo", MAX_QUEUED - 1)
+    fwd.taken(link, forward(b"t-4"))
+    before = lane.stats()["forwards"]  # (the next passed: 99 in Python and 1 in the lane)
+    got_pipe = fwd.send(link, forward(b"t-5"), PEER)
+    assert got_pipe == [[header(link.fd, link.key), link.rid, *forward(b"t-5")]]
+    assert lane.stats()["forwards"] == before and lane.waiting("echo") == 1
 
 
 def test_two_peers_and_their_broker_ids(fwd: Fwd) -> None:
