@@ -700,14 +700,17 @@ class Broker(HotEntries):
         latencies: Sequence[tuple[str, int, Sequence[int], float]],
         changed: Sequence[str],
         now: float,
+        forwards: int = 0,
     ) -> None:
         """What the lane did since it was last asked (its ``drain``): the requests it took and
         answered (counters), the latency of its answers per service and status (metrics; a
-        Majordomo answer is 200), and the services whose free slots changed (the heartbeat
-        table the peers read, F2)."""
+        Majordomo answer is 200), the services whose free slots changed (the heartbeat table
+        the peers read, F2), and how many of its requests were peers' FORWARDs (phase 4a)."""
         counters = self.core.counters
         counters["requests"] += requests
         counters["replies"] += replies
+        if forwards:
+            counters["forwards_served"] += forwards
         metrics = self.core.metrics
         for service, status, counts, sum_s in latencies:
             metrics.merge(service, status, counts, sum_s)
@@ -717,8 +720,19 @@ class Broker(HotEntries):
     def heard_elsewhere(self, heard: Sequence[tuple[Channel, bytes, float]]) -> None:
         """The plain HEARTBEATs the lane took since the last call, (channel, routing id,
         when) in order of when: their sessions are heard then, before this round's rules read
-        them. No effects: the lane answered them."""
+        them. No effects: the lane answered them. A peer's (channel PEER: a FORWARD the lane
+        took) is heard by the family."""
+        if any(channel is Channel.PEER for channel, _, _ in heard):
+            family = self.family
+            for channel, routing_id, when in heard:
+                if channel is Channel.PEER:
+                    family.heard_elsewhere(routing_id, when)
+            heard = [entry for entry in heard if entry[0] is not Channel.PEER]
         self.sessions.heard_elsewhere(heard)
+
+    def lane_peers(self) -> dict[bytes, bytes]:
+        """The peer links whose FORWARDs the lane may take: routing id -> broker id (F3)."""
+        return self.family.lane_peers()
 
     def auth_wait_s(self, auth_id: str, sender: bytes, now: float) -> float:
         """M1: how long ``sender`` must wait before trying ``auth_id`` again (0: now)."""

@@ -253,6 +253,24 @@ class Family:
         if peer.step(PeerInput.HEARD) is PeerLink.DOWN and peer.member is not MemberStatus.DEAD:
             out.append(Log("info", "peer_up", {"peer": peer.broker_id}))
 
+    def lane_peers(self) -> dict[bytes, bytes]:
+        """The peers whose FORWARDs the C lane may take (phase 4a): routing id on our peer
+        ROUTER -> broker id, for each peer that said HELLO on it and is not down, so that
+        hearing it again changes nothing but its time (F3: the lane says when it heard it)."""
+        return {
+            peer.routing_id: peer.broker_id.encode()
+            for peer in self.peers.values()
+            if peer.routing_id is not None and peer.link is not PeerLink.DOWN
+        }
+
+    def heard_elsewhere(self, routing_id: bytes, when: float) -> None:
+        """The lane took a FORWARD from the link ``routing_id`` at ``when``: that peer is heard
+        then (F3), as :meth:`_heard` hears it; a peer down since is left to its next word."""
+        broker_id = self.broker_of.get(routing_id)
+        peer = self.peers.get(broker_id) if broker_id is not None else None
+        if peer is not None and peer.link is not PeerLink.DOWN and when > peer.last_seen:
+            peer.last_seen = when
+
     def _peer_down(
         self,
         peer: Peer,

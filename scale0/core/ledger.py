@@ -198,8 +198,27 @@ def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
     """One of the lane's requests as a Pending, not in flight (an S0P client's keeps its ids,
     R10; a Majordomo one's are the lane's, D1). ``lane``: the head of the lane's queue, lent to
     a worker the core freed (its REQUEST built as for any other); never opened here:
-    ``dispatched`` puts it in flight in the lane, which answers it."""
-    _, _, client, client_id, caller, service, body, started, deadline, rid, seq, ids = record
+    ``dispatched`` puts it in flight in the lane, which answers it. A peer's FORWARD the lane
+    took is keyed as ``Forwarding.forward_in`` keys it: the client's ids, else the peer's
+    ticket under b"\x00" + the peer's id."""
+    _, _, client, client_id, caller, service, body, started, deadline, rid, seq, ids = record[:12]
+    origin, via, limit = record[12], record[13], record[14]
+    if origin:  # a peer's FORWARD (phase 4a): keyed as Forwarding.forward_in keys it
+        return Pending(
+            RequestDue(seq),
+            client,
+            (client_id, rid if ids else origin),
+            service,
+            rid,
+            body,
+            deadline,
+            origin=origin,
+            started=started,
+            ids=ids,
+            via=via,
+            limit=limit,
+            lane=lane,
+        )
     return Pending(
         RequestDue(seq),
         client,
@@ -366,6 +385,8 @@ class Ledger:
 
     def held_from(self, broker_id: str) -> dict[str, int]:
         held: dict[str, int] = {}
+        if self._lane is not None:  # (the FORWARDs of that peer the lane runs, phase 4a)
+            held.update(self._lane.held_from(broker_id))
         for pending in self._requests.values():
             if pending.origin is not None and pending.via == broker_id:
                 held[pending.service] = held.get(pending.service, 0) + 1
@@ -522,8 +543,11 @@ class Ledger:
         return taken
 
     def forwarded_waiting(self, service: str) -> Iterator[Pending]:
-        if self._lane is None:
+        lane = self._lane
+        if lane is None:
             return self._waiting.forwarded_to_us(service)
+        if lane.waiting(service):  # (the FORWARDs the lane queued: behind ours, in order)
+            self._adopted(lane.adopt_waiting(service))
         return self._forwarded_waiting_told(service)
 
     def _forwarded_waiting_told(self, service: str) -> Iterator[Pending]:

@@ -213,9 +213,27 @@ class MirrorPort(Protocol):
 #: caller (its CURVE key), service, body, started, deadline, request_id, its number
 #: (``next_seq``'s, shared with the core: its deadline's timer key), and ids: True for an S0P
 #: client's request (request_id is the client's own: R10's key, an IDREQUEST's ids), False for
-#: a Majordomo one (request_id is the lane's, D1).
+#: a Majordomo one (request_id is the lane's, D1); then, for a request a peer forwarded us that
+#: the lane took (phase 4a), origin (the peer's FORWARD ticket), via (that peer's broker id) and
+#: limit (the origin's deadline as FORWARDWITH said, monotonic); b"", "" and inf for a client's.
+#: A forwarded one's client is the peer link's routing id on our peer ROUTER, and its client_id
+#: the client's own with ids, else b"\x00" + the peer's broker id (its request_id then b"").
 LaneRecord = tuple[
-    bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes, int, bool
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    str,
+    str,
+    tuple[bytes, ...],
+    float,
+    float,
+    bytes,
+    int,
+    bool,
+    bytes,
+    str,
+    float,
 ]
 
 #: One of the lane's cached replies as it hands them back: (client_id, request_id, service,
@@ -254,6 +272,8 @@ class LanePort(Protocol):
     def open_by_connection(self) -> dict[bytes, int]: ...
 
     def held_by_client(self) -> dict[bytes, int]: ...
+
+    def held_from(self, via: str) -> dict[str, int]: ...
 
     def adopt_next_waiting(self, service: str) -> LaneRecord | None: ...
 

@@ -229,6 +229,13 @@ def render_metrics(status: Mapping[str, Any]) -> str:
             ],
         )
         w.family(
+            "scale0_lane_forwards_total",
+            "counter",
+            "Peers' FORWARDs the C lane took and dispatched (counted in "
+            "scale0_lane_requests_total's taken too).",
+            [({}, lane.get("forwards", 0))],
+        )
+        w.family(
             "scale0_lane_waiting",
             "gauge",
             "Requests waiting in the C lane's queue for a worker.",

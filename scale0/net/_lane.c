@@ -7,12 +7,17 @@
  * queues them, behind Python's queue) and returns their final REPLYs (an S0P one into the
  * lane's reply cache too), sharing the worker pool (scale0/core/_pool.c) with the Python core
  * under one lock (phase 3b: "Requests", "S0P requests", "R10's keys" and "The reply cache"
- * below; the rule's Python twin is RequestLane in tests/core/test_lane_requests.py).
+ * below; the rule's Python twin is RequestLane in tests/core/test_lane_requests.py). Given the
+ * peer ROUTER too, it runs the simplest FORWARDs of peer brokers on its S0P workers and answers
+ * their FORWARDREPLYs (phase 4a: "Forwards" below).
  *
- *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes)
+ *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes,
+ *        peer=None, peer_pipe=None, keyed_peer=False)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
- *       inproc PAIR pipes whose other ends Python keeps. From start() until stop() returns the
- *       lane thread is the only user of these four sockets.
+ *       inproc PAIR pipes whose other ends Python keeps. peer and peer_pipe: both given (the
+ *       peer ROUTER and the lane's end of its pipe: channel 2) or both None (ValueError if one
+ *       only; without them the lane has channels 0 and 1 only). From start() until stop()
+ *       returns the lane thread is the only user of these four (six) sockets.
  *   start()                     spawn the thread (once)
  *   stop()                      idempotent: wake the thread (an eventfd in its poll set), join
  *       it with the GIL released. Before it exits the thread forwards everything waiting on both
@@ -27,10 +32,16 @@
  *       still means "speaks Majordomo" for HEARTBEATs, and is no reading a REQUEST is taken
  *       in or written for. client_id: a frontend session's (UTF-8 bytes); open: its key may
  *       call every service (T1-T4's grant "all"). client_id and open replace the entry's.
+ *       On channel 2 (a peer's link on the peer ROUTER) client_id is that peer's broker_id,
+ *       1..255 bytes of UTF-8 (ValueError else, empty too) and open says FORWARDs from it may
+ *       be taken; promise_ms, gap_s and majordomo are stored there, no rule reads them.
  *   forget(channel, routing_id); clear()
  *   negotiated(channel, fd); gone(channel, fd)                 R20: the negotiated connections
- *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT taken by the lane
- *       raised since the last call, once each, by last_seen ascending
+ *       (accepted on channel 2, where no rule reads them: peers do not negotiate R20)
+ *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT (or a REQUEST,
+ *       REPLY or FORWARD) taken by the lane raised since the last call, once each, by
+ *       last_seen ascending
+ *   A channel argument is 0, 1, or 2 when the lane has a peer socket (else ValueError).
  *   last_seen(channel, routing_id) -> float | None
  *   stats() -> dict[str, int]   wakeups, received (from the ROUTERs), beats (taken), passed (to
  *       Python), sent (Python's, to the ROUTERs), send_dropped (of those, and of answers, that
@@ -40,8 +51,10 @@
  *       families), handed (records adopted by Python), queued (requests the lane put in its
  *       queue, in all), lent (dispatch_head calls), waiting (records in its queues now), cached
  *       (S0P replies the lane put in its reply cache, in all), done (RequestDone records made,
- *       in all), done_full (final REPLYs passed to Python because the ring was full).
- *       After stop(): received == beats + requests + replies + passed + lost.
+ *       in all), done_full (final REPLYs passed to Python because the ring was full),
+ *       forwards (FORWARDs taken, in all; each counts in requests too). Every counter counts
+ *       channel 2 as 0 and 1. After stop(): received == beats + requests + replies + passed +
+ *       lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
  *   serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue);
@@ -54,7 +67,10 @@
  *   waiting(service) -> int; waiting_total() -> int;
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
  *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
- *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed)   ("Records")
+ *   held_from(via) -> {service: int}                    (a peer's FORWARDs, "Forwards")
+ *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards)
+ *                                                                         ("Records")
+ *   serve_forwards(on)          the gate of FORWARDs ("Forwards")
  *   python_key(client_id, request_id, live); python_keys() -> int;
  *   adopt_key(client_id, request_id) -> record | None            ("R10's keys")
  *   cache_limits(max_entries, max_bytes, max_age_s);
@@ -64,9 +80,13 @@
  *   cache_take() -> [(client_id, request_id, service, status, body, expires)]  ("The reply cache")
  *   record_done(on); done_capacity(n);
  *   done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, bytes_out,
- *       status)]                                                   ("The RequestDone ring")
+ *       status, via)]                                              ("The RequestDone ring")
  *
- * Channels: 0 = frontend (S0C1), 1 = backend (S0W1).
+ * Channels: 0 = frontend (S0C1), 1 = backend (S0W1), 2 = the peer ROUTER (S0B1; only when
+ * the lane was given peer and peer_pipe). Channel 2 is a channel exactly as 0 and 1: its own
+ * pipe, pass-through with the header, Python's sends, Order marks, stall and backpressure, the
+ * last sends at stop(); but it takes no HEARTBEAT and has no fd rule (only a FORWARD is taken
+ * there, "Forwards").
  *
  * ROUTER -> Python: a message the lane does not take goes to its channel's pipe as [header,
  * routing id, frames...], every frame as received (zmq_msg_send: zero-copy), in order. header:
@@ -211,8 +231,9 @@
  * adopt_waiting(service) (its whole queue, in order); each record is the tuple (ticket,
  * worker_rid, client_rid, client_id (bytes), caller (str), service (str), body (tuple of
  * bytes), started, deadline, request_id, seq, ids (bool: True for an S0P client's request,
- * its request_id the client's own; False for a Majordomo one)), ticket and worker_rid b"" for a
- * waiting one.
+ * its request_id the client's own, and for a forwarded one with ids; False for a Majordomo
+ * one), origin (bytes), via (str), limit (float)), ticket and worker_rid b"" for a waiting
+ * one; origin, via, limit are a forwarded record's ("Forwards"), b"", "", inf for a client's.
  * waiting_head(service): the head's tuple, not removed. dispatch_head(service, ticket,
  * worker_rid): Python freed the worker, took it from the pool and hold(worker_rid, ticket)
  * (any bytes): the head is in flight there under that ticket and stays the lane's (its REPLY is
@@ -224,9 +245,10 @@
  * waiting ones too (a heap); held(client_id), busy(client_rid), open_by_connection(),
  * held_by_client(): in flight and waiting; in_flight(): in flight only; waiting(service),
  * waiting_total(). drain(): (requests, replies, [(service, status, counts (len(buckets) + 1),
- * sum_s)], changed) since the last drain: one histogram per (service, status) the lane
- * answered, sorted by (service, status) (a Majordomo answer is status 200); changed: the
- * services taken or answered, sorted. At stop() the records stay, adoptable.
+ * sum_s)], changed, forwards) since the last drain: one histogram per (service, status) the
+ * lane answered, sorted by (service, status) (a Majordomo answer is status 200); changed: the
+ * services taken or answered, sorted; forwards: the FORWARDs taken (in requests too). At
+ * stop() the records stay, adoptable.
  * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
  * tables by what Python tells, drain's tables by the services (and statuses) between two drains.
  *
@@ -261,6 +283,66 @@
  * request_id), expires = now + max_age_s (its entry made, the body copied, before any change:
  * out of memory, the REPLY goes to Python); cached + 1 when stored.
  *
+ * Forwards (docs/protocol.md §5.4; the twin of scale0.core.forwarding.Forwarding.forward_in
+ * and scale0.core.dispatch's dispatch_to/finish for a request whose origin is not None). A
+ * peer broker's link DEALER sends FORWARD/FORWARDWITH to our peer ROUTER (channel 2); the lane
+ * runs the simplest ones on its S0P workers. serve_forwards(on): off at start; serve(False)
+ * does not change it, but stops every take. A channel 2 message is taken iff all of:
+ *   serve is on, a pool attached, and serve_forwards on;
+ *   it is exactly [b"", b"S0B1", b"FORWARD", ticket, service, origin, body..] (6+ frames after
+ *   the routing id) or [b"", b"S0B1", b"FORWARDWITH", ticket, service, origin, options,
+ *   body..] (7+) with options exactly {"deadline_ms":N} or
+ *   {"deadline_ms":N,"client_id":"C","request_id":"H"} (what scale0.wire.peer.Forward.to_frames
+ *   writes: json, separators (",", ":"), ensure_ascii): N decimal 1..2**53 without a sign or
+ *   leading zero (0 goes to Python, which answers 504), C 1..255 bytes of 0x20..0x7e but '"'
+ *   and '' (an escape: passed), H 2..510 lower-case hex digits, an even count (decoded: the
+ *   raw request_id, 1..255 bytes); any other options bytes (a "caller", another key order,
+ *   spaces) and FORWARDAS (a CURVE caller's) are passed;
+ *   every frame <= max_frame_bytes; the ticket 1..255 bytes; the service passes service_ok (a
+ *   non-ASCII one is taken only when the pool offers it); origin 1..255 bytes of 0x20..0x7e;
+ *   the session (2, rid) exists and is open; Order allows it (channel 2's marks);
+ *   with ids (C and H): the key (C, raw request_id) is not one of Python's keys, not a record
+ *   of the lane's, and not in the reply cache at the batch's clock (cache_get's rule, an
+ *   expired entry dropped): the S0P client rule, one key space with the clients';
+ * then (the numbering point, as an S0P REQUEST's: after every check above, before the
+ * worker's) the request counter and seq each give it their next number, taken or not; and
+ *   dispatch: the pool's LRU ready worker for the service (peek) exists, the service has
+ *   python_waits 0, and that worker's session (1, wrid) speaks S0P (majordomo 0) with
+ *   promise_ms 0 (a ready worker otherwise: passed); or
+ *   queue: no ready worker, the pool's offered(service) > 0 (else Python's 404, F7), and
+ *   python_waits + the lane's waiting of the service < max_queued (else Python's 503, R6),
+ *   whatever may_queue says (F6: a FORWARD is never forwarded again, so it may wait in the
+ *   lane in a family too): the record, without ticket or worker, at the back of the lane's
+ *   queue of the service, exactly as a client's queued record (requests + 1, forwards + 1,
+ *   queued + 1, the peer heard; nothing sent, the service not marked changed), given a worker
+ *   later as any head (a REPLY's next head, or Python's dispatch_head), written as below.
+ * Taken and dispatched: ticket = prefix + seq as a client's, hold(wrid, ticket), the record in flight, the
+ * service marked changed, requests + 1, forwards + 1, the peer's entry heard; the worker is
+ * sent [b"", b"S0W1", b"REQUEST", ticket, service, body..], or if ids_of(wrid)
+ * [b"", b"S0W1", b"IDREQUEST", ticket, service, client_id, request_id, body..] with C and the
+ * raw request_id, both frames empty without ids (dispatch_to's own = origin is None or ids);
+ * the body msgs moved. The record: client_rid the peer's routing id (on channel 2), client_id
+ * C with ids, else b"\x00" + the peer entry's client_id (the ledger's key of a forward without
+ * ids); caller ""; request_id the raw one with ids, else b""; ids; origin the FORWARD's ticket;
+ * via the peer entry's client_id (str); started the batch's clock, limit = started +
+ * (double)N / 1000.0 and deadline = fmin(started + timeout_s, limit) (forward_in's doubles,
+ * bit for bit; a plain FORWARD: limit +inf, deadline started + timeout_s). Indexed by key (for
+ * adopt_key and the key rules) only with ids. A forwarded record counts in no per-client count
+ * (held, held_by_client, busy, R20's cap with python_holds), as the ledger's `open` counts only
+ * origin-None requests; max_per_client does not apply to it. open_by_connection() counts it by
+ * its client_rid (the peer link), as the ledger's counts every request by the routing id it
+ * answers; held_from(via) -> {service: count}: the forwarded records of that peer, in flight
+ * and waiting (F16's tables count what each peer's forwards hold here).
+ * Its S0P final REPLY (channel 1) is taken under the S0P REPLY rule ("S0P requests": the
+ * worker's session, python_waits of its services, the next head, which a forwarded record's
+ * worker may be given from a local queue; with record_done on, its RequestDone record names
+ * the peer, "The RequestDone ring"); then as an S0P REPLY (record out, release, the next head or list_ready, replies
+ * + 1, the latency histogram, the service changed, the worker heard), but the answer goes on
+ * the peer ROUTER to the record's client_rid: [b"", b"S0B1", b"FORWARDREPLY", origin, status
+ * (the frame as received), body..]; with ids the reply goes into the reply cache under (C,
+ * request_id) as an S0P answer (made before any change; out of memory: passed), without ids
+ * nothing is cached. A Majordomo REPLY, a PARTIAL, another worker's: passed, as for a client's.
+ *
  * R10's keys. A request's key is (client_id, request_id), the core's RequestKey (the client's
  * client_id as UTF-8 bytes, its own request_id). python_key(client_id, request_id, live): the
  * core holds (True) / no longer holds (False) a request not answered yet under that key (a set:
@@ -287,7 +369,9 @@
  *
  * The RequestDone ring (the event log's `request` records, scale0.core.records.request_done:
  * the lane serves while the broker writes an event log). record_done(on) (off at start): while
- * on, every final REPLY the lane takes (S0P or Majordomo) appends one record to a bounded ring,
+ * on, every final REPLY the lane takes (S0P or Majordomo, a client's or a peer's FORWARD's)
+ * appends one record to a bounded ring, but a FORWARD's answered 404 or 503 (it goes back to
+ * its origin, which routes it again and records it: request_done makes none either),
  * made after every check of the take rule passed and before anything changes or is sent; off,
  * none is made (turning it off keeps what the ring holds for the next drain). A record:
  * (service (str), worker_rid (the worker that replied), client_rid (the routing id the answer
@@ -295,7 +379,9 @@
  * REQUEST, or Python's for a lent head), finished (the REPLY batch's monotonic clock, the
  * latency histogram's: finished - started as is, negative allowed), bytes_in (the sum of the
  * request body's frame sizes), bytes_out (the sum of the reply body's frame sizes, what the
- * client is sent as body), status (the S0P worker's; 200 for a Majordomo reply)); done + 1.
+ * client is sent as body), status (the S0P worker's; 200 for a Majordomo reply), via (a
+ * FORWARD's: the peer's broker id, its client_rid then the peer link's; "" for a client's));
+ * done + 1.
  * done_capacity(n): the bound, default 65536 (ValueError if n < 1 or below what the ring holds
  * now). The ring full, the REPLY is not taken: it goes to Python unchanged (Python adopts the
  * record by its ticket, answers and logs it), so no record is lost; done_full + 1. Out of
@@ -326,6 +412,7 @@
 #define S0_LANE_BUDGET 256 /* messages read per socket per wake-up */
 #define S0_LANE_INLINE_FRAMES 8
 #define S0_LANE_MAX_FD (1 << 24)
+#define S0_CHANNELS 3 /* frontend, backend, peer (the peer ROUTER only when the lane has one) */
 
 static const char *const SIGNATURES[2] = {"S0C1", "S0W1"};
 
@@ -352,17 +439,17 @@ static void entry_free(s0_entry *e) {
 }
 
 typedef struct {
-    s0_table entries[2];
-    unsigned char *negotiated[2]; /* one byte per fd */
-    size_t negotiated_cap[2];
+    s0_table entries[S0_CHANNELS];
+    unsigned char *negotiated[S0_CHANNELS]; /* one byte per fd */
+    size_t negotiated_cap[S0_CHANNELS];
     s0_entry **heard;
     size_t n_heard, heard_cap;
     int configured;
     long long config_version;
     double max_skew_s;
-    uint64_t passed_seq[2]; /* messages passed to Python per channel, numbered from 1 */
-    uint64_t done_seq[2];   /* (the thread's own) Python's last "done" mark per channel */
-    int ordered[2];         /* (the thread's own) a mark came: the order rule is on */
+    uint64_t passed_seq[S0_CHANNELS]; /* messages passed to Python per channel, numbered from 1 */
+    uint64_t done_seq[S0_CHANNELS]; /* (the thread's own) Python's last "done" mark per channel */
+    int ordered[S0_CHANNELS]; /* (the thread's own) a mark came: the order rule is on */
 } s0_sessions;
 
 static s0_entry *entry_find(s0_sessions *t, int channel, const unsigned char *rid, size_t len) {
@@ -397,7 +484,7 @@ static int heard_add(s0_sessions *t, s0_entry *e) {
 }
 
 static void sessions_clear(s0_sessions *t) {
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < S0_CHANNELS; c++) {
         s0_table *tab = &t->entries[c];
         if (tab->slots != NULL)
             for (size_t i = 0; i <= tab->mask; i++)
@@ -412,7 +499,7 @@ static void sessions_clear(s0_sessions *t) {
 
 static void sessions_free(s0_sessions *t) {
     sessions_clear(t);
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < S0_CHANNELS; c++) {
         free(t->negotiated[c]);
         t->negotiated[c] = NULL;
         t->negotiated_cap[c] = 0;
@@ -715,10 +802,11 @@ enum {
     ST_CACHED,
     ST_DONE,
     ST_DONE_FULL,
+    ST_FORWARDS,
     ST_COUNT,
 };
 
-enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
+enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY, TAKE_FORWARD };
 
 /* A Majordomo reading packed (scale0.core.majordomo.Reading; note()'s majordomo). */
 #define READ_V1 1        /* MDPC01 / MDPW01 */
@@ -729,16 +817,16 @@ enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY };
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
     "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent", "cached",
-    "done", "done_full",
+    "done", "done_full", "forwards",
 };
 
 /* One RequestDone record (record_done, "The RequestDone ring"): one allocation, its strings
- * (service, worker_rid, client_rid) in data, in that order. */
+ * (service, worker_rid, client_rid, via) in data, in that order. */
 typedef struct {
     double started, finished;
     unsigned long long bytes_in, bytes_out;
     int status;
-    size_t service_len, wrid_len, crid_len;
+    size_t service_len, wrid_len, crid_len, via_len;
     unsigned char data[];
 } s0_done;
 
@@ -753,7 +841,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    s0_channel ch[2];
+    s0_channel ch[S0_CHANNELS];
+    int n_ch; /* 2, or 3 with the peer ROUTER */
     Py_ssize_t max_frame_bytes;
     int wake_fd;
     int started, stopped, joined;
@@ -794,7 +883,8 @@ typedef struct {
     /* What drain() hands over. */
     s0_table svcs;  /* service -> s0_svc */
     s0_table hists; /* (service, status) -> s0_hist */
-    uint64_t drain_requests, drain_replies;
+    uint64_t drain_requests, drain_replies, drain_forwards;
+    int serve_forwards; /* the gate serve_forwards(on): FORWARDs may be taken ("Forwards") */
     /* The RequestDone ring: a circular buffer of done_n records from done_head, grown on demand
      * (done_cap slots) up to done_limit records. */
     int record_done;
@@ -909,8 +999,8 @@ static int takes(LaneObject *self, int channel, s0_message *m, s0_entry *e, doub
     double previous = e->last_seen;
     if (now > e->last_seen)
         e->last_seen = now;
-    if (!t->configured)
-        return 0;
+    if (!t->configured || channel == 2)
+        return 0; /* (no HEARTBEAT is taken on the peer ROUTER) */
     /* A Majordomo worker's HEARTBEAT: Majordomo.worker_heartbeat only marks its session heard
      * (Sessions.seen: no answer, no skew, version, promise or gap to check) */
     if (channel == 1 && mdp_worker_beat(m, self->max_frame_bytes))
@@ -1011,10 +1101,15 @@ typedef struct s0_record {
     size_t n_body;
     double started, deadline;
     int reading;     /* the client's Majordomo reading; 0 for an S0P client */
-    int s0p;         /* an S0P client's request: request_id is the client's own, ikey its key */
-    const unsigned char *request_id; /* (S0P) the client's request_id */
+    int s0p;         /* an S0P request (a client's or a forwarded one): S0P workers only */
+    int ids;         /* request_id is the client's own, ikey its key (in lkeys) */
+    int fwd;         /* a forwarded request ("Forwards"): its client is a peer, on channel 2 */
+    const unsigned char *request_id; /* (ids) the client's request_id */
     size_t request_id_len;
-    s0_key ikey;     /* (S0P) (client_id, request_id) as rkey_make writes it, in lkeys */
+    s0_key ikey;     /* (ids) (client_id, request_id) as rkey_make writes it, in lkeys */
+    const unsigned char *origin, *via; /* (fwd) the FORWARD's ticket; the peer's broker id */
+    size_t origin_len, via_len;
+    double limit; /* (fwd) the client's own deadline (FORWARDWITH's deadline_ms); else +inf */
     uint64_t number; /* request_id b"mdp.L%d" (Majordomo) */
     uint64_t seq;    /* the shared numbering */
     size_t heap_at;
@@ -1188,11 +1283,13 @@ static void record_out(LaneObject *self, s0_record *r) {
         wq_unlink(self, r);
     else
         table_remove(&self->records, &r->key);
-    if (r->s0p)
+    if (r->ids)
         table_remove(&self->lkeys, &r->ikey);
     heap_remove(self, r);
-    count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
-    count_add(&self->rid_counts, r->crid, r->crid_len, -1);
+    if (!r->fwd) { /* (a forwarded request is in no per-client count) */
+        count_add(&self->client_counts, r->client_id, r->client_id_len, -1);
+        count_add(&self->rid_counts, r->crid, r->crid_len, -1);
+    }
 }
 
 /* scale0.core.metrics.LATENCY_BUCKETS_S (tests/net/test_lane_requests.py holds them equal). */
@@ -1404,9 +1501,12 @@ static int send_request(LaneObject *self, const s0_record *r, const s0_entry *we
             S0_HEAD("REQUEST", 7);
         S0_HEAD(r->key.data, r->key.len);
         S0_HEAD(r->service, r->service_len);
-        if (ids) {
+        if (ids && r->ids) {
             S0_HEAD(r->client_id, r->client_id_len);
             S0_HEAD(r->request_id, r->request_id_len);
+        } else if (ids) { /* a forwarded request without ids (dispatch_to: own is False) */
+            S0_HEAD("", 0);
+            S0_HEAD("", 0);
         }
     } else {
         if (we->majordomo & READ_DELIMITED)
@@ -1563,7 +1663,7 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         r->ikey.data = p;
         r->ikey.len = k.len;
         r->ikey.hash = hash_bytes(p, k.len);
-        r->s0p = 1;
+        r->s0p = r->ids = 1;
     }
     rkey_free(&k);
     for (size_t i = 0; i < n_body; i++) {
@@ -1577,6 +1677,7 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     r->n_body = n_body;
     r->started = now;
     r->deadline = now + self->timeout_s;
+    r->limit = INFINITY;
     r->reading = reading;
     r->number = number;
     r->seq = seq;
@@ -1639,6 +1740,267 @@ undo:
     return 0;
 }
 
+
+/* ---- Forwards: a peer broker's FORWARD served here (phase 4a) ------------------------------ */
+
+/* FORWARDWITH's options, exactly one of the two byte forms Forward.to_frames writes (json,
+ * separators (",", ":"), ensure_ascii) that the lane takes: {"deadline_ms":N} or
+ * {"deadline_ms":N,"client_id":"C","request_id":"H"}; N 1..2**53 in decimal without a leading
+ * zero, C 1..255 bytes of 0x20..0x7e but '"' and '\', H 2..510 lower-case hex digits (an even
+ * count). 1: read (*cid_len 0 without ids; else *cid into s and rq the request_id decoded,
+ * *rq_len bytes); 0: anything else (Python reads it). */
+static int fwd_options(const unsigned char *s, size_t n, long long *deadline_ms,
+                       const unsigned char **cid, size_t *cid_len, unsigned char *rq,
+                       size_t *rq_len) {
+    static const char head[] = "{\"deadline_ms\":";
+    static const char mid[] = ",\"client_id\":\"";
+    static const char rqs[] = "\",\"request_id\":\"";
+    size_t i = sizeof(head) - 1;
+    if (n < i || memcmp(s, head, i) != 0)
+        return 0;
+    size_t at = i;
+    uint64_t v = 0;
+    while (i < n && i - at < 17 && s[i] >= '0' && s[i] <= '9')
+        v = v * 10 + (uint64_t)(s[i++] - '0');
+    if (i == at || i - at > 16 || s[at] == '0' || v > (1ULL << 53))
+        return 0;
+    *deadline_ms = (long long)v;
+    *cid_len = *rq_len = 0;
+    if (n - i == 1 && s[i] == '}')
+        return 1;
+    if (n - i < sizeof(mid) - 1 || memcmp(s + i, mid, sizeof(mid) - 1) != 0)
+        return 0;
+    i += sizeof(mid) - 1;
+    at = i;
+    while (i < n && s[i] >= 0x20 && s[i] <= 0x7e && s[i] != '"' && s[i] != '\\')
+        i++;
+    size_t c_len = i - at;
+    if (c_len == 0 || c_len > 255)
+        return 0;
+    const unsigned char *c = s + at;
+    if (n - i < sizeof(rqs) - 1 || memcmp(s + i, rqs, sizeof(rqs) - 1) != 0)
+        return 0;
+    i += sizeof(rqs) - 1;
+    at = i;
+    while (i < n && ((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+        i++;
+    size_t h = i - at;
+    if (h < 2 || h > 510 || h % 2 != 0 || n - i != 2 || s[i] != '"' || s[i + 1] != '}')
+        return 0;
+    for (size_t k = 0; k < h / 2; k++) {
+        unsigned char hi = s[at + 2 * k], lo = s[at + 2 * k + 1];
+        hi = hi <= '9' ? hi - '0' : hi - 'a' + 10;
+        lo = lo <= '9' ? lo - '0' : lo - 'a' + 10;
+        rq[k] = (unsigned char)(hi << 4 | lo);
+    }
+    *cid = c;
+    *cid_len = c_len;
+    *rq_len = h / 2;
+    return 1;
+}
+
+/* The take rule for a FORWARD on the peer ROUTER (the mutex held; "Forwards" above): 1 when
+ * taken (the worker's REQUEST sent), 0 when it goes to Python (nothing changed but the request
+ * and seq counters once it got that far, and an expired reply cache entry of its key dropped). */
+static int take_forward(LaneObject *self, s0_message *m, s0_entry *e, double now) {
+    s0_sessions *t = &self->sessions;
+    if (!self->serving || self->pool == NULL || !self->serve_forwards)
+        return 0;
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 7 || !frame_is(&f[1], "", 0) || !frame_is(&f[2], "S0B1", 4))
+        return 0;
+    int with;
+    if (frame_is(&f[3], "FORWARD", 7))
+        with = 0;
+    else if (n >= 8 && frame_is(&f[3], "FORWARDWITH", 11))
+        with = 1;
+    else
+        return 0; /* (FORWARDAS, a CURVE caller's, is never taken) */
+    if (!frames_fit(m, self->max_frame_bytes))
+        return 0;
+    const unsigned char *ticket = p_msg_data(&f[4]);
+    size_t ticket_len = p_msg_size(&f[4]);
+    const unsigned char *svc = p_msg_data(&f[5]);
+    size_t svc_len = p_msg_size(&f[5]);
+    const unsigned char *origin = p_msg_data(&f[6]);
+    size_t origin_len = p_msg_size(&f[6]);
+    if (ticket_len == 0 || ticket_len > 255 || !service_ok(svc, svc_len) || origin_len == 0 ||
+        origin_len > 255)
+        return 0;
+    for (size_t i = 0; i < origin_len; i++)
+        if (origin[i] < 0x20 || origin[i] > 0x7e)
+            return 0;
+    long long deadline_ms = 0;
+    const unsigned char *cid = NULL;
+    size_t cid_len = 0, rq_len = 0;
+    unsigned char rq[255];
+    if (with && !fwd_options(p_msg_data(&f[7]), p_msg_size(&f[7]), &deadline_ms, &cid, &cid_len,
+                             rq, &rq_len))
+        return 0;
+    size_t body_at = with ? 8 : 7;
+    if (!e->open || e->client_id == NULL || e->client_id_len == 0)
+        return 0;
+    if (t->ordered[2] && e->last_passed > t->done_seq[2])
+        return 0; /* Order */
+    int ids = cid_len > 0;
+    s0_rkey k;
+    k.len = 0;
+    k.data = k.inline_buf;
+    if (ids) { /* R10 across brokers: a key Python holds, the lane holds, or the cache answers */
+        if (rkey_make(&k, cid, cid_len, rq, rq_len) < 0)
+            return 0;
+        uint64_t h = hash_bytes(k.data, k.len);
+        if (table_find(&self->pkeys, k.data, k.len, h) != NULL ||
+            table_find(&self->lkeys, k.data, k.len, h) != NULL ||
+            cache_lookup(&self->cache, k.data, k.len, now) != NULL) {
+            rkey_free(&k);
+            return 0;
+        }
+    }
+    uint64_t number = ++self->number, seq = ++self->seq; /* (as an S0P REQUEST's: given) */
+    (void)number;
+    size_t wrid_len = 0;
+    const unsigned char *wrid = pool_api->peek(self->pool, svc, svc_len, &wrid_len);
+    s0_entry *we = wrid != NULL ? entry_find(t, 1, wrid, wrid_len) : NULL;
+    long long waits = count_of(&self->waits, svc, svc_len);
+    if (wrid != NULL) {
+        if (waits > 0 || !worker_fits(we, 1) || wrid_len > 255)
+            goto pass;
+    } else if (pool_api->offered(self->pool, svc, svc_len) <= 0 ||
+               waits + (long long)wq_count(self, svc, svc_len) >= self->max_queued) {
+        /* (no worker offers it: Python's 404, F7; R6's cap: Python's 503) */
+        goto pass;
+    }
+    /* No ready worker: queued whatever may_queue says (F6: a FORWARD is never forwarded again,
+     * so it may wait in the lane in a family too), behind Python's queue, as a client's. */
+
+    /* Everything that can fail, before the first change. */
+    const unsigned char *crid = p_msg_data(&f[0]);
+    size_t crid_len = p_msg_size(&f[0]);
+    size_t n_body = n - body_at;
+    size_t client_len = ids ? cid_len : 1 + e->client_id_len;
+    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + client_len + svc_len + rq_len +
+                   k.len + ticket_len + e->client_id_len;
+    s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
+    if (r == NULL)
+        goto pass;
+    record_set_ticket(r, NULL, 0);
+    unsigned char *p = (unsigned char *)r + sizeof(s0_record);
+    r->body = (s0_zmq_msg_t *)p;
+    p += n_body * sizeof(s0_zmq_msg_t);
+#define S0_PUT(field, data, len)                                                                  \
+    do {                                                                                          \
+        if (len)                                                                                  \
+            memcpy(p, data, len);                                                                 \
+        r->field = p;                                                                             \
+        r->field##_len = len;                                                                     \
+        p += len;                                                                                 \
+    } while (0)
+    S0_PUT(crid, crid, crid_len);
+    if (ids) {
+        S0_PUT(client_id, cid, cid_len);
+    } else { /* b"\x00" + the peer's broker id: the ledger's key of a forward without ids */
+        p[0] = 0;
+        memcpy(p + 1, e->client_id, e->client_id_len);
+        r->client_id = p;
+        r->client_id_len = client_len;
+        p += client_len;
+    }
+    r->caller = p;
+    r->caller_len = 0;
+    S0_PUT(service, svc, svc_len);
+    S0_PUT(request_id, rq, rq_len);
+    S0_PUT(origin, ticket, ticket_len);
+    S0_PUT(via, e->client_id, e->client_id_len);
+#undef S0_PUT
+    if (ids) {
+        memcpy(p, k.data, k.len);
+        r->ikey.data = p;
+        r->ikey.len = k.len;
+        r->ikey.hash = hash_bytes(p, k.len);
+    }
+    rkey_free(&k);
+    r->s0p = r->fwd = 1;
+    r->ids = ids;
+    for (size_t i = 0; i < n_body; i++) {
+        p_msg_init(&r->body[i]);
+        if (p_msg_copy(&r->body[i], &f[body_at + i]) != 0) {
+            r->n_body = i + 1;
+            record_free(r);
+            return 0;
+        }
+    }
+    r->n_body = n_body;
+    /* Forwarding.forward_in's arithmetic, so the doubles are bit-equal */
+    r->started = now;
+    if (with) {
+        r->limit = now + (double)deadline_ms / 1000.0;
+        r->deadline = fmin(now + self->timeout_s, r->limit);
+    } else {
+        r->limit = INFINITY;
+        r->deadline = now + self->timeout_s;
+    }
+    r->seq = seq;
+    s0_svc *sv = NULL;
+    s0_wq *q = NULL;
+    if (heap_reserve(self) < 0 || (ids && table_reserve(&self->lkeys, 1) < 0) ||
+        table_reserve(&self->records, 1) < 0 || (sv = svc_make(self, svc, svc_len)) == NULL ||
+        (wrid == NULL && (q = wq_make(self, svc, svc_len)) == NULL)) {
+        record_free(r);
+        return 0;
+    }
+    if (q != NULL) { /* queued: no ticket, no worker, the service not marked changed */
+        heap_push(self, r);
+        if (ids)
+            table_insert(&self->lkeys, &r->ikey);
+        self->drain_requests++;
+        self->drain_forwards++;
+        count(self, ST_REQUESTS, 1);
+        count(self, ST_FORWARDS, 1);
+        count(self, ST_QUEUED, 1);
+        heard_add(t, e);
+        wq_push(self, q, r);
+        return 1;
+    }
+    unsigned char tk[255 + 8];
+    size_t tk_len = next_ticket(self, tk);
+    record_set_ticket(r, tk, tk_len); /* (fits ticket_buf) */
+    record_set_worker(r, wrid, wrid_len);
+    size_t took_len;
+    const unsigned char *took = pool_api->take(self->pool, svc, svc_len, &took_len);
+    /* (peek named it; nothing changed the pool since: the same worker) */
+    if (took == NULL || took_len != wrid_len || memcmp(took, r->wrid, wrid_len) != 0) {
+        record_free(r);
+        return 0;
+    }
+    if (pool_api->hold(self->pool, r->wrid, wrid_len, tk, tk_len) != 0) {
+        pool_api->list_ready(self->pool, r->wrid, wrid_len); /* back where take found it */
+        record_free(r);
+        return 0;
+    }
+    /* Nothing below fails. */
+    heap_push(self, r);
+    if (ids)
+        table_insert(&self->lkeys, &r->ikey);
+    self->drain_requests++;
+    self->drain_forwards++;
+    count(self, ST_REQUESTS, 1);
+    count(self, ST_FORWARDS, 1);
+    heard_add(t, e);
+    self->tickets++;
+    self->seq++; /* (the ticket's number, next_ticket) */
+    table_insert(&self->records, &r->key);
+    sv->changed = 1;
+    if (send_request(self, r, we, &f[body_at], n_body) != 0)
+        count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it to Python */
+    return 1;
+
+pass:
+    rkey_free(&k);
+    return 0;
+}
+
 #define S0_SERVICES_INLINE 32
 
 /* ---- the RequestDone ring ---------------------------------------------------------------- */
@@ -1673,7 +2035,8 @@ static int done_room(LaneObject *self) {
  * record r, the reply m's body from body_at. NULL: out of memory. */
 static s0_done *done_make(const s0_record *r, const s0_message *m, size_t body_at, int status,
                           double now) {
-    size_t strings = r->service_len + r->wrid_len + r->crid_len;
+    size_t via_len = r->fwd ? r->via_len : 0;
+    size_t strings = r->service_len + r->wrid_len + r->crid_len + via_len;
     s0_done *d = malloc(sizeof(*d) + (strings ? strings : 1));
     if (d == NULL)
         return NULL;
@@ -1689,6 +2052,7 @@ static s0_done *done_make(const s0_record *r, const s0_message *m, size_t body_a
     d->service_len = r->service_len;
     d->wrid_len = r->wrid_len;
     d->crid_len = r->crid_len;
+    d->via_len = via_len;
     unsigned char *at = d->data;
     if (r->service_len)
         memcpy(at, r->service, r->service_len);
@@ -1698,6 +2062,9 @@ static s0_done *done_make(const s0_record *r, const s0_message *m, size_t body_a
     at += r->wrid_len;
     if (r->crid_len)
         memcpy(at, r->crid, r->crid_len);
+    at += r->crid_len;
+    if (via_len)
+        memcpy(at, r->via, via_len);
     return d;
 }
 
@@ -1784,7 +2151,9 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     /* Every check passed: with record_done on, its RequestDone record, made before any change;
      * the ring full, the REPLY goes to Python (which answers and logs it: nothing is lost). */
     s0_done *done = NULL;
-    if (self->record_done) {
+    /* (A FORWARD answered 404 or 503 goes back to its origin, which routes it again and
+     * records it: no record here, as scale0.core.records.request_done decides.) */
+    if (self->record_done && !(r->fwd && (status == 404 || status == 503))) {
         int room = done_room(self);
         if (room == 0) {
             count(self, ST_DONE_FULL, 1);
@@ -1802,7 +2171,7 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         return 0; /* out of memory: Python answers it (it adopts the record) */
     }
     s0_cent *cached = NULL; /* an S0P reply's entry in the cache, made before any change */
-    if (s0p) {
+    if (r->ids) { /* (an S0P client's, or a forwarded one with ids; one without: not cached) */
         size_t n_body = m->n - body_at;
         const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
         size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
@@ -1877,7 +2246,15 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
         head[n_head] = (const char *)(data);                                                      \
         head_len[n_head++] = (len);                                                               \
     } while (0)
-    if (s0p) { /* ClientReply: [b"", S0C1, REPLY, service, request_id, status (as received)] */
+    void *router = self->ch[0].router;
+    if (r->fwd) { /* ForwardReply on the peer ROUTER: [b"", S0B1, FORWARDREPLY, origin, status] */
+        router = self->ch[2].router;
+        S0_HEAD("", 0);
+        S0_HEAD("S0B1", 4);
+        S0_HEAD("FORWARDREPLY", 12);
+        S0_HEAD(r->origin, r->origin_len);
+        S0_HEAD(p_msg_data(&f[at + 1]), 3);
+    } else if (s0p) { /* ClientReply: [b"", S0C1, REPLY, service, request_id, status] */
         S0_HEAD("", 0);
         S0_HEAD(SIGNATURES[0], 4);
         S0_HEAD("REPLY", 5);
@@ -1897,8 +2274,8 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
             S0_HEAD(r->service, r->service_len);
     }
 #undef S0_HEAD
-    int err = send_message(self->ch[0].router, r->crid, r->crid_len, head, head_len, n_head,
-                           &f[body_at], m->n - body_at);
+    int err = send_message(router, r->crid, r->crid_len, head, head_len, n_head, &f[body_at],
+                           m->n - body_at);
     if (err != 0)
         count(self, ST_SEND_DROPPED, 1);
     record_free(r);
@@ -1942,7 +2319,13 @@ static void classify(LaneObject *self, int channel, s0_message *m, double now, d
         heard_add(t, e);
         return;
     }
-    if (e != NULL && (channel == 0 ? take_request(self, m, e, now) : take_reply(self, m, e, now))) {
+    if (e != NULL && channel == 2) {
+        if (take_forward(self, m, e, now)) {
+            m->take = TAKE_FORWARD;
+            return;
+        }
+    } else if (e != NULL &&
+               (channel == 0 ? take_request(self, m, e, now) : take_reply(self, m, e, now))) {
         m->take = channel == 0 ? TAKE_REQUEST : TAKE_REPLY;
         return;
     }
@@ -2142,9 +2525,9 @@ static void *lane_main(void *arg) {
     locale_t c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
     locale_t previous = c_locale ? uselocale(c_locale) : (locale_t)0;
     for (;;) {
-        s0_zmq_pollitem_t items[5];
+        s0_zmq_pollitem_t items[2 * S0_CHANNELS + 1];
         int n = 0;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < self->n_ch; k++) {
             s0_channel *c = &self->ch[k];
             int held = c->cursor < c->count;
             items[n++] = (s0_zmq_pollitem_t){c->router, 0, held ? 0 : S0_ZMQ_POLLIN, 0};
@@ -2163,10 +2546,10 @@ static void *lane_main(void *arg) {
         count(self, ST_WAKEUPS, 1);
         if (__atomic_load_n(&self->stop_flag, __ATOMIC_ACQUIRE))
             break;
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < self->n_ch; k++)
             if (items[2 * k + 1].revents & S0_ZMQ_POLLIN)
                 forward(self, k, S0_LANE_BUDGET);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < self->n_ch; k++) {
             s0_channel *c = &self->ch[k];
             if (c->cursor < c->count && !deliver(self, c))
                 continue;
@@ -2175,9 +2558,10 @@ static void *lane_main(void *arg) {
         }
     }
     /* Python's last sends (its DISCONNECTs at shutdown), all of them. */
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < self->n_ch; k++)
         forward(self, k, 0);
-    for (int k = 0; k < 2; k++) { /* held for a full pipe: what it takes now, the rest is lost */
+    /* held for a full pipe: what it takes now, the rest is lost */
+    for (int k = 0; k < self->n_ch; k++) {
         s0_channel *c = &self->ch[k];
         if (c->cursor < c->count && !deliver(self, c)) {
             count(self, ST_LOST, c->count - c->cursor);
@@ -2206,10 +2590,16 @@ static void py_lock(LaneObject *self) {
     Py_END_ALLOW_THREADS
 }
 
-static int parse_channel(int channel) {
-    if (channel != 0 && channel != 1) {
-        PyErr_Format(PyExc_ValueError, "channel must be 0 (frontend) or 1 (backend), not %d",
-                     channel);
+static int parse_channel(const LaneObject *self, int channel) {
+    if (channel < 0 || channel >= self->n_ch) {
+        if (self->n_ch == 3)
+            PyErr_Format(PyExc_ValueError,
+                         "channel must be 0 (frontend), 1 (backend) or 2 (peer), not %d", channel);
+        else
+            PyErr_Format(PyExc_ValueError,
+                         "channel must be 0 (frontend) or 1 (backend), not %d (2, the peer "
+                         "ROUTER, only for a lane made with peer and peer_pipe)",
+                         channel);
         return -1;
     }
     return 0;
@@ -2231,18 +2621,29 @@ static void *handle_of(PyObject *obj, const char *name) {
 }
 
 static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"frontend", "backend", "front_pipe", "back_pipe", "keyed_front",
-                             "keyed_back", "max_frame_bytes", NULL};
-    PyObject *handles[4];
-    int keyed_front, keyed_back;
+    static char *kwlist[] = {"frontend",   "backend", "front_pipe", "back_pipe",
+                             "keyed_front", "keyed_back", "max_frame_bytes", "peer",
+                             "peer_pipe",  "keyed_peer", NULL};
+    PyObject *handles[6] = {NULL, NULL, NULL, NULL, Py_None, Py_None};
+    int keyed_front, keyed_back, keyed_peer = 0;
     Py_ssize_t max_frame_bytes;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOppn:Lane", kwlist, &handles[0], &handles[1],
-                                     &handles[2], &handles[3], &keyed_front, &keyed_back,
-                                     &max_frame_bytes))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOppn|OOp:Lane", kwlist, &handles[0],
+                                     &handles[1], &handles[2], &handles[3], &keyed_front,
+                                     &keyed_back, &max_frame_bytes, &handles[4], &handles[5],
+                                     &keyed_peer))
         return NULL;
-    static const char *names[4] = {"frontend", "backend", "front_pipe", "back_pipe"};
-    void *socks[4];
-    for (int i = 0; i < 4; i++) {
+    if ((handles[4] == Py_None) != (handles[5] == Py_None)) {
+        PyErr_SetString(PyExc_ValueError,
+                        handles[4] == Py_None
+                            ? "Lane: peer_pipe given without peer (give both, or neither)"
+                            : "Lane: peer given without peer_pipe (give both, or neither)");
+        return NULL;
+    }
+    int n_ch = handles[4] == Py_None ? 2 : 3;
+    static const char *names[6] = {"frontend", "backend", "front_pipe", "back_pipe", "peer",
+                                   "peer_pipe"};
+    void *socks[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 2 * n_ch; i++) {
         socks[i] = handle_of(handles[i], names[i]);
         if (socks[i] == NULL)
             return NULL;
@@ -2257,11 +2658,13 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         return NULL;
     /* tp_alloc zeroed it */
     self->wake_fd = -1;
-    for (int k = 0; k < 2; k++) {
+    self->n_ch = n_ch;
+    for (int k = 0; k < S0_CHANNELS; k++) { /* (every batch set up: dealloc closes them) */
         s0_channel *c = &self->ch[k];
-        c->router = socks[k];
-        c->pipe = socks[2 + k];
-        c->keyed = k == 0 ? keyed_front : keyed_back;
+        static const int router_at[S0_CHANNELS] = {0, 1, 4}, pipe_at[S0_CHANNELS] = {2, 3, 5};
+        c->router = socks[router_at[k]];
+        c->pipe = socks[pipe_at[k]];
+        c->keyed = k == 0 ? keyed_front : k == 1 ? keyed_back : keyed_peer;
         for (size_t i = 0; i < S0_LANE_BUDGET; i++) {
             c->batch[i].frames = c->batch[i].inline_frames;
             c->batch[i].cap = S0_LANE_INLINE_FRAMES;
@@ -2341,7 +2744,7 @@ static void lane_dealloc(LaneObject *self) {
     done_free_all(self);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < S0_CHANNELS; k++)
         for (size_t i = 0; i < S0_LANE_BUDGET; i++)
             message_close(&self->ch[k].batch[i]);
     sessions_free(&self->sessions);
@@ -2417,13 +2820,21 @@ static PyObject *lane_note(LaneObject *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy#Ldd|iy#p:note", kwlist, &channel, &rid,
                                      &rid_len, &promise, &gap, &last_seen, &majordomo, &cid,
                                      &cid_len, &open) ||
-        parse_channel(channel) < 0)
+        parse_channel(self, channel) < 0)
         return NULL;
     if (majordomo < 0 || majordomo > 15) {
         PyErr_Format(PyExc_ValueError,
                      "Lane.note: majordomo must be 0 (S0P) or a Majordomo reading packed in 4 "
                      "bits (1..15), not %d",
                      majordomo);
+        return NULL;
+    }
+    if (channel == 2 && (cid_len < 1 || cid_len > 255 ||
+                         !utf8_valid((const unsigned char *)cid, (size_t)cid_len))) {
+        PyErr_Format(PyExc_ValueError,
+                     "Lane.note: a peer's client_id (its broker_id) must be 1..255 bytes of "
+                     "UTF-8, not %zd bytes%s",
+                     cid_len, cid_len >= 1 && cid_len <= 255 ? " that are not UTF-8" : "");
         return NULL;
     }
     if (isnan(gap) || gap < 0) {
@@ -2495,7 +2906,7 @@ static PyObject *lane_forget(LaneObject *self, PyObject *args) {
     const char *rid;
     Py_ssize_t rid_len;
     if (!PyArg_ParseTuple(args, "iy#:forget", &channel, &rid, &rid_len) ||
-        parse_channel(channel) < 0)
+        parse_channel(self, channel) < 0)
         return NULL;
     py_lock(self);
     s0_entry *e = entry_find(&self->sessions, channel, (const unsigned char *)rid, (size_t)rid_len);
@@ -2516,8 +2927,9 @@ static PyObject *lane_clear(LaneObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static int parse_fd(PyObject *args, const char *format, int *channel, int *fd) {
-    if (!PyArg_ParseTuple(args, format, channel, fd) || parse_channel(*channel) < 0)
+static int parse_fd(const LaneObject *self, PyObject *args, const char *format, int *channel,
+                    int *fd) {
+    if (!PyArg_ParseTuple(args, format, channel, fd) || parse_channel(self, *channel) < 0)
         return -1;
     if (*fd < 0 || *fd >= S0_LANE_MAX_FD) {
         PyErr_Format(PyExc_ValueError, "Lane: fd must be in 0..%d, not %d", S0_LANE_MAX_FD - 1,
@@ -2529,7 +2941,7 @@ static int parse_fd(PyObject *args, const char *format, int *channel, int *fd) {
 
 static PyObject *lane_negotiated(LaneObject *self, PyObject *args) {
     int channel, fd;
-    if (parse_fd(args, "ii:negotiated", &channel, &fd) < 0)
+    if (parse_fd(self, args, "ii:negotiated", &channel, &fd) < 0)
         return NULL;
     int failed = 0;
     py_lock(self);
@@ -2557,7 +2969,7 @@ static PyObject *lane_negotiated(LaneObject *self, PyObject *args) {
 
 static PyObject *lane_gone(LaneObject *self, PyObject *args) {
     int channel, fd;
-    if (parse_fd(args, "ii:gone", &channel, &fd) < 0)
+    if (parse_fd(self, args, "ii:gone", &channel, &fd) < 0)
         return NULL;
     py_lock(self);
     s0_sessions *t = &self->sessions;
@@ -2651,7 +3063,7 @@ static PyObject *lane_last_seen(LaneObject *self, PyObject *args) {
     const char *rid;
     Py_ssize_t rid_len;
     if (!PyArg_ParseTuple(args, "iy#:last_seen", &channel, &rid, &rid_len) ||
-        parse_channel(channel) < 0)
+        parse_channel(self, channel) < 0)
         return NULL;
     int found = 0;
     double seen = 0.0;
@@ -2863,8 +3275,9 @@ static PyObject *lane_python_holds(LaneObject *self, PyObject *args) {
 }
 
 /* (ticket, worker_rid, client_rid, client_id, caller, service, body, started, deadline,
- * request_id, seq, ids) of a record handed over (ticket and worker_rid b"" while it waits;
- * ids: an S0P client's, its request_id the client's own). */
+ * request_id, seq, ids, origin, via, limit) of a record handed over (ticket and worker_rid b""
+ * while it waits; ids: its request_id the client's own; origin, via, limit: a forwarded one's,
+ * else b"", "", inf: see "Forwards"). */
 static PyObject *record_tuple(s0_record *r) {
     PyObject *body = PyTuple_New((Py_ssize_t)r->n_body);
     if (body == NULL)
@@ -2887,13 +3300,17 @@ static PyObject *record_tuple(s0_record *r) {
     } else {
         id_len = snprintf(mdp_id, sizeof(mdp_id), "mdp.L%llu", (unsigned long long)r->number);
     }
-    return Py_BuildValue("(y#y#y#y#s#s#Nddy#KN)", (const char *)r->key.data, (Py_ssize_t)r->key.len,
-                         (const char *)r->wrid, (Py_ssize_t)r->wrid_len, (const char *)r->crid,
-                         (Py_ssize_t)r->crid_len, (const char *)r->client_id,
-                         (Py_ssize_t)r->client_id_len, (const char *)r->caller,
-                         (Py_ssize_t)r->caller_len, (const char *)r->service,
-                         (Py_ssize_t)r->service_len, body, r->started, r->deadline, request_id,
-                         id_len, (unsigned long long)r->seq, PyBool_FromLong(r->s0p));
+    return Py_BuildValue("(y#y#y#y#s#s#Nddy#KNy#s#d)", (const char *)r->key.data,
+                         (Py_ssize_t)r->key.len, (const char *)r->wrid, (Py_ssize_t)r->wrid_len,
+                         (const char *)r->crid, (Py_ssize_t)r->crid_len,
+                         (const char *)r->client_id, (Py_ssize_t)r->client_id_len,
+                         (const char *)r->caller, (Py_ssize_t)r->caller_len,
+                         (const char *)r->service, (Py_ssize_t)r->service_len, body, r->started,
+                         r->deadline, request_id, id_len, (unsigned long long)r->seq,
+                         PyBool_FromLong(r->ids), r->origin ? (const char *)r->origin : "",
+                         (Py_ssize_t)r->origin_len, r->via ? (const char *)r->via : "",
+                         (Py_ssize_t)r->via_len,
+                         r->limit);
 }
 
 static int seq_order(const void *a, const void *b) {
@@ -3112,7 +3529,8 @@ static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
     memset(&self->svcs, 0, sizeof(self->svcs));
     memset(&self->hists, 0, sizeof(self->hists));
     uint64_t requests = self->drain_requests, replies = self->drain_replies;
-    self->drain_requests = self->drain_replies = 0;
+    uint64_t forwards = self->drain_forwards;
+    self->drain_requests = self->drain_replies = self->drain_forwards = 0;
     pthread_mutex_unlock(&self->mutex);
     PyObject *out = NULL, *hist = NULL, *changed = NULL;
     size_t n = 0, n_hists = 0;
@@ -3167,8 +3585,8 @@ static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
         if (bad)
             goto done;
     }
-    out = Py_BuildValue("(KKOO)", (unsigned long long)requests, (unsigned long long)replies, hist,
-                        changed);
+    out = Py_BuildValue("(KKOOK)", (unsigned long long)requests, (unsigned long long)replies, hist,
+                        changed, (unsigned long long)forwards);
 done:
     Py_XDECREF(hist);
     Py_XDECREF(changed);
@@ -3343,10 +3761,57 @@ static PyObject *counts_dict(const s0_table *t) {
     return out;
 }
 
+/* out[key] += 1 (0 when absent); key's reference is stolen. 0, or -1 with an exception. */
+static int dict_count(PyObject *out, PyObject *key) {
+    if (key == NULL)
+        return -1;
+    PyObject *was = PyDict_GetItemWithError(out, key); /* borrowed */
+    long long n = was != NULL ? PyLong_AsLongLong(was) : 0;
+    PyObject *v = PyErr_Occurred() ? NULL : PyLong_FromLongLong(n + 1);
+    int rc = v == NULL ? -1 : PyDict_SetItem(out, key, v);
+    Py_XDECREF(v);
+    Py_DECREF(key);
+    return rc;
+}
+
 static PyObject *lane_open_by_connection(LaneObject *self, PyObject *unused) {
     (void)unused;
     py_lock(self);
     PyObject *out = counts_dict(&self->rid_counts);
+    /* A peer link's FORWARDs count by its routing id too (the ledger's open_by_connection
+     * counts every request by the routing id it answers), though in no client's count. */
+    for (size_t i = 0; out != NULL && i < self->n_heap; i++) {
+        const s0_record *r = self->heap[i];
+        if (r->fwd &&
+            dict_count(out, PyBytes_FromStringAndSize((const char *)r->crid,
+                                                      (Py_ssize_t)r->crid_len)) < 0)
+            Py_CLEAR(out);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
+static PyObject *lane_held_from(LaneObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.held_from: via must be str, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t via_len;
+    const char *via = PyUnicode_AsUTF8AndSize(arg, &via_len);
+    if (via == NULL)
+        return NULL;
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    py_lock(self);
+    for (size_t i = 0; out != NULL && i < self->n_heap; i++) {
+        const s0_record *r = self->heap[i];
+        if (r->fwd && r->via_len == (size_t)via_len && memcmp(r->via, via, r->via_len) == 0 &&
+            dict_count(out, PyUnicode_DecodeUTF8((const char *)r->service,
+                                                 (Py_ssize_t)r->service_len, "strict")) < 0)
+            Py_CLEAR(out);
+    }
     pthread_mutex_unlock(&self->mutex);
     return out;
 }
@@ -3662,6 +4127,16 @@ static PyObject *lane_cache_take(LaneObject *self, PyObject *unused) {
 
 /* ---- the RequestDone ring, Python's side ------------------------------------------------ */
 
+static PyObject *lane_serve_forwards(LaneObject *self, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    py_lock(self);
+    self->serve_forwards = on;
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
 static PyObject *lane_record_done(LaneObject *self, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
     if (on < 0)
@@ -3706,11 +4181,12 @@ static PyObject *lane_done_drain(LaneObject *self, PyObject *unused) {
     for (size_t i = 0; i < self->done_n; i++) { /* every tuple made before the ring is emptied */
         const s0_done *d = self->done[(self->done_head + i) % self->done_cap];
         const char *service = (const char *)d->data;
+        const char *via = service + d->service_len + d->wrid_len + d->crid_len;
         PyObject *t = Py_BuildValue(
-            "(s#y#y#ddKKi)", service, (Py_ssize_t)d->service_len, service + d->service_len,
+            "(s#y#y#ddKKis#)", service, (Py_ssize_t)d->service_len, service + d->service_len,
             (Py_ssize_t)d->wrid_len, service + d->service_len + d->wrid_len,
             (Py_ssize_t)d->crid_len, d->started, d->finished, d->bytes_in, d->bytes_out,
-            d->status);
+            d->status, via, (Py_ssize_t)d->via_len);
         if (t == NULL) {
             pthread_mutex_unlock(&self->mutex);
             Py_DECREF(out);
@@ -3738,14 +4214,16 @@ static PyMethodDef lane_methods[] = {
      "configure(config_version, max_skew_s): the running config's version and R12 limit"},
     {"note", (PyCFunction)(void (*)(void))lane_note, METH_VARARGS | METH_KEYWORDS,
      "note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b'', "
-     "open=True): insert or update a session; majordomo: 0 (S0P) or its Majordomo reading"},
+     "open=True): insert or update a session; majordomo: 0 (S0P) or its Majordomo reading; "
+     "on channel 2 (the peer ROUTER) client_id is the peer's broker_id (1..255 bytes)"},
     {"forget", (PyCFunction)lane_forget, METH_VARARGS, "forget(channel, routing_id)"},
     {"clear", (PyCFunction)lane_clear, METH_NOARGS, "clear(): forget every session"},
     {"negotiated", (PyCFunction)lane_negotiated, METH_VARARGS,
      "negotiated(channel, fd): the connection negotiated (R20)"},
     {"gone", (PyCFunction)lane_gone, METH_VARARGS, "gone(channel, fd): the connection closed"},
     {"heard", (PyCFunction)lane_heard, METH_NOARGS,
-     "heard() -> [(channel, routing_id, last_seen)] raised by beats the lane took, once each"},
+     "heard() -> [(channel, routing_id, last_seen)] raised by what the lane took (beats, "
+     "requests, replies, forwards), once each"},
     {"last_seen", (PyCFunction)lane_last_seen, METH_VARARGS,
      "last_seen(channel, routing_id) -> float | None"},
     {"stats", (PyCFunction)lane_stats, METH_NOARGS, "stats() -> dict of counters"},
@@ -3792,13 +4270,15 @@ static PyMethodDef lane_methods[] = {
      "open_by_connection() -> {client_rid: requests}: in flight and waiting"},
     {"held_by_client", (PyCFunction)lane_held_by_client, METH_NOARGS,
      "held_by_client() -> {client_id: requests}: in flight and waiting"},
+    {"held_from", (PyCFunction)lane_held_from, METH_O,
+     "held_from(via) -> {service: requests}: the FORWARDs of peer `via` the lane holds (F16)"},
     {"next_seq", (PyCFunction)lane_next_seq, METH_NOARGS,
      "next_seq() -> int: the shared request numbering's next value"},
     {"seq_from", (PyCFunction)lane_seq_from, METH_O,
      "seq_from(n): raise the numbering to at least n"},
     {"drain", (PyCFunction)lane_drain, METH_NOARGS,
-     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed): since the "
-     "last one"},
+     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards): "
+     "since the last one"},
     {"python_key", (PyCFunction)lane_python_key, METH_VARARGS,
      "python_key(client_id, request_id, live): Python holds (True) / no longer holds (False) a "
      "request not answered yet under this key (R10)"},
@@ -3820,6 +4300,9 @@ static PyMethodDef lane_methods[] = {
     {"cache_take", (PyCFunction)lane_cache_take, METH_NOARGS,
      "cache_take() -> [(client_id, request_id, service, status, body, expires)]: every entry, "
      "oldest first; the cache emptied"},
+    {"serve_forwards", (PyCFunction)lane_serve_forwards, METH_O,
+     "serve_forwards(on): while on (and serve on), the lane may take a peer's FORWARD on "
+     "channel 2"},
     {"record_done", (PyCFunction)lane_record_done, METH_O,
      "record_done(on): while on, every final REPLY the lane takes appends a RequestDone "
      "record to the ring"},
@@ -3827,7 +4310,7 @@ static PyMethodDef lane_methods[] = {
      "done_capacity(n): the ring's bound (default 65536); full, a REPLY goes to Python"},
     {"done_drain", (PyCFunction)lane_done_drain, METH_NOARGS,
      "done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, "
-     "bytes_out, status)]: in the order taken; the ring emptied"},
+     "bytes_out, status, via)]: in the order taken; the ring emptied"},
     {NULL, NULL, 0, NULL},
 };
 

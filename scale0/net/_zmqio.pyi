@@ -5,11 +5,28 @@ from typing import Any
 from scale0.core._pool import Pool
 
 #: A request record the lane hands to Python (Lane.adopt...): (ticket, worker_rid, client_rid,
-#: client_id, caller, service, body, started, deadline, request_id, seq, ids); ticket and
-#: worker_rid are b"" for a request that waited in the lane's queue; ids: an S0P client's
-#: request (request_id its own), False for a Majordomo one.
+#: client_id, caller, service, body, started, deadline, request_id, seq, ids, origin, via,
+#: limit); ticket and worker_rid are b"" for a request that waited in the lane's queue; ids:
+#: request_id is the client's own (an S0P client's request, or a forwarded one with ids), False
+#: for a Majordomo one. origin, via, limit: a forwarded request's (the FORWARD's ticket, the
+#: peer's broker id, the client's own deadline), else b"", "", inf; a forwarded one's
+#: client_rid is the peer's routing id on the peer ROUTER (channel 2).
 LaneRecord = tuple[
-    bytes, bytes, bytes, bytes, str, str, tuple[bytes, ...], float, float, bytes, int, bool
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    str,
+    str,
+    tuple[bytes, ...],
+    float,
+    float,
+    bytes,
+    int,
+    bool,
+    bytes,
+    str,
+    float,
 ]
 
 #: An entry of the lane's reply cache (Lane.cache_take): (client_id, request_id, service,
@@ -17,9 +34,9 @@ LaneRecord = tuple[
 LaneCached = tuple[bytes, bytes, str, int, tuple[bytes, ...], float]
 
 #: A RequestDone record of a final REPLY the lane answered (Lane.done_drain): (service,
-#: worker_rid, client_rid, started, finished, bytes_in, bytes_out, status); status 200 for a
-#: Majordomo reply.
-LaneDone = tuple[str, bytes, bytes, float, float, int, int, int]
+#: worker_rid, client_rid, started, finished, bytes_in, bytes_out, status, via); status 200 for
+#: a Majordomo reply; via a peer's FORWARD's broker id ("" for a client's request).
+LaneDone = tuple[str, bytes, bytes, float, float, int, int, int, str]
 
 def setup(error_class: type[Exception], /) -> None: ...
 def recv_batch(handle: int, limit: int, /) -> list[list[bytes]]: ...
@@ -38,7 +55,8 @@ class Lane:
     ROUTERs, answers plain HEARTBEATs, dispatches Majordomo client REQUESTs to Majordomo
     workers and S0P client REQUESTs to S0P workers of a shared pool and returns their final
     REPLYs (an S0P one into its reply cache too); everything else goes to Python through two
-    pipes."""
+    pipes. With a peer ROUTER (channel 2) it also takes the simplest FORWARDs of peer brokers,
+    runs them on its S0P workers and answers their FORWARDREPLYs."""
 
     def __init__(
         self,
@@ -49,6 +67,9 @@ class Lane:
         keyed_front: bool,
         keyed_back: bool,
         max_frame_bytes: int,
+        peer: int | None = None,
+        peer_pipe: int | None = None,
+        keyed_peer: bool = False,
     ) -> None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -96,6 +117,7 @@ class Lane:
     def in_flight(self) -> int: ...
     def open_by_connection(self) -> dict[bytes, int]: ...
     def held_by_client(self) -> dict[bytes, int]: ...
+    def held_from(self, via: str, /) -> dict[str, int]: ...
     def waiting_head(self, service: str, /) -> LaneRecord | None: ...
     def dispatch_head(self, service: str, ticket: bytes, worker_rid: bytes, /) -> None: ...
     def adopt_next_waiting(self, service: str, /) -> LaneRecord | None: ...
@@ -104,7 +126,9 @@ class Lane:
     def waiting_total(self) -> int: ...
     def next_seq(self) -> int: ...
     def seq_from(self, n: int, /) -> None: ...
-    def drain(self) -> tuple[int, int, list[tuple[str, int, list[int], float]], list[str]]: ...
+    def drain(
+        self,
+    ) -> tuple[int, int, list[tuple[str, int, list[int], float]], list[str], int]: ...
     def python_key(self, client_id: bytes, request_id: bytes, live: bool, /) -> None: ...
     def python_keys(self) -> int: ...
     def adopt_key(self, client_id: bytes, request_id: bytes, /) -> LaneRecord | None: ...
@@ -126,6 +150,7 @@ class Lane:
     def cache_count(self) -> int: ...
     def cache_bytes(self) -> int: ...
     def cache_take(self) -> list[LaneCached]: ...
+    def serve_forwards(self, on: bool, /) -> None: ...
     def record_done(self, on: bool, /) -> None: ...
     def done_capacity(self, n: int, /) -> None: ...
     def done_drain(self) -> list[LaneDone]: ...

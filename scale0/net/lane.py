@@ -40,9 +40,9 @@ __all__ = [
     "open_lane",
 ]
 
-#: The lane's channel numbers: 0 the frontend, 1 the backend.
-LANE_CHANNELS: Final = (Channel.FRONTEND, Channel.BACKEND)
-_NUMBER: Final = {Channel.FRONTEND: 0, Channel.BACKEND: 1}
+#: The lane's channel numbers: 0 the frontend, 1 the backend, 2 the peer ROUTER (phase 4a).
+LANE_CHANNELS: Final = (Channel.FRONTEND, Channel.BACKEND, Channel.PEER)
+_NUMBER: Final = {Channel.FRONTEND: 0, Channel.BACKEND: 1, Channel.PEER: 2}
 
 _Lane: Any = None
 if IMPLEMENTATION == "c":
@@ -64,13 +64,14 @@ def lane_wanted(configured: bool) -> bool:
 
 class LaneMirror:
     """A lane, spoken to in the core's channels: :class:`scale0.core.ports.MirrorPort` (the
-    sessions' copy in C), R20's connections, and what it heard. A channel the lane does not
-    own (the peer port) is ignored."""
+    sessions' copy in C), R20's connections, what it heard, and the peer links whose FORWARDs
+    it may take (:meth:`peers`)."""
 
-    __slots__ = ("_lane",)
+    __slots__ = ("_lane", "_peers")
 
     def __init__(self, lane: Any) -> None:
         self._lane = lane
+        self._peers: dict[bytes, bytes] = {}
 
     def note(
         self,
@@ -107,22 +108,37 @@ class LaneMirror:
             self._lane.gone(number, fd)
 
     def heard(self) -> list[tuple[Channel, bytes, float]]:
-        """The HEARTBEATs the lane took since the last call: (channel, routing id, when)."""
+        """The HEARTBEATs (and peers' FORWARDs) the lane took since the last call: (channel,
+        routing id, when)."""
         return [(LANE_CHANNELS[number], rid, when) for number, rid, when in self._lane.heard()]
+
+    def peers(self, peers: dict[bytes, bytes]) -> None:
+        """The peer links whose FORWARDs the lane may take now (routing id -> broker id, the
+        family's ``lane_peers``): the lane is told what changed since the last call."""
+        told = self._peers
+        if peers == told:
+            return
+        for routing_id in told.keys() - peers.keys():
+            self._lane.forget(2, routing_id)
+        for routing_id, broker_id in peers.items():
+            if told.get(routing_id) != broker_id:
+                self._lane.note(2, routing_id, 0, 0.0, 0.0, 0, broker_id, True)
+        self._peers = dict(peers)
 
 
 def open_lane(
     context: zmq.Context[zmq.Socket[bytes]],
-    routers: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+    routers: tuple[zmq.Socket[bytes], zmq.Socket[bytes], zmq.Socket[bytes]],
     *,
-    keyed: bool,
+    keyed: tuple[bool, bool, bool],
     max_frame_bytes: int,
     hwm: int,
     name: str,
 ) -> tuple[Any, list[zmq.Socket[bytes]], list[zmq.Socket[bytes]]]:
-    """A lane (not started) on the frontend and backend ``routers``, and the pipes: the
-    loop's ends (frontend, backend) and the lane's. Towards the loop a pipe holds ``hwm``
-    messages (then the lane stops reading that ROUTER: backpressure as without a lane);
+    """A lane (not started) on the frontend, backend and peer ``routers`` (``keyed``: which
+    carry CURVE keys), and the pipes: the loop's ends (in that order) and the lane's. Towards
+    the loop a pipe holds ``hwm`` messages (then the lane stops reading that ROUTER:
+    backpressure as without a lane);
     towards the lane it has no limit (a round's sends are bounded by the round, and the
     ROUTER's per-peer limit applies behind it)."""
     if _Lane is None:
@@ -149,9 +165,12 @@ def open_lane(
             routers[1].underlying,
             theirs[0].underlying,
             theirs[1].underlying,
-            keyed,
-            keyed,
+            keyed[0],
+            keyed[1],
             max_frame_bytes,
+            peer=routers[2].underlying,
+            peer_pipe=theirs[2].underlying,
+            keyed_peer=keyed[2],
         )
     except BaseException:
         for sock in ours + theirs:

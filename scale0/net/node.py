@@ -916,16 +916,16 @@ class BrokerNode:
         """The frontend and backend ROUTERs go to the lane: their ports read and write the
         loop's ends of its pipes from now on (each keeps its place, fast path and keys)."""
         assert self._context is not None
-        front, back = (self._ports[channel.value] for channel in LANE_CHANNELS)
+        front, back, peer = (self._ports[channel.value] for channel in LANE_CHANNELS)
         lane, ours, theirs = open_lane(
             self._context,
-            (front.socket, back.socket),
-            keyed=self._serve_curve,
+            (front.socket, back.socket, peer.socket),
+            keyed=(front.keyed, back.keyed, peer.keyed),
             max_frame_bytes=self.broker.max_frame_bytes,
             hwm=self._hwm,
             name=str(id(self)),
         )
-        for old, pipe in zip((front, back), ours, strict=True):
+        for old, pipe in zip((front, back, peer), ours, strict=True):
             port = _Port(
                 old.channel, pipe, _fd_of(pipe), old.signatures, old.endpoint, keyed=old.keyed
             )
@@ -947,6 +947,7 @@ class BrokerNode:
                 self.broker.attach_lane(lane)
             finally:
                 lane.unlock()  # (not told it may serve yet: at the end of the first entry)
+            lane.serve_forwards(True)  # peers' FORWARDs too, from the links it is told of (4a)
             self._lane_requests = True
         lane.start()
 
@@ -997,23 +998,34 @@ class BrokerNode:
         """What the lane did with requests since the last call, to the core (counters,
         metrics, the table the peers read) and, with an event log, the records of the
         requests it answered."""
-        requests, replies, latencies, changed = lane.drain()
+        requests, replies, latencies, changed, forwards = lane.drain()
         if requests or replies or changed:
-            self.broker.lane_did(requests, replies, latencies, changed, time.monotonic())
+            now = time.monotonic()
+            self.broker.lane_did(requests, replies, latencies, changed, now, forwards)
         if self._lane_records:
             self._lane_done(lane)
 
     def _lane_done(self, lane: Any) -> None:
         """The requests the lane answered since the last call, as the event log's ``request``
-        records (RequestDone, as scale0/core/records.py makes them: one attempt, no peer)."""
+        records (RequestDone, as scale0/core/records.py makes them: one attempt; a peer's
+        FORWARD's with no client, forwarded from that peer)."""
         events = self.event_log
         done = lane.done_drain()
         if events is None:
             return
-        for service, worker, client, started, finished, bytes_in, bytes_out, status in done:
-            events.request(
+        for service, worker, client, started, finished, size_in, size_out, status, via in done:
+            events.request(  # (a peer's FORWARD: no client of ours, forwarded from ``via``)
                 RequestDone(
-                    service, worker, client, None, started, finished, bytes_in, bytes_out, status, 1
+                    service,
+                    worker,
+                    None if via else client,
+                    via or None,
+                    started,
+                    finished,
+                    size_in,
+                    size_out,
+                    status,
+                    1,
                 )
             )
 
@@ -1029,6 +1041,8 @@ class BrokerNode:
                         self.broker.adopt_lane()
                     lane.serve(*serving)
                     self._lane_serving = serving
+                assert self._mirror is not None
+                self._mirror.peers(self.broker.lane_peers())  # (what HELLOs and silence moved)
         finally:
             lane.unlock()
 

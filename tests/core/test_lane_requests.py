@@ -31,7 +31,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scale0.core.effects import Channel, Effect, Send, Tick
+from scale0.config.model import BrokerEntry
+from scale0.core.effects import Channel, Effect, Send, Start, Tick
 from scale0.core.ledger import (
     C_POOL,
     REPLY_CACHE_AGE_S,
@@ -59,8 +60,19 @@ from scale0.wire.mdp import (
     MdpWorkerRequest,
     reading_code,
 )
+from scale0.wire.peer import (
+    BrokerState,
+    Forward,
+    ForwardReply,
+    Hello,
+    PeerHeartbeat,
+    TableMode,
+    TableReq,
+)
 from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerReply, WorkerRequest
-from tests.core.harness import BACK, FRONT, Harness
+from tests.core.harness import BACK, FRONT, NETWORK, Harness
+
+PEER = Channel.PEER
 
 if not C_POOL:
     pytest.skip(
@@ -123,11 +135,15 @@ class Record:
     request_id: bytes
     reading: int  # the client's Majordomo reading, 0: an S0P client
     seq: int
+    origin: bytes = b""  # a peer's FORWARD (phase 4a): its ticket
+    via: str = ""  # (and that peer's broker id)
+    limit: float = float("inf")  # (and the origin's deadline, FORWARDWITH's deadline_ms)
+    forwarded_ids: bool = False  # (and whether FORWARDWITH carried the client's ids)
 
     @property
     def ids(self) -> bool:
-        """An S0P client's: its request_id is the client's own (R10's key)."""
-        return not self.reading
+        """An S0P client's, or a FORWARD's with ids: its request_id is the client's own."""
+        return self.forwarded_ids if self.origin else not self.reading
 
     def handed(self) -> LaneRecord:
         return (
@@ -143,6 +159,9 @@ class Record:
             self.request_id,
             self.seq,
             self.ids,
+            self.origin,
+            self.via,
+            self.limit,
         )
 
 
@@ -159,6 +178,7 @@ class RequestLane:
     prefix: bytes = b""
     max_queued: int = 0
     may_queue: bool = False
+    forwards_on: bool = False
     waits: dict[str, int] = field(default_factory=dict)  # Python's waiting, by service
     holds: dict[bytes, int] = field(default_factory=dict)  # Python's held, by client_id
     records: dict[bytes, Record] = field(default_factory=dict)  # in flight, by ticket
@@ -171,6 +191,8 @@ class RequestLane:
     heard: list[tuple[Channel, bytes, float]] = field(default_factory=list)
     requests: int = 0
     replies: int = 0
+    forwards: int = 0  # FORWARDs taken since the last drain (phase 4a)
+    forwarded: int = 0  # and in all
     latency: dict[tuple[str, int], tuple[list[int], float]] = field(default_factory=dict)
     keys: set[tuple[bytes, bytes]] = field(default_factory=set)  # Python's (R10)
     cache: ReplyCache = field(
@@ -268,20 +290,27 @@ class RequestLane:
     def next_due(self) -> float | None:
         return min((r.deadline for r in self._all()), default=None)
 
+    def _clients(self) -> list[Record]:
+        """The records of clients' requests (a peer's FORWARD counts towards no client)."""
+        return [r for r in self._all() if not r.origin]
+
     def held(self, client_id: bytes) -> int:
-        return sum(1 for r in self._all() if r.client_id == client_id)
+        return sum(1 for r in self._clients() if r.client_id == client_id)
 
     def busy(self, routing_id: bytes) -> bool:
-        return any(r.client == routing_id for r in self._all())
+        return any(r.client == routing_id for r in self._clients())
 
     def in_flight(self) -> int:
         return len(self.records)
 
     def open_by_connection(self) -> dict[bytes, int]:
-        return dict(Counter(r.client for r in self._all()))
+        return dict(Counter(r.client for r in self._all()))  # (a peer link's FORWARDs too)
+
+    def held_from(self, via: str) -> dict[str, int]:
+        return dict(Counter(r.service for r in self._all() if r.origin and r.via == via))
 
     def held_by_client(self) -> dict[bytes, int]:
-        return dict(Counter(r.client_id for r in self._all()))
+        return dict(Counter(r.client_id for r in self._clients()))
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -368,13 +397,18 @@ class RequestLane:
         self.on, self.timeout_s, self.cap, self.prefix = on, timeout_s, cap, prefix
         self.max_queued, self.may_queue = max_queued, may_queue
 
-    def drain(self) -> tuple[int, int, list[tuple[str, int, list[int], float]], list[str]]:
+    def serve_forwards(self, on: bool) -> None:
+        self.forwards_on = on
+
+    def drain(
+        self,
+    ) -> tuple[int, int, list[tuple[str, int, list[int], float]], list[str], int]:
         latencies = [
             (service, status, counts, total)
             for (service, status), (counts, total) in sorted(self.latency.items())
         ]
-        drained = (self.requests, self.replies, latencies, sorted(self.changed))
-        self.requests = self.replies = 0
+        drained = (self.requests, self.replies, latencies, sorted(self.changed), self.forwards)
+        self.requests = self.replies = self.forwards = 0
         self.latency = {}
         self.changed = set()
         return drained
@@ -396,7 +430,81 @@ class RequestLane:
             return self._reply(rid, message.ticket, True, 200, message.body, now)
         if channel is BACK and isinstance(message, WorkerReply):
             return self._reply(rid, message.ticket, False, message.status, message.body, now)
+        if channel is PEER and isinstance(message, Forward):
+            return self._forward(rid, message, now)
         return None
+
+    def _forward(self, rid: bytes, message: Forward, now: float) -> list[Effect] | None:
+        """Phase 4a: a peer's FORWARD or FORWARDWITH (not FORWARDAS: no caller), with a
+        deadline left if it says one, from a link the lane was told of, to the least recently
+        used ready S0P worker, or queued when none is ready (in a family too: F6)."""
+        note = self.table.get((PEER, rid))
+        if (
+            not self.forwards_on
+            or note is None
+            or not note.open
+            or message.caller
+            or message.deadline_ms == 0
+            or message.service.startswith(("mmi.", "scale0."))
+        ):
+            return None
+        ids = bool(message.client_id)
+        if ids:  # R10 across brokers: a key the core holds, the lane holds or has cached
+            key = (message.client_id.encode(), message.request_id)
+            if (
+                key in self.keys
+                or self._by_key(*key) is not None
+                or self.cache.get(key, now) is not None
+            ):
+                return None
+        self.counter += 1
+        seq = self.next_seq()
+        service = message.service
+        queue = self.pool.queue(service)  # type: ignore[attr-defined]
+        waits = self.waits.get(service, 0)
+        if queue:
+            if waits or not self._can_write(queue[0], 0):
+                return None
+        elif (
+            not self.pool.offered_count(service)  # type: ignore[attr-defined]
+            or waits + self.waiting(service) >= self.max_queued
+        ):
+            return None  # (the core's 404, F7, or 503, R6)
+        limit = float("inf")
+        deadline = now + self.timeout_s
+        if message.deadline_ms is not None:  # (as Forwarding.forward_in computes them)
+            limit = now + message.deadline_ms / 1000
+            deadline = min(now + self.timeout_s, limit)
+        record = Record(
+            b"",
+            b"",
+            rid,
+            message.client_id.encode() if ids else b"\x00" + note.client_id,
+            message.service,
+            message.body,
+            now,
+            deadline,
+            message.request_id if ids else b"",
+            0,
+            seq,
+            origin=message.ticket,
+            via=note.client_id.decode(),
+            limit=limit,
+            forwarded_ids=ids,
+        )
+        if queue:
+            worker = self.pool.take(service)  # type: ignore[attr-defined]
+            effects = self._dispatch(record, worker)
+        else:  # F6: never forwarded again, so it may wait in the lane in a family too
+            self.queues.setdefault(service, []).append(record)
+            self.queued += 1
+            effects = []
+        self.requests += 1
+        self.forwards += 1
+        self.forwarded += 1
+        self.heard.append((PEER, rid, now))
+        self.taken += 1
+        return effects
 
     def _can_write(self, worker: bytes, reading: int) -> bool:
         """Whether ``worker`` may be sent a request of a client of ``reading`` (0: S0P): it
@@ -483,9 +591,10 @@ class RequestLane:
             protocol, delimited = _worker_reading(wnote.reading)
             request = MdpWorkerRequest(ticket, record.body, protocol=protocol, delimited=delimited)
         elif self.pool.ids_of(worker):  # type: ignore[attr-defined]
-            client_id = record.client_id.decode()
+            own = not record.origin or record.ids  # (a FORWARD without ids: empty ids)
+            client_id = record.client_id.decode() if own else ""
             request = WorkerIdRequest(
-                ticket, record.service, client_id, record.request_id, record.body
+                ticket, record.service, client_id, record.request_id if own else b"", record.body
             )
         else:
             request = WorkerRequest(ticket, record.service, record.body)
@@ -532,6 +641,12 @@ class RequestLane:
         self.heard.append((BACK, rid, now))
         self.answered += 1
         answer: Message
+        if record.origin:  # a peer's: FORWARDREPLY on the peer ROUTER, cached with its ids
+            if record.ids:
+                expires = now + self.cache.max_age_s
+                cached = ClientReply(record.service, record.request_id, status, body)
+                self.cache.put_until((record.client_id, record.request_id), cached, expires)
+            return [Send(PEER, record.client, ForwardReply(record.origin, status, body)), *effects]
         if record.reading:
             protocol, delimited, majortomo = _client_reading(record.reading)
             answer = MdpClientReply(
@@ -606,8 +721,23 @@ def _services(ledger: CPoolLedger, routing_id: bytes) -> tuple[str, ...]:
     return worker.services
 
 
+#: The peer of the family in ``Twins(peer=True)``: broker b2, its link's routing id on our
+#: peer ROUTER.
+PEER_ID = "b2"
+PEER_LINK = b"\x00p2"
+PEER_ENTRY = BrokerEntry(
+    identity=PEER_ID,
+    frontend="tcp://127.0.0.1:7011",
+    backend="tcp://127.0.0.1:7012",
+    peer="tcp://127.0.0.1:7013",
+    config_pub="tcp://127.0.0.1:7014",
+)
+
+
 class Twins:
-    def __init__(self, **network: object) -> None:
+    def __init__(self, *, peer: bool = False, **network: object) -> None:
+        if peer:  # a family of two: b2 forwards to us (phase 4a) and we may forward to it
+            network["brokers"] = (*NETWORK.brokers, PEER_ENTRY)
         self.a = Harness(**network)
         self.b = Harness(**network)
         ledger = self.b.broker.ledger
@@ -615,6 +745,7 @@ class Twins:
         self.lane = RequestLane(ledger.cpool, lambda rid: _services(ledger, rid))
         self.b.broker.mirror_sessions(self.lane)
         self.b.broker.attach_lane(self.lane)
+        self.lane.serve_forwards(True)  # (as the node tells it at the start)
         self.serving: tuple[bool, float, int, bytes, int, bool] | None = None
         # Per broker: each worker's requests not answered yet (tickets, in order), and the
         # canonical name of every ticket (the order it was first seen)
@@ -624,7 +755,17 @@ class Twins:
         self.s0p_ids = 0
         self.steps = 0
         self.sent_ids: dict[bytes, list[bytes]] = defaultdict(list)  # per S0P client
+        self.peer_told: dict[bytes, bytes] = {}
+        self.forward_ids: list[bytes] = []  # the request_ids b2's FORWARDWITHs carried
+        self.tickets = 0
         self._unlock()
+        if peer:
+            for harness in (self.a, self.b):
+                harness.broker.handle(Start(), harness.now, harness.wall)  # (its links planned)
+            hello = Hello(PEER_ID, NETWORK.family, BrokerState.ACTIVE, 3, {}, TableMode.PULL)
+            for harness in (self.a, self.b):
+                harness.send(PEER, PEER_LINK, hello)
+            self._unlock()
         for harness in (self.a, self.b):
             for rid in S0P_CLIENTS:
                 harness.client(rid)
@@ -641,9 +782,9 @@ class Twins:
         broker = self.b.broker
         if heard:
             broker.heard_elsewhere(heard)
-        requests, replies, latencies, changed = self.lane.drain()
+        requests, replies, latencies, changed, forwards = self.lane.drain()
         if requests or replies or changed:
-            broker.lane_did(requests, replies, latencies, changed, self.b.now)
+            broker.lane_did(requests, replies, latencies, changed, self.b.now, forwards)
 
     def _unlock(self) -> None:
         """The node's end of an entry into the core: the lane told what it may serve."""
@@ -653,6 +794,14 @@ class Twins:
                 self.b.broker.adopt_lane()
             self.lane.serve(*serving)
             self.serving = serving
+        # (as LaneMirror.peers tells it: the links whose FORWARDs the lane may take)
+        peers = self.b.broker.lane_peers()
+        for rid in self.peer_told.keys() - peers.keys():
+            self.lane.forget(PEER, rid)
+        for rid, broker_id in peers.items():
+            if self.peer_told.get(rid) != broker_id:
+                self.lane.note(PEER, rid, 0, 0.0, 0.0, 0, broker_id, True)
+        self.peer_told = peers
 
     def _message(self, op: Op, which: int) -> tuple[Channel, bytes, Message] | None:
         kind = op[0]
@@ -672,6 +821,35 @@ class Twins:
         if kind == "ready":
             _, rid, (protocol, delimited), service = op  # type: ignore[misc]
             return BACK, rid, MdpWorkerReady(service, protocol=protocol, delimited=delimited)  # type: ignore[arg-type]
+        if kind == "forward":  # b2 forwards us a request: plain, with a deadline, with ids
+            _, form, pick, service, deadline_ms = op
+            assert isinstance(service, str) and isinstance(deadline_ms, int)
+            if which == 0:
+                self.tickets += 1
+                if form == "ids" and (pick == "new" or not self.forward_ids):
+                    self.forward_ids.append(b"f%d" % self.tickets)
+            ticket = b"T%d" % self.tickets
+            body = (b"body%d" % self.steps,)
+            if form == "plain":
+                return PEER, PEER_LINK, Forward(ticket, service, PEER_ID, body)
+            if form == "with":
+                forward = Forward(ticket, service, PEER_ID, body, deadline_ms=deadline_ms)
+                return PEER, PEER_LINK, forward
+            request_id = self.forward_ids[-1]
+            forward = Forward(
+                ticket,
+                service,
+                PEER_ID,
+                body,
+                client_id="fc",
+                request_id=request_id,
+                deadline_ms=deadline_ms,
+            )
+            return PEER, PEER_LINK, forward
+        if kind == "peer_beat":
+            return PEER, PEER_LINK, PeerHeartbeat(PEER_ID, self.a.wall, BrokerState.ACTIVE, 3, 0)
+        if kind == "table_req":  # F16: the slots b2's forwards hold here, the lane's too
+            return PEER, PEER_LINK, TableReq(PEER_ID)
         rid = op[1] if len(op) > 1 else b""
         assert isinstance(rid, bytes)
         protocol, delimited = self.readings.get(rid, (MDPW02, True))
@@ -815,6 +993,7 @@ class Twins:
             "errors_503",
             "cache_hits",
             "duplicates_joined",
+            "forwards_served",
         )
         assert {k: a.core.counters.get(k) for k in keys} == {
             k: b.core.counters.get(k) for k in keys
@@ -1173,3 +1352,155 @@ OPS_S0P: list[Callable[[random.Random], Op]] = [
         )
     ),
 ]
+
+
+# ---- phase 4a: a peer's FORWARDs ----------------------------------------------------------------
+
+
+def _forward(
+    form: str = "ids", pick: str = "new", service: str = "echo", deadline_ms: int = 4000
+) -> Op:
+    return ("forward", form, pick, service, deadline_ms)
+
+
+def test_the_lane_serves_a_peers_forwards_and_their_resends_are_the_cores() -> None:
+    """b2 forwards us requests, in every form the lane takes: each goes to the ready S0P
+    worker and its REPLY back to b2 as FORWARDREPLY, without the core; a FORWARDWITH with
+    ids is cached under the client's ids, so the same ids forwarded again are the core's,
+    answered from the cache (R10 across brokers, F15), run nowhere."""
+    twins = Twins(peer=True)
+    for op in [
+        _s0p_ready(S0P_WORKERS[0]),
+        _forward("plain"),
+        ("s0p_reply", S0P_WORKERS[0], 200),
+        _forward("with"),
+        ("s0p_reply", S0P_WORKERS[0], 500),
+        _forward("ids"),
+        ("s0p_reply", S0P_WORKERS[0], 200),
+        _forward("ids", pick="again"),
+    ]:
+        twins.step(op)
+    twins.finish()
+    lane = twins.lane
+    assert (lane.forwarded, lane.answered, lane.handed_over) == (3, 3, 0)
+    counters = twins.b.broker.core.counters
+    assert (counters["forwards_served"], counters["cache_hits"]) == (3, 1)  # (a hit is no run)
+    assert [type(m).__name__ for m in lane.sent] == ["WorkerIdRequest"] * 3
+    assert [(m.client_id, m.request_id) for m in lane.sent] == [  # type: ignore[attr-defined]
+        ("", b""),
+        ("", b""),
+        ("fc", b"f3"),
+    ]
+
+
+def test_a_forward_the_lane_may_not_take_is_the_cores() -> None:
+    """What the lane passes: a FORWARDWITH whose deadline passed on the way (the core's
+    504), a FORWARD no local worker offers (F7: the core's 404), the REPLY of a worker whose
+    service has a request waiting in the core (a client's, queued there in a family), the
+    resend of a FORWARD the lane runs (the core adopts it by its ids and joins it), and a
+    reserved service. One no worker is ready for waits in the lane (F6: it is never forwarded
+    again), behind what waits in the core."""
+    twins = Twins(peer=True)
+    for op in [
+        _forward("with", deadline_ms=0),
+        _forward("ids"),  # no worker offers it: 404
+        _s0p_ready(S0P_WORKERS[0]),
+        _forward("plain"),  # the lane's, dispatched
+        _forward("plain"),  # the lane's, queued: none ready
+        ("s0p_reply", S0P_WORKERS[0], 200),  # the lane's: the worker gets the queued one
+        _s0p(),  # a client's: waits in the core (a family: the lane queues no client's)
+        _forward("plain"),  # the lane's, queued behind it
+        ("s0p_reply", S0P_WORKERS[0], 200),  # the core's (adopted): a request waits there
+        ("s0p_reply", S0P_WORKERS[0], 200),  # the client's: the core lends the lane's head
+        ("s0p_reply", S0P_WORKERS[0], 200),  # the lane's again
+        _forward("ids"),  # the lane's
+        _forward("ids", pick="again"),  # the core's: joins it
+        ("s0p_reply", S0P_WORKERS[0], 200),
+        _forward("plain", service="mmi.service"),
+    ]:
+        twins.step(op)
+    twins.finish()
+    lane = twins.lane
+    assert (lane.forwarded, lane.queued, lane.answered, lane.handed_over) == (4, 2, 2, 2)
+    assert lane.lent == 1
+    counters = twins.b.broker.core.counters
+    assert (counters["errors_404"], counters["duplicates_joined"]) == (2, 1)  # (and mmi.*)
+
+
+def test_a_silent_peers_forwards_are_the_cores_until_it_is_heard() -> None:
+    """F3: b2 silent past liveness is down: the lane is told to take nothing of it, and its
+    next FORWARD (which the core hears, and logs it up) is the core's; the one after is the
+    lane's again."""
+    twins = Twins(peer=True)
+    for op in [
+        _s0p_ready(S0P_WORKERS[0]),
+        ("advance", 2.0),
+        ("s0p_beat", S0P_WORKERS[0]),
+        ("advance", 2.0),
+        ("s0p_beat", S0P_WORKERS[0]),
+        _forward("plain"),  # b2 was down: the core's
+        ("s0p_reply", S0P_WORKERS[0], 200),
+        _forward("plain"),  # up again: the lane's
+        ("s0p_reply", S0P_WORKERS[0], 200),
+    ]:
+        twins.step(op)
+    twins.finish()
+    lane = twins.lane
+    assert (lane.forwarded, lane.answered) == (1, 1)
+
+
+#: A family of two: b2's FORWARDs in every form beside the local S0P clients and workers.
+OPS_FORWARD: list[Callable[[random.Random], Op]] = [
+    *OPS_S0P,
+    *[
+        lambda r: _forward(
+            r.choice(("plain", "with", "ids", "ids")),
+            r.choice(("new",) * 6 + ("again",)),
+            r.choice(("echo", "echo", "other")),
+            r.choice((4000, 4000, 1500, 0)),
+        )
+    ]
+    * 8,
+    *[lambda r: ("s0p_reply", r.choice(S0P_WORKERS), r.choice((200, 200, 500)))] * 16,
+    *[lambda r: ("peer_beat",)] * 3,
+    *[lambda r: ("table_req",)] * 2,
+]
+
+
+def test_a_long_run_of_forwards_beside_clients_answers_as_one_without() -> None:
+    """The property over a long seeded run in a family of two: b2's FORWARDs (plain, with a
+    deadline, with ids, resent) beside local S0P clients, statuses, partials, READYs, silences
+    and sessions lost: every peer gets the same messages from both brokers."""
+    rng = random.Random(44)
+    twins = Twins(peer=True)
+    for worker in S0P_WORKERS:
+        twins.step(_s0p_ready(worker))
+    for _ in range(3000):
+        twins.step(OPS_FORWARD[rng.randrange(len(OPS_FORWARD))](rng))
+    twins.finish()
+    lane, counters = twins.lane, twins.b.broker.core.counters
+    assert lane.forwarded > 50 and lane.handed_over > 20 and lane.s0p_answered > 20
+    assert counters["cache_hits"] >= 5 and counters["forwards_served"] > lane.forwarded
+
+
+OPS_PEER = st.one_of(
+    OPS,
+    st.tuples(
+        st.just("forward"),
+        st.sampled_from(("plain", "with", "ids")),
+        st.sampled_from(("new", "new", "again")),
+        st.sampled_from(("echo", "other", "mmi.service")),
+        st.sampled_from((4000, 1500, 0)),
+    ),
+    st.tuples(st.just("peer_beat")),
+    st.tuples(st.just("table_req")),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(OPS_PEER, max_size=40))
+def test_a_broker_whose_lane_takes_forwards_answers_as_one_without(ops: list[Op]) -> None:
+    twins = Twins(peer=True)
+    for op in ops:
+        twins.step(op)
+    twins.finish()

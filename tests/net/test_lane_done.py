@@ -90,8 +90,8 @@ def test_an_s0p_reply_the_lane_takes_makes_one_record(s0p: S0P, status: int) -> 
     s0p.answered(worker, client, ticket, rq, answer, status=status)
     after = time.monotonic()
     [record] = lane.done_drain()
-    service, wrid, crid, started, finished, bytes_in, bytes_out, got_status = record
-    assert (service, wrid, crid, got_status) == ("echo", b"w1", b"c1", status)
+    service, wrid, crid, started, finished, bytes_in, bytes_out, got_status, via = record
+    assert (service, wrid, crid, got_status, via) == ("echo", b"w1", b"c1", status, "")
     assert (bytes_in, bytes_out) == (3001, 60006)
     assert before <= started <= between <= finished <= after
     assert isinstance(bytes_in, int) and isinstance(bytes_out, int)
@@ -115,8 +115,8 @@ def test_a_majordomo_reply_the_lane_takes_makes_one_record_of_status_200(
     between = time.monotonic()
     net.answered(worker, client, ticket, answer)
     after = time.monotonic()
-    [(service, wrid, crid, started, finished, bytes_in, bytes_out, status)] = lane.done_drain()
-    assert (service, wrid, crid, status) == ("echo", b"w1", b"c1", 200)
+    [(service, wrid, crid, started, finished, bytes_in, bytes_out, status, via)] = lane.done_drain()
+    assert (service, wrid, crid, status, via) == ("echo", b"w1", b"c1", 200, "")
     assert (bytes_in, bytes_out) == (60009, 8)
     assert before <= started <= between <= finished <= after
     lane.stop()
@@ -129,7 +129,7 @@ def test_an_empty_body_counts_zero_bytes(s0p: S0P) -> None:
     s0p.lane.record_done(True)
     s0p_round(s0p, s0p.client(b"c1"), s0p.worker(b"w1"), body=(), answer=())
     [record] = s0p.lane.done_drain()
-    assert record[5:] == (0, 0, 200)
+    assert record[5:] == (0, 0, 200, "")
 
 
 def test_off_by_default_and_off_makes_none(s0p: S0P) -> None:
@@ -200,8 +200,8 @@ def test_a_head_lent_to_python_s_worker_and_one_given_at_a_reply_are_recorded(ne
     after = time.monotonic()
     records = lane.done_drain()
     assert [(r[1], r[5], r[6]) for r in records] == [(b"w2", 4, 3), (b"w2", 6, 4), (b"w1", 2, 5)]
-    for _service, _w, crid, started, finished, _i, _o, status in records:
-        assert (crid, status) == (b"c1", 200)
+    for _service, _w, crid, started, finished, _i, _o, status, via in records:
+        assert (crid, status, via) == (b"c1", 200, "")
         assert before <= started <= queued <= answered <= finished <= after
 
 

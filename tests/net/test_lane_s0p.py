@@ -432,7 +432,7 @@ def test_an_s0p_request_and_its_reply_go_through_the_lane(s0p: S0P) -> None:
     [(cid, got_rq, service, status, got_body, expires)] = lane.cache_take()
     assert (cid, got_rq, service, status, got_body) == (b"b.c1", rq, "echo", 203, answer)
     assert before + 60.0 <= expires <= time.monotonic() + 60.0
-    requests, replies, histograms, changed = lane.drain()
+    requests, replies, histograms, changed, _forwards = lane.drain()
     assert (requests, replies, changed) == (1, 1, ["echo"])
     [(service, status, counts, sum_s)] = histograms
     assert (service, status, sum(counts)) == ("echo", 203, 1)
@@ -637,7 +637,8 @@ def test_a_resend_of_a_key_in_flight_is_passed_and_adopt_key_finds_it(s0p: S0P) 
         assert s0p.lane.adopt_key(b"b.c1", b"again") is None
         assert s0p.net.pool.tickets(b"w1") == [ticket]  # its slot stays held
     assert record is not None
-    t, wrid, crid, cid, caller, service, body, started, deadline, request_id, seq, ids = record
+    t, wrid, crid, cid, caller, service, body, started, deadline, request_id, seq, ids = record[:12]
+    assert record[12:] == (b"", "", float("inf"))  # (origin, via, limit: not forwarded)
     assert (t, wrid, crid, cid, caller, service, body) == (
         ticket,
         b"w1",
@@ -658,7 +659,7 @@ def test_a_resend_of_a_key_in_flight_is_passed_and_adopt_key_finds_it(s0p: S0P) 
     with locked(s0p.lane):
         # (seq 3: the first took 1 and its ticket 2; a request passed for its key is numbered
         # by Python, not the lane)
-        assert s0p.lane.adopt(ticket2)[9:] == (b"again", 3, True)
+        assert s0p.lane.adopt(ticket2)[9:12] == (b"again", 3, True)
 
 
 def test_a_key_answered_by_the_lane_is_passed_while_cached(s0p: S0P) -> None:
@@ -766,7 +767,7 @@ def test_an_s0p_request_queues_and_a_freed_s0p_worker_gets_the_head(s0p: S0P) ->
     assert s0p.net.send(client, frames, FRONT) == []
     assert s0p.lane.waiting("echo") == 1
     head = s0p.lane.waiting_head("echo")
-    assert head is not None and head[:2] == (b"", b"") and head[9:] == (queued, 3, True)
+    assert head is not None and head[:2] == (b"", b"") and head[9:12] == (queued, 3, True)
     s0p.answered(worker, client, ticket, rq)
     next_ticket = s0p.received(worker, client, queued, (b"q",), ids=True)
     assert next_ticket == ticket_of(4) and s0p.lane.waiting("echo") == 0
@@ -831,7 +832,7 @@ def test_drain_has_one_histogram_per_service_and_status(net: Net, s0p: S0P) -> N
     s0p.answered(a, sc, t2, r2, status=200, service="alpha")
     s0p.answered(a, sc, t3, r3, status=503, service="alpha")
     net.answered(b, mc, tb, service="beta")
-    requests, replies, histograms, changed = net.lane.drain()
+    requests, replies, histograms, changed, _forwards = net.lane.drain()
     assert (requests, replies, changed) == (0, 4, ["alpha", "beta"])
     assert [(s, st_, sum(c)) for s, st_, c, _ in histograms] == [
         ("alpha", 200, 1),
