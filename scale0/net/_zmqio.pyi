@@ -2,36 +2,11 @@
 from collections.abc import Sequence
 from typing import Any
 
+# A request record the lane hands to Python (Lane.adopt...) and a cached reply are the core's
+# own types (scale0/core/ports.py says what each field is).
 from scale0.core._pool import Pool
-
-#: A request record the lane hands to Python (Lane.adopt...): (ticket, worker_rid, client_rid,
-#: client_id, caller, service, body, started, deadline, request_id, seq, ids, origin, via,
-#: limit); ticket and worker_rid are b"" for a request that waited in the lane's queue; ids:
-#: request_id is the client's own (an S0P client's request, or a forwarded one with ids), False
-#: for a Majordomo one. origin, via, limit: a forwarded request's (the FORWARD's ticket, the
-#: peer's broker id, the client's own deadline), else b"", "", inf; a forwarded one's
-#: client_rid is the peer's routing id on the peer ROUTER (channel 2).
-LaneRecord = tuple[
-    bytes,
-    bytes,
-    bytes,
-    bytes,
-    str,
-    str,
-    tuple[bytes, ...],
-    float,
-    float,
-    bytes,
-    int,
-    bool,
-    bytes,
-    str,
-    float,
-]
-
-#: An entry of the lane's reply cache (Lane.cache_take): (client_id, request_id, service,
-#: status, body, expires).
-LaneCached = tuple[bytes, bytes, str, int, tuple[bytes, ...], float]
+from scale0.core.ports import LaneCached as LaneCached
+from scale0.core.ports import LaneRecord as LaneRecord
 
 #: A RequestDone record of a final REPLY the lane answered (Lane.done_drain): (service,
 #: worker_rid, client_rid, started, finished, bytes_in, bytes_out, status, via); status 200 for

@@ -184,6 +184,12 @@ class Rig:
                 return got
 
     def close(self) -> None:
+        if self.lane is not None:
+            while True:  # a failed test may leave the lock held: stop() would refuse
+                try:
+                    self.lane.unlock()
+                except RuntimeError:
+                    break
         self.lane.stop()
         for sock in [*self.dealers, *self.pipes, *self.lane_pipes, *self.routers, *self.monitors]:
             sock.close(0)

@@ -5,13 +5,12 @@ and the stats done / done_full, against real sockets through a started lane."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from scale0.core.majordomo import Reading
-from tests.net.test_lane import Lane, Rig, recv
+from tests.net.test_lane import Lane, Rig, recv, rig
 from tests.net.test_lane_requests import (
     CLIENT_READINGS,
     Net,
@@ -25,23 +24,11 @@ from tests.net.test_lane_requests import (
 )
 from tests.net.test_lane_s0p import S0P
 
+__all__ = ["rig"]  # (a fixture: tests/net/test_lane.py's, used by name)
+
 pytestmark = pytest.mark.skipif(
     Lane is None or Pool is None, reason="scale0.net._zmqio or scale0.core._pool not built here"
 )
-
-
-@pytest.fixture
-def rig() -> Iterator[Rig]:
-    r = Rig()
-    try:
-        yield r
-    finally:
-        while True:  # a failed test may leave the lock held: stop() would refuse
-            try:
-                r.lane.unlock()
-            except RuntimeError:
-                break
-        r.close()
 
 
 @pytest.fixture

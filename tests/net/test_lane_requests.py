@@ -58,7 +58,7 @@ from scale0.wire.registry import (
     decode_to_broker,
 )
 from tests.extensions import load_extension
-from tests.net.test_lane import BACK, FRONT, MAX_FRAME, ROOT, Lane, Rig, header, recv
+from tests.net.test_lane import BACK, FRONT, MAX_FRAME, ROOT, Lane, Rig, header, recv, rig
 
 if os.environ.get("SCALE0_POOL_SO"):  # a sanitizer build of the pool too (before the lane's import)
     load_extension("scale0.core._pool", os.environ["SCALE0_POOL_SO"])
@@ -67,6 +67,8 @@ try:
     from scale0.core._pool import Pool
 except ImportError:  # pragma: no cover - where the extension is not built
     Pool = None
+
+__all__ = ["rig"]  # (a fixture: tests/net/test_lane.py's, used by name)
 
 pytestmark = pytest.mark.skipif(
     Lane is None or Pool is None, reason="scale0.net._zmqio or scale0.core._pool not built here"
@@ -235,21 +237,6 @@ class Net:
 
     def passed_reply(self, worker: Peer, frames: list[bytes]) -> None:
         assert self.send(worker, frames, BACK) == [[header(worker.fd), worker.rid, *frames]]
-
-
-@pytest.fixture
-def rig() -> Iterator[Rig]:
-    r = Rig()
-    try:
-        yield r
-    finally:
-        if r.lane is not None:
-            while True:  # a failed test may leave the lock held: stop() would refuse
-                try:
-                    r.lane.unlock()
-                except RuntimeError:
-                    break
-        r.close()
 
 
 @pytest.fixture

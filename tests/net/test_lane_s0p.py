@@ -17,7 +17,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from scale0.core.requests import ReplyCache
 from scale0.wire.client import ClientReply, ClientRequest
 from scale0.wire.mdp import MDPW02, MdpWorkerReply
 from scale0.wire.worker import WorkerIdRequest, WorkerReply, WorkerRequest
-from tests.net.test_lane import BACK, FRONT, MAX_FRAME, Lane, Rig, header, recv
+from tests.net.test_lane import BACK, FRONT, MAX_FRAME, Lane, Rig, header, recv, rig
 from tests.net.test_lane_requests import (
     ALL_DONE,
     CLIENT_READINGS,
@@ -54,23 +54,11 @@ from tests.net.test_lane_requests import (
     ticket_of,
 )
 
+__all__ = ["rig"]  # (a fixture: tests/net/test_lane.py's, used by name)
+
 pytestmark = pytest.mark.skipif(
     Lane is None or Pool is None, reason="scale0.net._zmqio or scale0.core._pool not built here"
 )
-
-
-@pytest.fixture
-def rig() -> Iterator[Rig]:
-    r = Rig()
-    try:
-        yield r
-    finally:
-        while True:  # a failed test may leave the lock held: stop() would refuse
-            try:
-                r.lane.unlock()
-            except RuntimeError:
-                break
-        r.close()
 
 
 @pytest.fixture
