@@ -5,7 +5,8 @@ The client is at b1, the only worker (tools/echo_worker.py, capacity 4) at b2, s
 every request (F6) and b2 runs them. After the run b2's ``broker_stopped`` says how many
 FORWARDs it served (``forwards_served``, the core's count, the lane's included) and how many
 its lane took (``lane_forwards``): nearly all, once b1 knows b2's table and the worker is
-ready. Every answer is the worker's own echo of its request."""
+ready. Every answer is the worker's own echo of its request, and b2's event log has one
+``request`` record per FORWARD, the lane's written as the core writes its own."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from scale0.net.client import Client
 from scale0.net.errors import ServiceNotFound
 from scale0.net.lane import LANE_BUILT
 from scale0.testing import running_brokers, wait_until
+from tests.net.test_eventlog import records
 from tests.system.test_limits import broker_stats, running_echo_worker
 
 pytestmark = [
@@ -48,6 +50,14 @@ def test_the_serving_brokers_lane_answers_the_forwards(tmp_path: Path) -> None:
         finally:
             client.close()
         stats = broker_stats(b2)
+        events = records(b2.broker_file.parent / "events")
     assert stats["forwards_served"] == REQUESTS + 1  # (and the probe that got through)
     assert stats["lane_forwards"] >= REQUESTS - 10, stats  # (the first, while b2 starts)
     assert stats["lane_forwards"] <= stats["forwards_served"]
+    # b2 writes each one's `request` record, the lane's as the core's: forwarded from b1, no
+    # client of b2's (docs/trend.md)
+    requests = [r for r in events if r["kind"] == "request"]
+    assert len(requests) == REQUESTS + 1
+    assert {(r["forwarded_from"], r["status"], r["attempts"]) for r in requests} == {("b1", 200, 1)}
+    assert not any("client" in r for r in requests)
+    assert sorted(r["bytes_in"] for r in requests)[:2] == [5, 6]  # b"probe", b"body-0"
