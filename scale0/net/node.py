@@ -998,7 +998,7 @@ class BrokerNode:
         """What the lane did with requests since the last call, to the core (counters,
         metrics, the table the peers read) and, with an event log, the records of the
         requests it answered."""
-        requests, replies, latencies, changed, forwards = lane.drain()
+        requests, replies, latencies, changed, forwards, _forwarded = lane.drain()
         if requests or replies or changed:
             now = time.monotonic()
             self.broker.lane_did(requests, replies, latencies, changed, now, forwards)

@@ -432,7 +432,7 @@ def test_an_s0p_request_and_its_reply_go_through_the_lane(s0p: S0P) -> None:
     [(cid, got_rq, service, status, got_body, expires)] = lane.cache_take()
     assert (cid, got_rq, service, status, got_body) == (b"b.c1", rq, "echo", 203, answer)
     assert before + 60.0 <= expires <= time.monotonic() + 60.0
-    requests, replies, histograms, changed, _forwards = lane.drain()
+    requests, replies, histograms, changed, _forwards, _forwarded = lane.drain()
     assert (requests, replies, changed) == (1, 1, ["echo"])
     [(service, status, counts, sum_s)] = histograms
     assert (service, status, sum(counts)) == ("echo", 203, 1)
@@ -832,7 +832,7 @@ def test_drain_has_one_histogram_per_service_and_status(net: Net, s0p: S0P) -> N
     s0p.answered(a, sc, t2, r2, status=200, service="alpha")
     s0p.answered(a, sc, t3, r3, status=503, service="alpha")
     net.answered(b, mc, tb, service="beta")
-    requests, replies, histograms, changed, _forwards = net.lane.drain()
+    requests, replies, histograms, changed, _forwards, _forwarded = net.lane.drain()
     assert (requests, replies, changed) == (0, 4, ["alpha", "beta"])
     assert [(s, st_, sum(c)) for s, st_, c, _ in histograms] == [
         ("alpha", 200, 1),
