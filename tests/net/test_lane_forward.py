@@ -352,7 +352,8 @@ def test_the_record_of_a_plain_forward(fwd: Fwd) -> None:
         assert fwd.pool.tickets(b"w1") == [ticket]  # its slot stays held, under its ticket
     assert record is not None and len(record) == 16
     (t, wrid, crid, cid, caller, service, body, started, deadline) = record[:9]
-    (request_id, seq, ids, origin, via, limit) = record[9:]
+    (request_id, seq, ids, origin, via, limit, peer) = record[9:]
+    assert peer == ""  # (served here: not forwarded out)
     assert (t, wrid, crid, cid, caller, service, body) == (
         ticket,
         b"w1",
