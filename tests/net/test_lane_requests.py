@@ -703,7 +703,7 @@ def test_adopt_hands_the_whole_record_and_the_reply_then_goes_to_python() -> Non
         t, wrid, crid, client_id, caller, service, body, started, deadline, request_id, seq, ids = (
             record[:12]
         )
-        assert record[12:] == (b"", "", float("inf"), "")  # (origin, via, limit, peer: not forwarded)
+        assert record[12:] == (b"", "", float("inf"), "")  # (not forwarded either way)
         assert (t, wrid, crid, client_id, caller, service, body) == (
             ticket,
             b"w1",

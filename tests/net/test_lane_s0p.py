@@ -638,7 +638,7 @@ def test_a_resend_of_a_key_in_flight_is_passed_and_adopt_key_finds_it(s0p: S0P) 
         assert s0p.net.pool.tickets(b"w1") == [ticket]  # its slot stays held
     assert record is not None
     t, wrid, crid, cid, caller, service, body, started, deadline, request_id, seq, ids = record[:12]
-    assert record[12:] == (b"", "", float("inf"), "")  # (origin, via, limit, peer: not forwarded)
+    assert record[12:] == (b"", "", float("inf"), "")  # (not forwarded either way)
     assert (t, wrid, crid, cid, caller, service, body) == (
         ticket,
         b"w1",
