@@ -9,19 +9,26 @@
  * under one lock (phase 3b: "Requests", "S0P requests", "R10's keys" and "The reply cache"
  * below; the rule's Python twin is RequestLane in tests/core/test_lane_requests.py). Given the
  * peer ROUTER too, it runs the simplest FORWARDs of peer brokers on its S0P workers and answers
- * their FORWARDREPLYs (phase 4a: "Forwards" below).
+ * their FORWARDREPLYs (phase 4a: "Forwards" below). Given the link pipe too, it holds this
+ * broker's link DEALERs to its peers, forwards an S0P client's REQUEST no local worker is ready
+ * for to the peer with the most free slots and answers the client from that peer's
+ * FORWARDREPLY (phase 4b: "Links" and "Forwarding out" below).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes,
- *        peer=None, peer_pipe=None, keyed_peer=False)
+ *        peer=None, peer_pipe=None, keyed_peer=False, link_pipe=None)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
  *       inproc PAIR pipes whose other ends Python keeps. peer and peer_pipe: both given (the
  *       peer ROUTER and the lane's end of its pipe: channel 2) or both None (ValueError if one
- *       only; without them the lane has channels 0 and 1 only). From start() until stop()
- *       returns the lane thread is the only user of these four (six) sockets.
+ *       only; without them the lane has channels 0 and 1 only). link_pipe: the lane's end of
+ *       one more pipe, channel 3, the links ("Links"; ValueError without peer and peer_pipe);
+ *       None: no links (the link methods raise ValueError). From start() until stop()
+ *       returns the lane thread is the only user of these four (six, seven) sockets and of
+ *       every link DEALER it holds.
  *   start()                     spawn the thread (once)
  *   stop()                      idempotent: wake the thread (an eventfd in its poll set), join
- *       it with the GIL released. Before it exits the thread forwards everything waiting on both
- *       pipes to the ROUTERs (Python's last sends).
+ *       it with the GIL released. Before it exits the thread forwards everything waiting on
+ *       every pipe to the ROUTERs (and the link pipe's to the links: Python's last sends), then
+ *       lets go of the links being removed (released_links lists them).
  *   configure(config_version, max_skew_s)
  *   note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b"",
  *        open=True)   insert or update a session; last_seen only ever raises the entry's; gap_s
@@ -52,9 +59,10 @@
  *       queue, in all), lent (dispatch_head calls), waiting (records in its queues now), cached
  *       (S0P replies the lane put in its reply cache, in all), done (RequestDone records made,
  *       in all), done_full (final REPLYs passed to Python because the ring was full),
- *       forwards (FORWARDs taken, in all; each counts in requests too). Every counter counts
- *       channel 2 as 0 and 1. After stop(): received == beats + requests + replies + passed +
- *       lost.
+ *       forwards (FORWARDs taken, in all; each counts in requests too), forwarded (client
+ *       REQUESTs the lane forwarded out, in all; each counts in requests too). Every counter
+ *       counts channels 2 and 3 as 0 and 1 (a link's FORWARDREPLY taken: replies). After
+ *       stop(): received == beats + requests + replies + passed + lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
  *   serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue);
@@ -68,8 +76,8 @@
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
  *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
  *   held_from(via) -> {service: int}                    (a peer's FORWARDs, "Forwards")
- *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards)
- *                                                                         ("Records")
+ *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards,
+ *       forwarded)                                                        ("Records")
  *   serve_forwards(on)          the gate of FORWARDs ("Forwards")
  *   python_key(client_id, request_id, live); python_keys() -> int;
  *   adopt_key(client_id, request_id) -> record | None            ("R10's keys")
@@ -81,12 +89,16 @@
  *   record_done(on); done_capacity(n);
  *   done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, bytes_out,
  *       status, via)]                                              ("The RequestDone ring")
+ *   add_link(link_id, handle); remove_link(link_id); released_links() -> [link_id]  ("Links")
+ *   peer(broker_id, usable, forward_with, free); forget_peer(broker_id);
+ *   peer_deltas() -> [(broker_id, service, delta)]; forwarded_to(broker_id) -> {service: int};
+ *   identity(name); adopt_peer(broker_id) -> [record]                 ("Forwarding out")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1), 2 = the peer ROUTER (S0B1; only when
  * the lane was given peer and peer_pipe). Channel 2 is a channel exactly as 0 and 1: its own
  * pipe, pass-through with the header, Python's sends, Order marks, stall and backpressure, the
  * last sends at stop(); but it takes no HEARTBEAT and has no fd rule (only a FORWARD is taken
- * there, "Forwards").
+ * there, "Forwards"). 3 = the links (S0B1; only with link_pipe), "Links" below.
  *
  * ROUTER -> Python: a message the lane does not take goes to its channel's pipe as [header,
  * routing id, frames...], every frame as received (zmq_msg_send: zero-copy), in order. header:
@@ -232,8 +244,10 @@
  * worker_rid, client_rid, client_id (bytes), caller (str), service (str), body (tuple of
  * bytes), started, deadline, request_id, seq, ids (bool: True for an S0P client's request,
  * its request_id the client's own, and for a forwarded one with ids; False for a Majordomo
- * one), origin (bytes), via (str), limit (float)), ticket and worker_rid b"" for a waiting
- * one; origin, via, limit are a forwarded record's ("Forwards"), b"", "", inf for a client's.
+ * one), origin (bytes), via (str), limit (float), peer (str)), ticket and worker_rid b"" for a
+ * waiting one; origin, via, limit are a forwarded record's ("Forwards"), b"", "", inf for a
+ * client's; peer is the broker id a client's request was forwarded out to ("Forwarding out";
+ * worker_rid b"" then), "" otherwise.
  * waiting_head(service): the head's tuple, not removed. dispatch_head(service, ticket,
  * worker_rid): Python freed the worker, took it from the pool and hold(worker_rid, ticket)
  * (any bytes): the head is in flight there under that ticket and stays the lane's (its REPLY is
@@ -245,9 +259,11 @@
  * waiting ones too (a heap); held(client_id), busy(client_rid), open_by_connection(),
  * held_by_client(): in flight and waiting; in_flight(): in flight only; waiting(service),
  * waiting_total(). drain(): (requests, replies, [(service, status, counts (len(buckets) + 1),
- * sum_s)], changed, forwards) since the last drain: one histogram per (service, status) the
- * lane answered, sorted by (service, status) (a Majordomo answer is status 200); changed: the
- * services taken or answered, sorted; forwards: the FORWARDs taken (in requests too). At
+ * sum_s)], changed, forwards, forwarded) since the last drain: one histogram per (service,
+ * status) the lane answered (a peer's FORWARDREPLY too), sorted by (service, status) (a
+ * Majordomo answer is status 200); changed: the services taken or answered, sorted (a request
+ * forwarded out and its FORWARDREPLY move no pool slot: not marked); forwards: the FORWARDs
+ * taken (in requests too); forwarded: the client REQUESTs forwarded out (in requests too). At
  * stop() the records stay, adoptable.
  * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
  * tables by what Python tells, drain's tables by the services (and statuses) between two drains.
@@ -342,6 +358,93 @@
  * (the frame as received), body..]; with ids the reply goes into the reply cache under (C,
  * request_id) as an S0P answer (made before any change; out of memory: passed), without ids
  * nothing is cached. A Majordomo REPLY, a PARTIAL, another worker's: passed, as for a client's.
+ *
+ * Links (channel 3, phase 4b; only for a lane made with link_pipe). A link is a DEALER Python
+ * made, configured (routing id, CURVE, heartbeats) and connected to a peer broker's peer
+ * ROUTER. add_link(link_id, handle): the lane becomes its only user (Python keeps the pyzmq
+ * object alive and never touches it again); link_id is the peer's broker id, 1..255 bytes;
+ * ValueError if the lane holds a link of that id (one being removed too); the thread polls it
+ * from its next wake-up (add_link wakes it: the eventfd, which the thread reads back).
+ * remove_link(link_id): KeyError unless the lane holds it (and it is not being removed); the
+ * lane stops using it at its next wake-up, after sending everything the link pipe holds then
+ * (the pipe is read whole first, past the budget: what Python wrote for it before the call goes
+ * out), and lists it once in released_links() (in the order let go; then the list is emptied);
+ * only then may Python close its socket. What the link had received and the lane had not read
+ * is not read. Records forwarded on it stay the lane's (adopt_peer). Before start() a removal
+ * waits for the thread's first wake-up.
+ * Link -> Python: every message a link receives that the lane does not take goes to the link
+ * pipe as [header, link_id, frames...] (header as on channels 0-2: 4 bytes little-endian of
+ * the fd, ZMQ_SRCFD, -1 if unknown; no key), in order per link.
+ * Python -> link: [link_id, frames...] written to the link pipe is sent on that link's DEALER
+ * as frames... (DONTWAIT); a link not held (unknown, or let go), no frames, or a send libzmq
+ * refuses: send_dropped. Python's "done" marks (one 8-byte frame) and Order work as on the
+ * other channels, numbered over every link's passed messages; the "peer" of a link message is
+ * its link_id: each link keeps the number of its last message passed (last_passed).
+ * Reading: at each wake-up the thread takes its copy of the link set under the lock, forwards
+ * the pipes, lets go of the links being removed, then reads each link in add order (a budget
+ * each) into the channel's one batch: a full link pipe holds the batch and stops the reading of
+ * every link until the pipe takes it (backpressure: the links' RCVHWM).
+ *
+ * Forwarding out (phase 4b; the twin of scale0.core.forwarding.Forwarding.pick_peer and
+ * forward_to, and reply_in for a FORWARDREPLY). The lane's view of the peers, set by Python:
+ * peer(broker_id, usable, forward_with, free) inserts or replaces one (broker_id 1..255 bytes,
+ * ValueError else; free a dict of str to int, TypeError else, checked whole before any change):
+ * usable (Peer.usable(): LINKED, ACTIVE, not gossip-dead), forward_with (FORWARD_WITH_NAME in
+ * its understands) and per service it offers our estimate of its free slots (peer.free, may be
+ * <= 0; a service not in free is not offered). The order of first insertion is kept (a
+ * replaced peer keeps its place; one forgotten and told again goes to the back): Python's dict
+ * order of family.peers, which pick_peer's ties follow. forget_peer(broker_id) (absent: no
+ * error). Its link is the one add_link gave under link_id == broker_id. identity(name): this
+ * broker's id, 1..255 bytes, FORWARD's origin_broker; none set, nothing is forwarded.
+ * The take rule of a frontend S0P REQUEST ("S0P requests") gains one branch: when it passed
+ * every check up to "the pool's LRU ready worker" (the numbering point included) and the pool
+ * has NO ready worker for the service (a ready one: dispatched, or passed, as before, whatever
+ * its protocol rule says), python_waits(service) == 0, serve_forwards on and identity set, it
+ * picks the usable peer offering the service with the most free slots > 0 (ties: the first in
+ * order). None: as before (queued when may_queue and the rest allow, else passed). The picked
+ * peer's link not held (never added, or being removed): passed. With forward_with, N =
+ * (long long)((deadline - now) * 1000.0), deadline = now + timeout_s (Python's int():
+ * truncated, >= 0; not below 9e18, else passed) and the client's client_id must be 1..255
+ * bytes of 0x20..0x7e but '"' and '\' (what json writes unescaped), else passed. Then (after
+ * everything that can fail) ticket = prefix + 8-byte seq as a dispatch's; the peer's free for
+ * the service - 1 and its delta - 1; the record in flight with no worker (worker_rid b"", no
+ * pool slot: never held or released) and peer = broker_id; requests + 1, forwarded + 1, the
+ * client's entry heard; the service not marked changed; sent on the link (the body msgs moved,
+ * the record keeps copies): forward_with:
+ * [b"", b"S0B1", b"FORWARDWITH", ticket, service, identity,
+ *  {"deadline_ms":N,"client_id":"C","request_id":"H"}, body..] (H the request_id in lower-case
+ * hex: Forward.to_frames' bytes), else [b"", b"S0B1", b"FORWARD", ticket, service, identity,
+ * body..]. A send refused: send_dropped, the record stays (its deadline hands it to Python).
+ * A Majordomo client's REQUEST is never forwarded by the lane.
+ * A forwarded-out record counts in its client's counts (held, held_by_client, busy,
+ * open_by_connection, R20's cap with python_holds) exactly as a dispatched one, and is
+ * indexed by its key (R10: a resend of it is Python's); adopt, adopt_all, adopt_due and
+ * adopt_key hand it over as any record, adopt_worker never; adopt_peer(broker_id): every record
+ * in flight at that peer, in ticket order (Python calls it before routing them again when the
+ * peer is lost, F3). forwarded_to(broker_id) -> {service: count}: the lane's records in flight
+ * at that peer (F16's in_flight, the views' "forwarded").
+ * A link message is taken iff (FORWARDREPLY, ForwardReply.to_frames): serve is on; it is
+ * exactly [b"", b"S0B1", b"FORWARDREPLY", ticket, status, body..], every frame <=
+ * max_frame_bytes, the ticket 1..255 bytes, the status 3 ASCII digits 100..599 and neither 404
+ * nor 503 (F8: Python adopts the record and routes it again); a record in flight of the lane
+ * has that ticket and was forwarded out to this link's link_id; python_waits(its service) == 0
+ * (F9: Python's drain_to_peers goes first); Order allows it (the link's last passed message
+ * numbered at most channel 3's mark). Then (the histogram's entry, the delta's and the reply
+ * cache's entry made before any change; out of memory: passed): the record out; that peer's
+ * free for the service + 1 if the lane's view has it, its delta + 1; replies + 1; the latency
+ * (now - started, negative as 0) into (service, status)'s histogram; the reply into the reply
+ * cache under the record's key exactly as an S0P worker's (cached + 1 when stored); the client
+ * is sent [b"", b"S0C1", b"REPLY", service, request_id, status (the frame as received),
+ * body..] (ClientReply.to_frames). No RequestDone record (request_done leaves a request a peer
+ * answered to that peer), no session heard. A FORWARDPARTIAL, an unknown ticket, another
+ * link's: passed.
+ * peer_deltas() -> [(broker_id, service, delta)]: how the lane moved each free count since the
+ * last call (-1 per forward, +1 per FORWARDREPLY taken, whether or not the lane's view still
+ * has that peer), summed, sorted by (broker_id, service), zero sums left out; emptied. Python
+ * applies them to peer.free at the start of every entry and tells peer() again whenever it
+ * changed a peer itself.
+ * Bounded: links and peers by what Python tells, deltas by (peer, service) pairs between two
+ * peer_deltas, records forwarded out by max_per_client per client (R20's cap).
  *
  * R10's keys. A request's key is (client_id, request_id), the core's RequestKey (the client's
  * client_id as UTF-8 bytes, its own request_id). python_key(client_id, request_id, live): the
@@ -5097,7 +5200,8 @@ static PyMethodDef lane_methods[] = {
     {"seq_from", (PyCFunction)lane_seq_from, METH_O,
      "seq_from(n): raise the numbering to at least n"},
     {"drain", (PyCFunction)lane_drain, METH_NOARGS,
-     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards): "
+     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards, "
+     "forwarded): "
      "since the last one"},
     {"python_key", (PyCFunction)lane_python_key, METH_VARARGS,
      "python_key(client_id, request_id, live): Python holds (True) / no longer holds (False) a "
