@@ -296,7 +296,7 @@ def test_deltas_are_summed_sorted_and_zero_sums_left_out(out: Out) -> None:
 
 def test_forwardwith_carries_what_is_left_of_the_deadline_and_the_client_s_ids(out: Out) -> None:
     lane = out.lane
-    timeout = 2.0005  # (deadline - now) * 1000 is 2000.4999...: int() truncates it
+    timeout = 2.0009  # (deadline - now) * 1000 is about 2000.9: int() truncates it
     out.serve(timeout=timeout)
     link = out.link()
     lane.peer(B2, True, True, {"echo": 1})
@@ -318,7 +318,7 @@ def test_forwardwith_carries_what_is_left_of_the_deadline_and_the_client_s_ids(o
 
 
 def test_a_deadline_below_a_millisecond_is_zero(out: Out) -> None:
-    out.serve(timeout=0.0004)
+    out.serve(timeout=0.0009)  # 0.9 ms: truncated to 0
     link = out.link()
     out.lane.peer(B2, True, True, {"echo": 1})
     client = out.client()
