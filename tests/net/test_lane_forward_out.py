@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from scale0.wire.client import ClientReply, ClientRequest
 from scale0.wire.peer import Forward, ForwardPartial, ForwardReply
@@ -69,6 +70,7 @@ class OutRig(PeerRig):
         self.peers.bind("tcp://127.0.0.1:*")
         self.peers_endpoint = self.peers.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.routers.append(self.peers)
+        self.link_fds: dict[bytes, int] = {}
         assert Lane is not None
         self.lane = Lane(
             self.routers[0].underlying,
@@ -86,12 +88,17 @@ class OutRig(PeerRig):
             self.lane.start()
 
     def link_dealer(self, rid: bytes) -> zmq.Socket[Any]:
-        """A DEALER connected to the peers' ROUTER, the connection shown up by one greeting."""
+        """A DEALER connected to the peers' ROUTER, the connection shown up by one greeting;
+        its connection's fd in self.link_fds."""
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.linger = 0
         dealer.setsockopt(zmq.ROUTING_ID, rid)
+        monitor = dealer.get_monitor_socket(zmq.EVENT_CONNECTED)
+        self.monitors.append(monitor)
         dealer.connect(self.peers_endpoint)
         self.dealers.append(dealer)
+        assert monitor.poll(WAIT_S * 1000), "no connection"
+        self.link_fds[rid] = int(recv_monitor_message(monitor)["value"])
         dealer.send(b"greeting")
         assert recv(self.peers) == [rid, b"greeting"]
         return dealer
@@ -111,8 +118,10 @@ class Out:
             self.lane.identity(ME)
         self.markers = itertools.count()
 
-    def serve(self, on: bool = True, timeout: float = TIMEOUT_S, may_queue: bool = False) -> None:
-        self.lane.serve(on, timeout, 10, PREFIX, MAX_QUEUED, may_queue)
+    def serve(
+        self, on: bool = True, timeout: float = TIMEOUT_S, may_queue: bool = False, cap: int = 10
+    ) -> None:
+        self.lane.serve(on, timeout, cap, PREFIX, MAX_QUEUED, may_queue)
 
     def link(self, broker: bytes = B2, add: bool = True, rid: bytes | None = None) -> bytes:
         """A link to ``broker`` given to the lane; its routing id at the peers' ROUTER."""
@@ -167,7 +176,7 @@ class Out:
         got: list[list[bytes]] = []
         while True:
             message = self.rig.from_pipe(LINKS)
-            assert len(message[0]) == 4  # the fd: no key on the links
+            assert message[0] == header(self.rig.link_fds[link])  # its fd, no key
             got.append(message[1:])
             if message[-1] == marker:
                 break
@@ -720,3 +729,49 @@ def test_stop_sends_what_the_link_pipe_holds_and_the_stats_balance(out: Out) -> 
     assert balanced(stats)
     assert (stats["requests"], stats["replies"], stats["forwarded"]) == (1, 1, 1)
     assert stats["sent"] >= 5 and stats["send_dropped"] == 0
+
+
+def test_r20_s_cap_counts_the_requests_forwarded_out(out: Out) -> None:
+    lane = out.lane
+    out.serve(cap=3)
+    link = out.link()
+    lane.peer(B2, True, False, {"echo": 9})
+    client = out.client()
+    out.ask(client, b"r-1")
+    out.ask(client, b"r-2")
+    lane.python_holds(b"carol", 1)
+    out.passed(client, b"r-3")  # 2 forwarded out + 1 Python holds = the cap
+    lane.python_holds(b"carol", 0)
+    out.ask(client, b"r-3")
+    assert [out.forwarded(link)[3] for _ in range(3)] == [ticket_of(n) for n in (2, 4, 6)]
+    # (a request R20 passes is not numbered: the cap comes before the numbering point)
+
+
+def test_a_flood_of_requests_forwarded_and_answered(out: Out) -> None:
+    """Many clients' requests to two peers, every FORWARDREPLY taken: each client gets exactly
+    its answers, the free counts and the stats balance."""
+    lane = out.lane
+    out.serve(cap=1000)
+    links = {b: out.link(b) for b in (b"b1", b"b2")}
+    lane.peer(b"b1", True, True, {"echo": 10_000})
+    lane.peer(b"b2", True, False, {"echo": 10_000})
+    clients = [out.client(b"c%d" % i, b"client-%d" % i) for i in range(8)]
+    per_client = 40
+    for i in range(per_client):
+        for c in clients:
+            c.dealer.send_multipart(ClientRequest("echo", b"%d" % i, (c.rid,)).to_frames())
+    n = per_client * len(clients)
+    by_rid = {rid: b for b, rid in links.items()}
+    for _ in range(n):  # the peers answer each FORWARD at once, echoing the client's body
+        got = recv(out.rig.peers)
+        ticket, body = got[4], got[-1]
+        out.rig.peers.send_multipart([got[0], *ForwardReply(ticket, 200, (body,)).to_frames()])
+        assert by_rid[got[0]] in (b"b1", b"b2")
+    for c in clients:
+        answers = sorted(recv(c.dealer)[4] for _ in range(per_client))
+        assert answers == sorted(b"%d" % i for i in range(per_client))
+    assert lane.in_flight() == 0 and lane.peer_deltas() == []
+    lane.stop()
+    stats = lane.stats()
+    assert (stats["requests"], stats["replies"], stats["forwarded"]) == (n, n, n)
+    assert stats["passed"] == 0 and balanced(stats)
