@@ -58,7 +58,10 @@ class Lane:
     workers and S0P client REQUESTs to S0P workers of a shared pool and returns their final
     REPLYs (an S0P one into its reply cache too); everything else goes to Python through two
     pipes. With a peer ROUTER (channel 2) it also takes the simplest FORWARDs of peer brokers,
-    runs them on its S0P workers and answers their FORWARDREPLYs."""
+    runs them on its S0P workers and answers their FORWARDREPLYs. With a link pipe (channel 3)
+    it holds the broker's link DEALERs too, forwards an S0P client's REQUEST no local worker is
+    ready for to the peer with the most free slots and answers the client from its
+    FORWARDREPLY (phase 4b)."""
 
     def __init__(
         self,
