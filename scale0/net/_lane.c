@@ -46,8 +46,9 @@
  *   negotiated(channel, fd); gone(channel, fd)                 R20: the negotiated connections
  *       (accepted on channel 2, where no rule reads them: peers do not negotiate R20)
  *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT (or a REQUEST,
- *       REPLY or FORWARD) taken by the lane raised since the last call, once each, by
- *       last_seen ascending
+ *       REPLY or FORWARD) taken by the lane raised since the last call, and the links a
+ *       FORWARDREPLY it took came on (channel 3, the link id), once each, by last_seen
+ *       ascending
  *   A channel argument is 0, 1, or 2 when the lane has a peer socket (else ValueError).
  *   last_seen(channel, routing_id) -> float | None
  *   stats() -> dict[str, int]   wakeups, received (from the ROUTERs), beats (taken), passed (to
@@ -427,17 +428,18 @@
  * exactly [b"", b"S0B1", b"FORWARDREPLY", ticket, status, body..], every frame <=
  * max_frame_bytes, the ticket 1..255 bytes, the status 3 ASCII digits 100..599 and neither 404
  * nor 503 (F8: Python adopts the record and routes it again); a record in flight of the lane
- * has that ticket and was forwarded out to this link's link_id; python_waits(its service) == 0
- * (F9: Python's drain_to_peers goes first); Order allows it (the link's last passed message
+ * has that ticket and was forwarded out to this link's link_id; nothing of its service waits:
+ * python_waits(its service) == 0 and the lane's own queue of it (peers' FORWARDs) empty (F9:
+ * Python's drain_to_peers goes first); Order allows it (the link's last passed message
  * numbered at most channel 3's mark). Then (the histogram's entry, the delta's and the reply
  * cache's entry made before any change; out of memory: passed): the record out; that peer's
  * free for the service + 1 if the lane's view has it, its delta + 1; replies + 1; the latency
  * (now - started, negative as 0) into (service, status)'s histogram; the reply into the reply
  * cache under the record's key exactly as an S0P worker's (cached + 1 when stored); the client
  * is sent [b"", b"S0C1", b"REPLY", service, request_id, status (the frame as received),
- * body..] (ClientReply.to_frames). No RequestDone record (request_done leaves a request a peer
- * answered to that peer), no session heard. A FORWARDPARTIAL, an unknown ticket, another
- * link's: passed.
+ * body..] (ClientReply.to_frames); the link heard: heard() lists (3, link_id, now) once (the
+ * family hears that peer then, F3). No RequestDone record (request_done leaves a request a
+ * peer answered to that peer). A FORWARDPARTIAL, an unknown ticket, another link's: passed.
  * peer_deltas() -> [(broker_id, service, delta)]: how the lane moved each free count since the
  * last call (-1 per forward, +1 per FORWARDREPLY taken, whether or not the lane's view still
  * has that peer), summed, sorted by (broker_id, service), zero sums left out; emptied. Python
@@ -952,6 +954,8 @@ typedef struct {
     void *sock;
     int removing;         /* remove_link called: released at the thread's next wake-up */
     uint64_t last_passed; /* the number of its last message passed to Python ("Order") */
+    double last_seen;     /* when the lane last took a FORWARDREPLY from it (heard()) */
+    int heard;            /* it did since the last heard() */
     size_t id_len;
     unsigned char id[];   /* the peer's broker id */
 } s0_link;
@@ -2764,8 +2768,10 @@ static int take_link_reply(LaneObject *self, s0_message *m, s0_link *link, doubl
     if (r == NULL || !r->out || r->peer_len != link->id_len ||
         memcmp(r->peer, link->id, link->id_len) != 0)
         return 0; /* (unknown, or another link's) */
-    if (count_of(&self->waits, r->service, r->service_len) > 0)
-        return 0; /* F9: Python's drain_to_peers goes first */
+    if (count_of(&self->waits, r->service, r->service_len) > 0 ||
+        wq_count(self, r->service, r->service_len) > 0)
+        return 0; /* F9: something of it waits (Python's, or the lane's peers' FORWARDs):
+                   * Python's drain_to_peers goes first */
     if (t->ordered[S0_LINKS] && link->last_passed > t->done_seq[S0_LINKS])
         return 0; /* Order */
     /* Everything that can fail, before any change. */
@@ -2806,6 +2812,9 @@ static int take_link_reply(LaneObject *self, s0_message *m, s0_link *link, doubl
     }
     /* Nothing below fails. */
     record_out(self, r);
+    if (now > link->last_seen) /* (heard: Python hears the peer then, F3) */
+        link->last_seen = now;
+    link->heard = 1;
     s0_peer *p = peer_find(self, r->peer, r->peer_len, NULL);
     s0_count *fc = p != NULL ? count_find(&p->free, r->service, r->service_len) : NULL;
     if (fc != NULL)
@@ -3617,18 +3626,23 @@ static PyObject *lane_heard(LaneObject *self, PyObject *unused) {
     int failed = 0;
     py_lock(self);
     s0_sessions *t = &self->sessions;
-    n = t->n_heard;
+    size_t n_entries = t->n_heard, n_links = 0, bytes = 0;
+    for (size_t i = 0; i < n_entries; i++)
+        bytes += t->heard[i]->key.len;
+    for (size_t i = 0; i < self->n_links; i++)
+        if (self->link_set[i]->heard) {
+            n_links++;
+            bytes += self->link_set[i]->id_len;
+        }
+    n = n_entries + n_links;
     if (n > 0) {
-        size_t bytes = 0;
-        for (size_t i = 0; i < n; i++)
-            bytes += t->heard[i]->key.len;
         copies = malloc(n * sizeof(*copies));
         block = malloc(bytes ? bytes : 1);
         if (copies == NULL || block == NULL) {
             failed = 1;
         } else {
             size_t at = 0;
-            for (size_t i = 0; i < n; i++) {
+            for (size_t i = 0; i < n_entries; i++) {
                 s0_entry *e = t->heard[i];
                 copies[i].channel = e->channel;
                 copies[i].last_seen = e->last_seen;
@@ -3640,6 +3654,20 @@ static PyObject *lane_heard(LaneObject *self, PyObject *unused) {
                 e->heard_at = -1;
             }
             t->n_heard = 0;
+            size_t k = n_entries;
+            for (size_t i = 0; i < self->n_links; i++) { /* a link a FORWARDREPLY came on */
+                s0_link *l = self->link_set[i];
+                if (!l->heard)
+                    continue;
+                copies[k].channel = S0_LINKS;
+                copies[k].last_seen = l->last_seen;
+                copies[k].len = l->id_len;
+                copies[k].rid = block + at;
+                memcpy(block + at, l->id, l->id_len);
+                at += l->id_len;
+                l->heard = 0;
+                k++;
+            }
         }
     }
     pthread_mutex_unlock(&self->mutex);
@@ -4862,6 +4890,8 @@ static PyObject *lane_add_link(LaneObject *self, PyObject *args) {
     l->sock = sock;
     l->removing = 0;
     l->last_passed = 0;
+    l->last_seen = 0.0;
+    l->heard = 0;
     l->id_len = (size_t)id_len;
     memcpy(l->id, id, (size_t)id_len);
     const char *problem = NULL;

@@ -14,6 +14,7 @@ read.
 from __future__ import annotations
 
 import itertools
+import math
 import struct
 import time
 from collections.abc import Iterator
@@ -775,3 +776,37 @@ def test_a_flood_of_requests_forwarded_and_answered(out: Out) -> None:
     stats = lane.stats()
     assert (stats["requests"], stats["replies"], stats["forwarded"]) == (n, n, n)
     assert stats["passed"] == 0 and balanced(stats)
+
+
+def test_a_taken_forwardreply_hears_its_link_and_one_waits_while_the_lane_s_queue_holds_one(
+    out: Out,
+) -> None:
+    """heard() lists the link a FORWARDREPLY came on (the family hears that peer then, F3);
+    while a request of the service waits in the lane's own queue, the FORWARDREPLY is
+    Python's (F9: drain_to_peers goes first), whoever queued it."""
+    lane = out.lane
+    link = out.link()
+    lane.peer(B2, True, False, {"echo": 1})
+    dealer, fd = out.rig.dealer(1, b"w1")  # a worker of echo, busy: r-2 waits in the lane
+    dealer.send(b"hello")
+    assert out.rig.from_pipe(1) == [header(fd), b"w1", b"hello"]
+    lane.negotiated(1, fd)
+    lane.note(1, b"w1", 0, 0.0, time.monotonic(), 0)
+    with locked(lane):
+        out.pool.add(b"w1", ("echo",), 1)
+    lane.serve(True, TIMEOUT_S, 10, PREFIX, MAX_QUEUED, True)  # (may queue: no peer rule here)
+    client = out.client()
+    out.ask(client, b"r-1")
+    first = out.forwarded(link)[3]
+    lane.heard()
+    out.ask(client, b"r-2")  # b2 has no free slot left: queued
+    assert lane.waiting("echo") == 1 and lane.forwarded_to(B2) == {"echo": 1}
+    out.reply_passed(link, B2, ForwardReply(first, 200, (b"x",)).to_frames())
+    assert lane.heard() == [(FRONT, b"c1", lane.last_seen(FRONT, b"c1"))]
+    with locked(lane):
+        assert [r[12:] for r in lane.adopt_waiting("echo")] == [(b"", "", math.inf, "")]
+    before = time.monotonic()
+    out.reply_taken(link, B2, client, first, b"r-1", 200, (b"x",))
+    [(channel, rid, seen)] = [h for h in lane.heard() if h[0] == 3]
+    assert (channel, rid) == (3, B2) and before <= seen <= time.monotonic()
+    assert lane.heard() == []  # once
