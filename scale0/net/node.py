@@ -454,7 +454,11 @@ class BrokerNode:
                 self._lane.record_done(True)
                 self._lane_records = True
         self._started = True
-        self._endpoints = {port.channel: port.endpoint for port in self._ports.values()}
+        self._endpoints = {
+            port.channel: port.endpoint
+            for port in self._ports.values()
+            if port.kind == "router"  # (not the monitors, nor the lane's links pipe)
+        }
         self._endpoints.pop(Channel.CONFIG, None)
         self._config_pub_endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         loop = self._loop
