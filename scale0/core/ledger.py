@@ -111,7 +111,7 @@ Waiting (first in, first out per service, R6):
 - ``take_out(pending)``: remove ``pending`` from its queue (True if it was there).
 - ``forwarded_waiting(service)``: take out, in order, peers' requests waiting for ``service``.
 - ``waiting_count(service)``, ``waiting_total()``, ``waiting_services()`` (some request
-  waits), ``queued_services()`` (a queue exists, a snapshot).
+  waits), ``queued_services()`` (a queue exists, a snapshot, by name).
 
 The lane (phase 3b; a C-pool ledger only): ``attach_lane(lane, due)`` shares this
 ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a client's
@@ -575,7 +575,9 @@ class Ledger:
 
     def queued_services(self) -> list[str]:
         self.adopt_lane()
-        return self._waiting.queued()
+        # By name: the order of services is no rule's (each keeps its own FIFO), but it must be
+        # one order whatever created their queues when (the lane's adoptions recreate them).
+        return sorted(self._waiting.queued())
 
     # ---- the lane (phase 3b) ---------------------------------------------------------------
 

@@ -400,9 +400,13 @@
  * The take rule of a frontend S0P REQUEST ("S0P requests") gains one branch: when it passed
  * every check up to "the pool's LRU ready worker" (the numbering point included) and the pool
  * has NO ready worker for the service (a ready one: dispatched, or passed, as before, whatever
- * its protocol rule says), python_waits(service) == 0, serve_forwards on and identity set, it
- * picks the usable peer offering the service with the most free slots > 0 (ties: the first in
- * order). None: as before (queued when may_queue and the rest allow, else passed). The picked
+ * its protocol rule says), python_waits(service) == 0, serve_forwards on, identity set and the
+ * header names no CURVE caller (Python's FORWARD would carry it: passed), it picks the usable
+ * peer offering the service with the most free slots > 0 (ties: the first in order), or, when
+ * no worker of the pool offers the service (offered 0), the usable peer offering it with the
+ * most free slots however few (<= 0 too; ties: the first): pick_peer(free=False), F6's choice
+ * when the service is not ours. None: as before (queued when may_queue and the rest allow,
+ * else passed). The picked
  * peer's link not held (never added, or being removed): passed. With forward_with, N =
  * (long long)((deadline - now) * 1000.0), deadline = now + timeout_s (Python's int():
  * truncated, >= 0; not below 9e18, else passed) and the client's client_id must be 1..255
@@ -1721,10 +1725,11 @@ static int s0p_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, int *stat
 
 /* ---- Forwarding out: the peers the lane forwards to (phase 4b) ------------------------------ */
 
-/* The usable peer offering the service with the most free slots > 0, ties to the first in
- * order (scale0.core.forwarding.Forwarding.pick_peer with free=True); NULL if none (the mutex
- * held). */
-static s0_peer *pick_peer(const LaneObject *self, const void *svc, size_t svc_len) {
+/* The usable peer offering the service with the most free slots, ties to the first in order
+ * (scale0.core.forwarding.Forwarding.pick_peer): with free_only, only one with some (> 0); else
+ * any, however few (its first choice when no worker of ours offers the service, F6). NULL if
+ * none (the mutex held). */
+static s0_peer *pick_peer(const LaneObject *self, const void *svc, size_t svc_len, int free_only) {
     s0_peer *best = NULL;
     long long best_free = 0;
     for (size_t i = 0; i < self->n_peers; i++) {
@@ -1732,7 +1737,7 @@ static s0_peer *pick_peer(const LaneObject *self, const void *svc, size_t svc_le
         if (!p->usable)
             continue;
         s0_count *c = count_find(&p->free, svc, svc_len);
-        if (c == NULL || c->n <= 0 || (best != NULL && c->n <= best_free))
+        if (c == NULL || (free_only && c->n <= 0) || (best != NULL && c->n <= best_free))
             continue;
         best = p;
         best_free = c->n;
@@ -1904,7 +1909,10 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         if (waits > 0 || !worker_fits(we, s0p) || wrid_len > 255)
             goto pass;
     } else if (s0p && waits == 0 && self->serve_forwards && self->identity_len > 0 &&
-               (to = pick_peer(self, svc, svc_len)) != NULL) {
+               m->header_len <= 4 /* (no CURVE caller: Python's FORWARD would carry one) */ &&
+               ((to = pick_peer(self, svc, svc_len, 1)) != NULL ||
+                (pool_api->offered(self->pool, svc, svc_len) <= 0 &&
+                 (to = pick_peer(self, svc, svc_len, 0)) != NULL))) {
         link = link_find(self, to->key.data, to->key.len);
         if (link == NULL)
             goto pass; /* (the chosen peer's link is not the lane's) */

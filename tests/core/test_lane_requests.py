@@ -487,14 +487,16 @@ class RequestLane:
             return self._peer_reply(rid, message, now)
         return None
 
-    def _pick(self, service: str) -> bytes | None:
-        """Forwarding.pick_peer(free=True): the usable peer offering ``service`` with the most
-        free slots (> 0), the first of equals in the order told."""
+    def _pick(self, service: str, free_only: bool) -> bytes | None:
+        """Forwarding.pick_peer: the usable peer offering ``service`` with the most free slots
+        (with ``free_only``: > 0), the first of equals in the order told."""
         best: bytes | None = None
         best_free = 0
         for broker_id, (usable, _, free) in self.peers.items():
             slots = free.get(service)
-            if usable and slots is not None and slots > best_free:
+            if not usable or slots is None or (free_only and slots <= 0):
+                continue
+            if best is None or slots > best_free:
                 best, best_free = broker_id, slots
         return best
 
@@ -673,11 +675,11 @@ class RequestLane:
             reading,
             self.next_seq(),
         )
-        chosen = (
-            self._pick(service)
-            if not queue and not reading and self.forwards_on and self.identity
-            else None
-        )
+        chosen = None
+        if not queue and not reading and self.forwards_on and self.identity:
+            chosen = self._pick(service, True)
+            if chosen is None and not pool.offered_count(service):  # type: ignore[attr-defined]
+                chosen = self._pick(service, False)  # (F6: not ours, so any peer offering it)
         if queue:
             worker = queue[0]
             if self.waits.get(service, 0) or not self._can_write(worker, reading):
@@ -1716,16 +1718,16 @@ def test_a_broker_whose_lane_takes_forwards_answers_as_one_without(ops: list[Op]
 def test_the_lane_forwards_a_clients_request_and_answers_the_peers_reply() -> None:
     """No local worker of echo: b2's table offers two slots, so the lane forwards the S0P
     client's requests to b2 (FORWARDWITH with the client's ids and what is left of the
-    deadline), two at once; the third is the core's (b2 has no free slot: the lane passes it,
-    and the core, with no worker of its own, forwards it anyway, F6). The lane answers b2's
-    FORWARDREPLYs to its own (cached: a resend is the core's, from the cache); a 503 is the
-    core's (F8: routed again, to b2 again)."""
+    deadline), two at once, and the third too: b2 has no free slot left, but no worker here
+    offers echo, so it goes to the peer offering it with the most free however few, as
+    pick_peer(free=False) (F6). The lane answers b2's FORWARDREPLYs to its own (cached: a
+    resend is the core's, from the cache); a 503 is the core's (F8: routed again, to b2)."""
     twins = Twins(peer=True)
     for op in [
         ("table", 2),
         _s0p(),  # forwarded by the lane
         _s0p(S0P_CLIENTS[1]),  # forwarded by the lane (b2's second slot)
-        _s0p(),  # none free: the core's (no local worker: it goes to b2 anyway)
+        _s0p(),  # none free, but no local worker: to b2 anyway (F6), by the lane
         ("fwd_reply", 200),  # the lane's
         ("fwd_reply", 200),
         ("fwd_reply", 200),
@@ -1737,7 +1739,7 @@ def test_the_lane_forwards_a_clients_request_and_answers_the_peers_reply() -> No
         twins.step(op)
     twins.finish()
     lane = twins.lane
-    assert (lane.sent_out, lane.peer_answered, lane.handed_over) == (3, 2, 1)
+    assert (lane.sent_out, lane.peer_answered, lane.handed_over) == (4, 3, 1)
     counters = twins.b.broker.core.counters
     assert (counters["forwarded"], counters["retries"], counters["cache_hits"]) == (5, 1, 1)
 

@@ -51,8 +51,15 @@ ORIGIN = "broker-b"  # the FORWARD's origin_broker
 class PeerRig(Rig):
     """Rig's two ROUTERs and pipes, plus the peer ROUTER and its pipe: a lane of three channels."""
 
-    def __init__(self, *, keyed_peer: bool = False, hwm: int | None = None) -> None:
-        super().__init__(start=False, hwm=hwm)
+    def __init__(
+        self,
+        *,
+        keyed_peer: bool = False,
+        hwm: int | None = None,
+        keyed_front: bool = False,
+        curve: tuple[bytes, bytes] | None = None,
+    ) -> None:
+        super().__init__(start=False, hwm=hwm, keyed_front=keyed_front, curve=curve)
         self.peer_curve: tuple[bytes, bytes] | None = None
         router = self.ctx.socket(zmq.ROUTER)
         router.linger = 0

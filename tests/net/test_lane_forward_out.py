@@ -54,8 +54,10 @@ class OutRig(PeerRig):
     """PeerRig's three channels plus the link pipe (channel 3), and a ROUTER on 127.0.0.1 that
     plays the peers' peer ROUTERs (every link connects to it)."""
 
-    def __init__(self, *, start: bool = True, links: bool = True) -> None:
-        super().__init__()
+    def __init__(
+        self, *, start: bool = True, links: bool = True, curve: tuple[bytes, bytes] | None = None
+    ) -> None:
+        super().__init__(keyed_front=curve is not None, curve=curve)
         self.lane.stop()  # (PeerRig's lane, without links)
         ours = self.ctx.socket(zmq.PAIR)
         theirs = self.ctx.socket(zmq.PAIR)
@@ -78,7 +80,7 @@ class OutRig(PeerRig):
             self.routers[1].underlying,
             self.lane_pipes[0].underlying,
             self.lane_pipes[1].underlying,
-            False,
+            curve is not None,
             False,
             MAX_FRAME,
             peer=self.routers[2].underlying,
@@ -144,7 +146,7 @@ class Out:
         peer.dealer.send_multipart(frames)
         peer.dealer.send(marker)
         got = self.rig.until_marker(FRONT, marker)
-        assert got[-1] == [header(peer.fd), peer.rid, marker]
+        assert got[-1] == [header(peer.fd, peer.key), peer.rid, marker]
         return got[:-1]
 
     def ask(
@@ -373,8 +375,17 @@ def test_the_pick_most_free_ties_to_the_first_and_each_forward_takes_one(out: Ou
     # 1,3,3 -> p2 (tie: the first); 1,2,3 -> p3; 1,2,2 -> p2; 1,1,2 -> p3; 1,1,1 -> p1;
     # 0,1,1 -> p2; 0,0,1 -> p3
     assert chosen == [links[b] for b in (b"p2", b"p3", b"p2", b"p3", b"p1", b"p2", b"p3")]
-    # every free count now 0: none qualifies, and with may_queue off it is Python's
+    # every free count now 0: with no worker of ours offering echo the lane forwards it anyway,
+    # to the most free however few (all 0: the first), as pick_peer(free=False) (F6)
+    out.ask(client, b"r-8")
+    assert recv(out.rig.peers)[0] == links[b"p1"]
+    assert lane.peer_deltas() == [(b"p1", "echo", -2), (b"p2", "echo", -3), (b"p3", "echo", -3)]
+    # with a worker of ours offering it (busy), none qualifies: with may_queue off, Python's
+    with locked(lane):
+        out.pool.add(b"w1", ("echo",), 1)
     out.passed(client, b"r-9")
+    with locked(lane):
+        out.pool.remove(b"w1")
     # replacing a peer keeps its place in the order
     lane.peer(b"p3", True, False, {"echo": 1})
     lane.peer(b"p1", True, False, {"echo": 1})
@@ -810,3 +821,21 @@ def test_a_taken_forwardreply_hears_its_link_and_one_waits_while_the_lane_s_queu
     [(channel, rid, seen)] = [h for h in lane.heard() if h[0] == 3]
     assert (channel, rid) == (3, B2) and before <= seen <= time.monotonic()
     assert lane.heard() == []  # once
+
+
+def test_a_curve_client_s_request_is_not_forwarded_by_the_lane() -> None:
+    """Python's FORWARD carries a CURVE client's key (FORWARDAS, or FORWARDWITH's caller) for
+    the peer to judge by the same grants (T1-T4); the lane writes none, so it forwards only a
+    request whose header names no key: a CURVE client's is Python's."""
+    rig = OutRig(curve=zmq.curve_keypair())
+    try:
+        out = Out(rig)
+        out.link()
+        out.lane.peer(B2, True, False, {"echo": 3})
+        plain_client = out.client()
+        client = Peer(plain_client.dealer, b"c1", plain_client.fd, CLIENT_READINGS[0], rig.public)
+        frames = ClientRequest("echo", b"r-1", (b"hi",)).to_frames()
+        assert out.send(client, frames) == [[header(client.fd, rig.public), client.rid, *frames]]
+        assert out.lane.stats()["forwarded"] == 0 and out.lane.peer_deltas() == []
+    finally:
+        rig.close()
