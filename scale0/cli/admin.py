@@ -281,7 +281,10 @@ def _status_lines(status: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"           requests taken {lane.get('requests')}   answered {lane.get('replies')}"
             f"   waiting {lane.get('waiting')}   handed to the loop {lane.get('handed')}"
-            f"   of them peers' FORWARDs {lane.get('forwards')}"
+        )
+        lines.append(
+            f"           peers' FORWARDs taken {lane.get('forwards')}"
+            f"   requests forwarded to peers {lane.get('forwarded')}"
         )
     services = status.get("services") or []
     if services:

@@ -243,6 +243,9 @@ from scale0.wire.worker import Ready, WorkerPartial, WorkerReply
 
 __all__ = ["SWEEP_INTERVAL_S", "Broker"]
 
+#: The channels of other brokers: what the lane heard there is the family's, not a session's.
+_PEER_CHANNELS = frozenset({Channel.PEER, Channel.LINK})
+
 SWEEP_INTERVAL_S = 1.0
 
 E = TypeVar("E", bound=Event)
@@ -303,6 +306,7 @@ class Broker(HotEntries):
         self.sessions = Sessions(core)
         self.dispatch = Dispatch(core, ledger)
         self.family = Family(core, seeds)
+        ledger.watch_forwarded(self.family.lane_forwarded)  # (phase 4b: the lane's forwards)
         self.guard = Guard(core, self.sessions.forget, self.family.broker_of.__contains__)
         self._conn = -1  # the connection of the message being handled (R20, R22, §8)
         self.family.refuse = self._peer_refused
@@ -701,16 +705,20 @@ class Broker(HotEntries):
         changed: Sequence[str],
         now: float,
         forwards: int = 0,
+        forwarded: int = 0,
     ) -> None:
         """What the lane did since it was last asked (its ``drain``): the requests it took and
         answered (counters), the latency of its answers per service and status (metrics; a
         Majordomo answer is 200), the services whose free slots changed (the heartbeat table
-        the peers read, F2), and how many of its requests were peers' FORWARDs (phase 4a)."""
+        the peers read, F2), how many of its requests were peers' FORWARDs (phase 4a) and how
+        many it forwarded to peers itself (phase 4b)."""
         counters = self.core.counters
         counters["requests"] += requests
         counters["replies"] += replies
         if forwards:
             counters["forwards_served"] += forwards
+        if forwarded:
+            counters["forwarded"] += forwarded
         metrics = self.core.metrics
         for service, status, counts, sum_s in latencies:
             metrics.merge(service, status, counts, sum_s)
@@ -722,17 +730,31 @@ class Broker(HotEntries):
         when) in order of when: their sessions are heard then, before this round's rules read
         them. No effects: the lane answered them. A peer's (channel PEER: a FORWARD the lane
         took) is heard by the family."""
-        if any(channel is Channel.PEER for channel, _, _ in heard):
+        if any(channel in _PEER_CHANNELS for channel, _, _ in heard):
             family = self.family
             for channel, routing_id, when in heard:
                 if channel is Channel.PEER:
                     family.heard_elsewhere(routing_id, when)
-            heard = [entry for entry in heard if entry[0] is not Channel.PEER]
+                elif channel is Channel.LINK:  # a FORWARDREPLY the lane took (phase 4b)
+                    family.heard_on_link(routing_id, when)
+            heard = [entry for entry in heard if entry[0] not in _PEER_CHANNELS]
         self.sessions.heard_elsewhere(heard)
 
     def lane_peers(self) -> dict[bytes, bytes]:
         """The peer links whose FORWARDs the lane may take: routing id -> broker id (F3)."""
         return self.family.lane_peers()
+
+    def lane_forward_peers(self) -> dict[bytes, tuple[bool, bool, dict[str, int]]]:
+        """The peers the lane may forward to, as it must know them (phase 4b): per broker id,
+        whether it may be sent work, whether it understands FORWARDWITH, and our estimate of
+        its free slots per service it offers (``Family.lane_forward_peers``)."""
+        return self.family.lane_forward_peers()
+
+    def lane_moved(self, deltas: Sequence[tuple[bytes, str, int]]) -> None:
+        """How the lane moved our estimate of each peer's free slots since it was last asked
+        (its ``peer_deltas``: -1 per request it forwarded, +1 per answer it took)."""
+        if deltas:
+            self.family.lane_moved(deltas)
 
     def auth_wait_s(self, auth_id: str, sender: bytes, now: float) -> float:
         """M1: how long ``sender`` must wait before trying ``auth_id`` again (0: now)."""
@@ -830,7 +852,8 @@ class Broker(HotEntries):
 
     def peers_view(self) -> list[JsonValue]:
         peers = self.family.peers
-        return [peers[b].view() for b in sorted(peers)]
+        lane_forwarded_to = self.ledger.lane_forwarded_to
+        return [peers[b].view(sum(lane_forwarded_to(b).values())) for b in sorted(peers)]
 
     def config_view(self) -> dict[str, JsonValue]:
         return self.replication.view()

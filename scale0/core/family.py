@@ -29,6 +29,7 @@ from scale0.core.ports import (
     SessionsPort,
 )
 from scale0.core.replica import Plan
+from scale0.core.requests import Pending
 from scale0.core.states import PeerInput, PeerLink
 from scale0.core.timers import Periodic
 from scale0.wire.client import (
@@ -263,6 +264,42 @@ class Family:
             if peer.routing_id is not None and peer.link is not PeerLink.DOWN
         }
 
+    def lane_forward_peers(self) -> dict[bytes, tuple[bool, bool, dict[str, int]]]:
+        """What the C lane must know to forward as ``Forwarding.pick_peer`` picks (phase 4b):
+        per peer, in the order of ``peers`` (pick_peer's ties), whether it may be sent work,
+        whether it understands FORWARDWITH (F15), and our estimate of its free slots per
+        service it offers."""
+        return {
+            peer.broker_id.encode(): (
+                peer.usable(),
+                FORWARD_WITH_NAME in peer.understands,
+                {service: peer.free.get(service, 0) for service in peer.table},
+            )
+            for peer in self.peers.values()
+        }
+
+    def lane_moved(self, deltas: Sequence[tuple[bytes, str, int]]) -> None:
+        """The lane forwarded (-1) and took answers (+1) since it was last asked (phase 4b):
+        our estimate of each peer's free slots moves as ``forward_to`` and ``reply_in`` move
+        it."""
+        for broker_id, service, delta in deltas:
+            peer = self.peers.get(broker_id.decode("utf-8", "replace"))
+            if peer is not None:
+                peer.free[service] = peer.free.get(service, 0) + delta
+
+    def lane_forwarded(self, pending: Pending) -> None:
+        """A request the lane forwarded is the ledger's now: in flight at its peer (F3, F16)."""
+        peer = self.peers.get(pending.peer or "")
+        if peer is not None and pending.ticket is not None:
+            peer.forwarded.add(pending.ticket)
+
+    def heard_on_link(self, link: bytes, when: float) -> None:
+        """The lane took a FORWARDREPLY on our link to ``link`` at ``when``: that peer is heard
+        then (F3), as ``_link_message`` hears it."""
+        peer = self.peers.get(link.decode("utf-8", "replace"))
+        if peer is not None and peer.link is not PeerLink.DOWN and when > peer.last_seen:
+            peer.last_seen = when
+
     def heard_elsewhere(self, routing_id: bytes, when: float) -> None:
         """The lane took a FORWARD from the link ``routing_id`` at ``when``: that peer is heard
         then (F3), as :meth:`_heard` hears it; a peer down since is left to its next word."""
@@ -315,6 +352,7 @@ class Family:
         client's ids goes back to it alone for a while (it may still run it, and would join
         the resend), so a link that flaps does not run a request twice."""
         sticky = sticky and FORWARD_WITH_NAME in peer.understands
+        self.ledger.adopt_peer(peer.broker_id)  # (what the lane forwarded there is ours now)
         core = self.core
         until = now + min(core.interval_s * core.network.liveness, core.timeout_s / 2)
         for ticket in sorted(peer.forwarded):
@@ -713,9 +751,9 @@ class Family:
         self.forwarding.drain_to_peers(now, out)
 
     def _in_flight_at(self, peer: Peer) -> dict[str, int]:
-        """Our requests ``peer`` holds or has not received yet, by service."""
+        """Our requests ``peer`` holds or has not received yet, by service (the lane's too)."""
         running = self.ledger.running
-        held: dict[str, int] = {}
+        held: dict[str, int] = self.ledger.lane_forwarded_to(peer.broker_id)
         for ticket in peer.forwarded:
             pending = running(ticket)
             if pending is not None:

@@ -111,7 +111,7 @@ Waiting (first in, first out per service, R6):
 - ``take_out(pending)``: remove ``pending`` from its queue (True if it was there).
 - ``forwarded_waiting(service)``: take out, in order, peers' requests waiting for ``service``.
 - ``waiting_count(service)``, ``waiting_total()``, ``waiting_services()`` (some request
-  waits), ``queued_services()`` (a queue exists, a snapshot).
+  waits), ``queued_services()`` (a queue exists, a snapshot, by name).
 
 The lane (phase 3b; a C-pool ledger only): ``attach_lane(lane, due)`` shares this
 ledger's C pool with the lane thread (scale0/net/lane.py), which dispatches a client's
@@ -194,6 +194,10 @@ def _no_due(deadline: float, key: RequestDue) -> None:
     raise RuntimeError("no lane attached: nothing to adopt")
 
 
+def _no_forwarded(pending: Pending) -> None:
+    """(No one to tell: a ledger no broker watches.)"""
+
+
 def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
     """One of the lane's requests as a Pending, not in flight (an S0P client's keeps its ids,
     R10; a Majordomo one's are the lane's, D1). ``lane``: the head of the lane's queue, lent to
@@ -202,7 +206,7 @@ def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
     took is keyed as ``Forwarding.forward_in`` keys it: the client's ids, else the peer's
     ticket under b"\x00" + the peer's id."""
     _, _, client, client_id, caller, service, body, started, deadline, rid, seq, ids = record[:12]
-    origin, via, limit = record[12], record[13], record[14]
+    origin, via, limit, peer = record[12], record[13], record[14], record[15]
     if origin:  # a peer's FORWARD (phase 4a): keyed as Forwarding.forward_in keys it
         return Pending(
             RequestDue(seq),
@@ -227,6 +231,7 @@ def _pending_of(record: LaneRecord, *, lane: bool = False) -> Pending:
         rid,
         body,
         deadline,
+        peer=peer or None,  # (forwarded there by the lane, phase 4b: in flight at that peer)
         started=started,
         caller=caller,
         ids=ids,
@@ -253,6 +258,7 @@ class Ledger:
     __slots__ = (
         "_cache",
         "_due",
+        "_forwarded",
         "_inflight",
         "_lane",
         "_live",
@@ -304,6 +310,7 @@ class Ledger:
         # them: no second Python frame per lookup on the hot path (docs/performance.md).
         self.cached = self._cache.get
         self.cache = self._cache.put
+        self._forwarded: Callable[[Pending], None] = _no_forwarded
         self.joinable: Callable[[RequestKey], Pending | None] = self._live.get
         self.open_at = self._requests.get
         self.is_open = self._requests.__contains__
@@ -568,7 +575,9 @@ class Ledger:
 
     def queued_services(self) -> list[str]:
         self.adopt_lane()
-        return self._waiting.queued()
+        # By name: the order of services is no rule's (each keeps its own FIFO), but it must be
+        # one order whatever created their queues when (the lane's adoptions recreate them).
+        return sorted(self._waiting.queued())
 
     # ---- the lane (phase 3b) ---------------------------------------------------------------
 
@@ -588,6 +597,21 @@ class Ledger:
         timers fire at the next Tick (R9)."""
         if self._lane is not None:
             self._adopted(self._lane.adopt_due(now))
+
+    def watch_forwarded(self, forwarded: Callable[[Pending], None]) -> None:
+        """``forwarded(pending)`` is called for each request the lane forwarded to a peer
+        when this ledger adopts it (phase 4b): the family counts it in flight there."""
+        self._forwarded = forwarded
+
+    def adopt_peer(self, broker_id: str) -> None:
+        """The requests the lane forwarded to ``broker_id`` become this ledger's (F3: that peer
+        is lost, and what it held is routed again)."""
+        if self._lane is not None:
+            self._adopted(self._lane.adopt_peer(broker_id.encode()))
+
+    def lane_forwarded_to(self, broker_id: str) -> dict[str, int]:
+        """Per service, the requests the lane forwarded to ``broker_id`` (F16's in flight)."""
+        return {} if self._lane is None else self._lane.forwarded_to(broker_id.encode())
 
     def lane_due(self) -> float | None:
         """The earliest deadline of a request the lane holds (the loop's timer must wake then)."""
@@ -617,8 +641,10 @@ class Ledger:
         ticket, worker = record[0], record[1]
         self.open(pending)
         if ticket:
-            pending.ticket, pending.worker, pending.attempt = ticket, worker, 1
+            pending.ticket, pending.worker, pending.attempt = ticket, worker or None, 1
             self._inflight[ticket] = pending
+            if pending.peer is not None:  # (the family counts it in flight at that peer)
+                self._forwarded(pending)
         self._due(pending.deadline, pending.seq)
         return pending
 

@@ -112,8 +112,9 @@ class Peer:
             and self.member is not MemberStatus.DEAD
         )
 
-    def view(self) -> dict[str, JsonValue]:
-        """What management shows of this peer."""
+    def view(self, also_forwarded: int = 0) -> dict[str, JsonValue]:
+        """What management shows of this peer (``also_forwarded``: our requests it holds that
+        the lane forwarded, phase 4b)."""
         view: dict[str, JsonValue] = {
             "broker_id": self.broker_id,
             "endpoint": self.endpoint,
@@ -124,7 +125,7 @@ class Peer:
             "table_seq": self.table_seq,
             "table_mode": self.wants.value if self.pull else None,
             "services": {s: len(ws) for s, ws in sorted(self.table.items())},
-            "forwarded": len(self.forwarded),
+            "forwarded": len(self.forwarded) + also_forwarded,
         }
         if self.gossip:
             view["member"] = self.member.value

@@ -67,6 +67,10 @@ class LedgerPort(Protocol):
 
     def held_from(self, broker_id: str) -> dict[str, int]: ...
 
+    def adopt_peer(self, broker_id: str) -> None: ...
+
+    def lane_forwarded_to(self, broker_id: str) -> dict[str, int]: ...
+
     def cached(self, key: RequestKey, now: float) -> ClientReply | None: ...
 
     def cache(self, key: RequestKey, reply: ClientReply, now: float) -> None: ...
@@ -218,6 +222,8 @@ class MirrorPort(Protocol):
 #: limit (the origin's deadline as FORWARDWITH said, monotonic); b"", "" and inf for a client's.
 #: A forwarded one's client is the peer link's routing id on our peer ROUTER, and its client_id
 #: the client's own with ids, else b"\x00" + the peer's broker id (its request_id then b"").
+#: Last, peer (phase 4b): the broker id a client's request was forwarded to by the lane (it is
+#: in flight there: ticket set, worker b""), "" otherwise.
 LaneRecord = tuple[
     bytes,
     bytes,
@@ -234,6 +240,7 @@ LaneRecord = tuple[
     bytes,
     str,
     float,
+    str,
 ]
 
 #: One of the lane's cached replies as it hands them back: (client_id, request_id, service,
@@ -274,6 +281,10 @@ class LanePort(Protocol):
     def held_by_client(self) -> dict[bytes, int]: ...
 
     def held_from(self, via: str) -> dict[str, int]: ...
+
+    def forwarded_to(self, broker_id: bytes) -> dict[str, int]: ...
+
+    def adopt_peer(self, broker_id: bytes) -> list[LaneRecord]: ...
 
     def adopt_next_waiting(self, service: str) -> LaneRecord | None: ...
 
@@ -320,6 +331,23 @@ class LanePort(Protocol):
     def cache_count(self) -> int: ...
 
     def cache_take(self) -> list[LaneCached]: ...
+
+
+class PeerLanePort(Protocol):
+    """What the family tells the C lane of its peers, and hears back (phase 4b,
+    docs/architecture.md): the lane forwards a client's request no local worker is ready for
+    to the usable peer with the most free slots, as ``Forwarding.pick_peer`` would, and answers
+    its FORWARDREPLY; it moves those free counts by one per forward and per answer
+    (``peer_deltas``), and the family tells it the counts it holds whenever they differ. Called
+    only while the loop holds the lane's lock."""
+
+    def peer(
+        self, broker_id: bytes, usable: bool, forward_with: bool, free: dict[str, int]
+    ) -> None: ...
+
+    def forget_peer(self, broker_id: bytes) -> None: ...
+
+    def peer_deltas(self) -> list[tuple[bytes, str, int]]: ...
 
 
 class DispatchPort(Protocol):

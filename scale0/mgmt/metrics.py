@@ -236,6 +236,13 @@ def render_metrics(status: Mapping[str, Any]) -> str:
             [({}, lane.get("forwards", 0))],
         )
         w.family(
+            "scale0_lane_forwarded_total",
+            "counter",
+            "Clients' requests the C lane forwarded to peers itself (counted in "
+            "scale0_lane_requests_total's taken too).",
+            [({}, lane.get("forwarded", 0))],
+        )
+        w.family(
             "scale0_lane_waiting",
             "gauge",
             "Requests waiting in the C lane's queue for a worker.",

@@ -9,19 +9,26 @@
  * under one lock (phase 3b: "Requests", "S0P requests", "R10's keys" and "The reply cache"
  * below; the rule's Python twin is RequestLane in tests/core/test_lane_requests.py). Given the
  * peer ROUTER too, it runs the simplest FORWARDs of peer brokers on its S0P workers and answers
- * their FORWARDREPLYs (phase 4a: "Forwards" below).
+ * their FORWARDREPLYs (phase 4a: "Forwards" below). Given the link pipe too, it holds this
+ * broker's link DEALERs to its peers, forwards an S0P client's REQUEST no local worker is ready
+ * for to the peer with the most free slots and answers the client from that peer's
+ * FORWARDREPLY (phase 4b: "Links" and "Forwarding out" below).
  *
  *   Lane(frontend, backend, front_pipe, back_pipe, keyed_front, keyed_back, max_frame_bytes,
- *        peer=None, peer_pipe=None, keyed_peer=False)
+ *        peer=None, peer_pipe=None, keyed_peer=False, link_pipe=None)
  *       handles: pyzmq Socket.underlying ints. front_pipe/back_pipe: the lane's ends of two
  *       inproc PAIR pipes whose other ends Python keeps. peer and peer_pipe: both given (the
  *       peer ROUTER and the lane's end of its pipe: channel 2) or both None (ValueError if one
- *       only; without them the lane has channels 0 and 1 only). From start() until stop()
- *       returns the lane thread is the only user of these four (six) sockets.
+ *       only; without them the lane has channels 0 and 1 only). link_pipe: the lane's end of
+ *       one more pipe, channel 3, the links ("Links"; ValueError without peer and peer_pipe);
+ *       None: no links (the link methods raise ValueError). From start() until stop()
+ *       returns the lane thread is the only user of these four (six, seven) sockets and of
+ *       every link DEALER it holds.
  *   start()                     spawn the thread (once)
  *   stop()                      idempotent: wake the thread (an eventfd in its poll set), join
- *       it with the GIL released. Before it exits the thread forwards everything waiting on both
- *       pipes to the ROUTERs (Python's last sends).
+ *       it with the GIL released. Before it exits the thread forwards everything waiting on
+ *       every pipe to the ROUTERs (and the link pipe's to the links: Python's last sends), then
+ *       lets go of the links being removed (released_links lists them).
  *   configure(config_version, max_skew_s)
  *   note(channel, routing_id, promise_ms, gap_s, last_seen, majordomo=0, client_id=b"",
  *        open=True)   insert or update a session; last_seen only ever raises the entry's; gap_s
@@ -39,8 +46,9 @@
  *   negotiated(channel, fd); gone(channel, fd)                 R20: the negotiated connections
  *       (accepted on channel 2, where no rule reads them: peers do not negotiate R20)
  *   heard() -> [(channel, routing_id, last_seen)]   the entries a HEARTBEAT (or a REQUEST,
- *       REPLY or FORWARD) taken by the lane raised since the last call, once each, by
- *       last_seen ascending
+ *       REPLY or FORWARD) taken by the lane raised since the last call, and the links a
+ *       FORWARDREPLY it took came on (channel 3, the link id), once each, by last_seen
+ *       ascending
  *   A channel argument is 0, 1, or 2 when the lane has a peer socket (else ValueError).
  *   last_seen(channel, routing_id) -> float | None
  *   stats() -> dict[str, int]   wakeups, received (from the ROUTERs), beats (taken), passed (to
@@ -52,9 +60,10 @@
  *       queue, in all), lent (dispatch_head calls), waiting (records in its queues now), cached
  *       (S0P replies the lane put in its reply cache, in all), done (RequestDone records made,
  *       in all), done_full (final REPLYs passed to Python because the ring was full),
- *       forwards (FORWARDs taken, in all; each counts in requests too). Every counter counts
- *       channel 2 as 0 and 1. After stop(): received == beats + requests + replies + passed +
- *       lost.
+ *       forwards (FORWARDs taken, in all; each counts in requests too), forwarded (client
+ *       REQUESTs the lane forwarded out, in all; each counts in requests too). Every counter
+ *       counts channels 2 and 3 as 0 and 1 (a link's FORWARDREPLY taken: replies). After
+ *       stop(): received == beats + requests + replies + passed + lost.
  *   lock(); unlock()            the one lock ("One lock" below), for Python
  *   attach_pool(pool)           share a scale0.core._pool.Pool (None detaches)
  *   serve(on, timeout_s, max_per_client, ticket_prefix, max_queued, may_queue);
@@ -68,8 +77,8 @@
  *   held(client_id) -> int; busy(client_rid) -> bool; in_flight() -> int;
  *   open_by_connection() -> {client_rid: int}; held_by_client() -> {client_id: int};
  *   held_from(via) -> {service: int}                    (a peer's FORWARDs, "Forwards")
- *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards)
- *                                                                         ("Records")
+ *   drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards,
+ *       forwarded)                                                        ("Records")
  *   serve_forwards(on)          the gate of FORWARDs ("Forwards")
  *   python_key(client_id, request_id, live); python_keys() -> int;
  *   adopt_key(client_id, request_id) -> record | None            ("R10's keys")
@@ -81,12 +90,16 @@
  *   record_done(on); done_capacity(n);
  *   done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, bytes_out,
  *       status, via)]                                              ("The RequestDone ring")
+ *   add_link(link_id, handle); remove_link(link_id); released_links() -> [link_id]  ("Links")
+ *   peer(broker_id, usable, forward_with, free); forget_peer(broker_id);
+ *   peer_deltas() -> [(broker_id, service, delta)]; forwarded_to(broker_id) -> {service: int};
+ *   identity(name); adopt_peer(broker_id) -> [record]                 ("Forwarding out")
  *
  * Channels: 0 = frontend (S0C1), 1 = backend (S0W1), 2 = the peer ROUTER (S0B1; only when
  * the lane was given peer and peer_pipe). Channel 2 is a channel exactly as 0 and 1: its own
  * pipe, pass-through with the header, Python's sends, Order marks, stall and backpressure, the
  * last sends at stop(); but it takes no HEARTBEAT and has no fd rule (only a FORWARD is taken
- * there, "Forwards").
+ * there, "Forwards"). 3 = the links (S0B1; only with link_pipe), "Links" below.
  *
  * ROUTER -> Python: a message the lane does not take goes to its channel's pipe as [header,
  * routing id, frames...], every frame as received (zmq_msg_send: zero-copy), in order. header:
@@ -232,8 +245,10 @@
  * worker_rid, client_rid, client_id (bytes), caller (str), service (str), body (tuple of
  * bytes), started, deadline, request_id, seq, ids (bool: True for an S0P client's request,
  * its request_id the client's own, and for a forwarded one with ids; False for a Majordomo
- * one), origin (bytes), via (str), limit (float)), ticket and worker_rid b"" for a waiting
- * one; origin, via, limit are a forwarded record's ("Forwards"), b"", "", inf for a client's.
+ * one), origin (bytes), via (str), limit (float), peer (str)), ticket and worker_rid b"" for a
+ * waiting one; origin, via, limit are a forwarded record's ("Forwards"), b"", "", inf for a
+ * client's; peer is the broker id a client's request was forwarded out to ("Forwarding out";
+ * worker_rid b"" then), "" otherwise.
  * waiting_head(service): the head's tuple, not removed. dispatch_head(service, ticket,
  * worker_rid): Python freed the worker, took it from the pool and hold(worker_rid, ticket)
  * (any bytes): the head is in flight there under that ticket and stays the lane's (its REPLY is
@@ -245,9 +260,11 @@
  * waiting ones too (a heap); held(client_id), busy(client_rid), open_by_connection(),
  * held_by_client(): in flight and waiting; in_flight(): in flight only; waiting(service),
  * waiting_total(). drain(): (requests, replies, [(service, status, counts (len(buckets) + 1),
- * sum_s)], changed, forwards) since the last drain: one histogram per (service, status) the
- * lane answered, sorted by (service, status) (a Majordomo answer is status 200); changed: the
- * services taken or answered, sorted; forwards: the FORWARDs taken (in requests too). At
+ * sum_s)], changed, forwards, forwarded) since the last drain: one histogram per (service,
+ * status) the lane answered (a peer's FORWARDREPLY too), sorted by (service, status) (a
+ * Majordomo answer is status 200); changed: the services taken or answered, sorted (a request
+ * forwarded out and its FORWARDREPLY move no pool slot: not marked); forwards: the FORWARDs
+ * taken (in requests too); forwarded: the client REQUESTs forwarded out (in requests too). At
  * stop() the records stay, adoptable.
  * Bounded: records in flight by the pool's slots, waiting by max_queued per service, the gate
  * tables by what Python tells, drain's tables by the services (and statuses) between two drains.
@@ -343,6 +360,98 @@
  * request_id) as an S0P answer (made before any change; out of memory: passed), without ids
  * nothing is cached. A Majordomo REPLY, a PARTIAL, another worker's: passed, as for a client's.
  *
+ * Links (channel 3, phase 4b; only for a lane made with link_pipe). A link is a DEALER Python
+ * made, configured (routing id, CURVE, heartbeats) and connected to a peer broker's peer
+ * ROUTER. add_link(link_id, handle): the lane becomes its only user (Python keeps the pyzmq
+ * object alive and never touches it again); link_id is the peer's broker id, 1..255 bytes;
+ * ValueError if the lane holds a link of that id (one being removed too); the thread polls it
+ * from its next wake-up (add_link wakes it: the eventfd, which the thread reads back).
+ * remove_link(link_id): KeyError unless the lane holds it (and it is not being removed); the
+ * lane stops using it at its next wake-up, after sending everything the link pipe holds then
+ * (the pipe is read whole first, past the budget: what Python wrote for it before the call goes
+ * out), and lists it once in released_links() (in the order let go; then the list is emptied);
+ * only then may Python close its socket. What the link had received and the lane had not read
+ * is not read. Records forwarded on it stay the lane's (adopt_peer). Before start() a removal
+ * waits for the thread's first wake-up.
+ * Link -> Python: every message a link receives that the lane does not take goes to the link
+ * pipe as [header, link_id, frames...] (header as on channels 0-2: 4 bytes little-endian of
+ * the fd, ZMQ_SRCFD, -1 if unknown; no key), in order per link.
+ * Python -> link: [link_id, frames...] written to the link pipe is sent on that link's DEALER
+ * as frames... (DONTWAIT); a link not held (unknown, or let go), no frames, or a send libzmq
+ * refuses: send_dropped. Python's "done" marks (one 8-byte frame) and Order work as on the
+ * other channels, numbered over every link's passed messages; the "peer" of a link message is
+ * its link_id: each link keeps the number of its last message passed (last_passed).
+ * Reading: at each wake-up the thread takes its copy of the link set under the lock, forwards
+ * the pipes, lets go of the links being removed, then reads each link in add order (a budget
+ * each) into the channel's one batch: a full link pipe holds the batch and stops the reading of
+ * every link until the pipe takes it (backpressure: the links' RCVHWM).
+ *
+ * Forwarding out (phase 4b; the twin of scale0.core.forwarding.Forwarding.pick_peer and
+ * forward_to, and reply_in for a FORWARDREPLY). The lane's view of the peers, set by Python:
+ * peer(broker_id, usable, forward_with, free) inserts or replaces one (broker_id 1..255 bytes,
+ * ValueError else; free a dict of str to int, TypeError else, checked whole before any change):
+ * usable (Peer.usable(): LINKED, ACTIVE, not gossip-dead), forward_with (FORWARD_WITH_NAME in
+ * its understands) and per service it offers our estimate of its free slots (peer.free, may be
+ * <= 0; a service not in free is not offered). The order of first insertion is kept (a
+ * replaced peer keeps its place; one forgotten and told again goes to the back): Python's dict
+ * order of family.peers, which pick_peer's ties follow. forget_peer(broker_id) (absent: no
+ * error). Its link is the one add_link gave under link_id == broker_id. identity(name): this
+ * broker's id, 1..255 bytes, FORWARD's origin_broker; none set, nothing is forwarded.
+ * The take rule of a frontend S0P REQUEST ("S0P requests") gains one branch: when it passed
+ * every check up to "the pool's LRU ready worker" (the numbering point included) and the pool
+ * has NO ready worker for the service (a ready one: dispatched, or passed, as before, whatever
+ * its protocol rule says), python_waits(service) == 0, serve_forwards on, identity set and the
+ * header names no CURVE caller (Python's FORWARD would carry it: passed), it picks the usable
+ * peer offering the service with the most free slots > 0 (ties: the first in order), or, when
+ * no worker of the pool offers the service (offered 0), the usable peer offering it with the
+ * most free slots however few (<= 0 too; ties: the first): pick_peer(free=False), F6's choice
+ * when the service is not ours. None: as before (queued when may_queue and the rest allow,
+ * else passed). The picked
+ * peer's link not held (never added, or being removed): passed. With forward_with, N =
+ * (long long)((deadline - now) * 1000.0), deadline = now + timeout_s (Python's int():
+ * truncated, >= 0; not below 9e18, else passed) and the client's client_id must be 1..255
+ * bytes of 0x20..0x7e but '"' and '\' (what json writes unescaped), else passed. Then (after
+ * everything that can fail) ticket = prefix + 8-byte seq as a dispatch's; the peer's free for
+ * the service - 1 and its delta - 1; the record in flight with no worker (worker_rid b"", no
+ * pool slot: never held or released) and peer = broker_id; requests + 1, forwarded + 1, the
+ * client's entry heard; the service not marked changed; sent on the link (the body msgs moved,
+ * the record keeps copies): forward_with:
+ * [b"", b"S0B1", b"FORWARDWITH", ticket, service, identity,
+ *  {"deadline_ms":N,"client_id":"C","request_id":"H"}, body..] (H the request_id in lower-case
+ * hex: Forward.to_frames' bytes), else [b"", b"S0B1", b"FORWARD", ticket, service, identity,
+ * body..]. A send refused: send_dropped, the record stays (its deadline hands it to Python).
+ * A Majordomo client's REQUEST is never forwarded by the lane.
+ * A forwarded-out record counts in its client's counts (held, held_by_client, busy,
+ * open_by_connection, R20's cap with python_holds) exactly as a dispatched one, and is
+ * indexed by its key (R10: a resend of it is Python's); adopt, adopt_all, adopt_due and
+ * adopt_key hand it over as any record, adopt_worker never; adopt_peer(broker_id): every record
+ * in flight at that peer, in ticket order (Python calls it before routing them again when the
+ * peer is lost, F3). forwarded_to(broker_id) -> {service: count}: the lane's records in flight
+ * at that peer (F16's in_flight, the views' "forwarded").
+ * A link message is taken iff (FORWARDREPLY, ForwardReply.to_frames): serve is on; it is
+ * exactly [b"", b"S0B1", b"FORWARDREPLY", ticket, status, body..], every frame <=
+ * max_frame_bytes, the ticket 1..255 bytes, the status 3 ASCII digits 100..599 and neither 404
+ * nor 503 (F8: Python adopts the record and routes it again); a record in flight of the lane
+ * has that ticket and was forwarded out to this link's link_id; nothing of its service waits:
+ * python_waits(its service) == 0 and the lane's own queue of it (peers' FORWARDs) empty (F9:
+ * Python's drain_to_peers goes first); Order allows it (the link's last passed message
+ * numbered at most channel 3's mark). Then (the histogram's entry, the delta's and the reply
+ * cache's entry made before any change; out of memory: passed): the record out; that peer's
+ * free for the service + 1 if the lane's view has it, its delta + 1; replies + 1; the latency
+ * (now - started, negative as 0) into (service, status)'s histogram; the reply into the reply
+ * cache under the record's key exactly as an S0P worker's (cached + 1 when stored); the client
+ * is sent [b"", b"S0C1", b"REPLY", service, request_id, status (the frame as received),
+ * body..] (ClientReply.to_frames); the link heard: heard() lists (3, link_id, now) once (the
+ * family hears that peer then, F3). No RequestDone record (request_done leaves a request a
+ * peer answered to that peer). A FORWARDPARTIAL, an unknown ticket, another link's: passed.
+ * peer_deltas() -> [(broker_id, service, delta)]: how the lane moved each free count since the
+ * last call (-1 per forward, +1 per FORWARDREPLY taken, whether or not the lane's view still
+ * has that peer), summed, sorted by (broker_id, service), zero sums left out; emptied. Python
+ * applies them to peer.free at the start of every entry and tells peer() again whenever it
+ * changed a peer itself.
+ * Bounded: links and peers by what Python tells, deltas by (peer, service) pairs between two
+ * peer_deltas, records forwarded out by max_per_client per client (R20's cap).
+ *
  * R10's keys. A request's key is (client_id, request_id), the core's RequestKey (the client's
  * client_id as UTF-8 bytes, its own request_id). python_key(client_id, request_id, live): the
  * core holds (True) / no longer holds (False) a request not answered yet under that key (a set:
@@ -412,7 +521,9 @@
 #define S0_LANE_BUDGET 256 /* messages read per socket per wake-up */
 #define S0_LANE_INLINE_FRAMES 8
 #define S0_LANE_MAX_FD (1 << 24)
-#define S0_CHANNELS 3 /* frontend, backend, peer (the peer ROUTER only when the lane has one) */
+#define S0_CHANNELS 4 /* frontend, backend, peer (the peer ROUTER only when the lane has one),
+                       * links (the link DEALERs, only with a link pipe) */
+#define S0_LINKS 3    /* the channel of the links */
 
 static const char *const SIGNATURES[2] = {"S0C1", "S0W1"};
 
@@ -525,6 +636,7 @@ typedef struct {
     long long promise;   /* the answer's interval_ms (0: none) */
     char *header;        /* inline or heap */
     size_t header_len;
+    size_t lid_len;      /* channel 3: the link's id, in header after header_len bytes */
     char inline_header[4 + 64];
 } s0_message;
 
@@ -540,6 +652,7 @@ static void message_close(s0_message *m) {
     m->n = 0;
     m->header = m->inline_header;
     m->header_len = 0;
+    m->lid_len = 0;
 }
 
 /* Strict UTF-8 (what Python's decoder accepts): no overlong forms, surrogates or > U+10FFFF. */
@@ -803,6 +916,7 @@ enum {
     ST_DONE,
     ST_DONE_FULL,
     ST_FORWARDS,
+    ST_FORWARDED,
     ST_COUNT,
 };
 
@@ -817,7 +931,7 @@ enum { TAKE_NONE, TAKE_BEAT, TAKE_REQUEST, TAKE_REPLY, TAKE_FORWARD };
 static const char *const STAT_NAMES[ST_COUNT] = {
     "wakeups", "received", "beats", "passed", "sent", "send_dropped", "answers", "stalled",
     "lost", "errors", "marks", "requests", "replies", "handed", "queued", "lent", "cached",
-    "done", "done_full", "forwards",
+    "done", "done_full", "forwards", "forwarded",
 };
 
 /* One RequestDone record (record_done, "The RequestDone ring"): one allocation, its strings
@@ -839,10 +953,30 @@ typedef struct {
     size_t cursor; /* the next one to deliver; cursor < count: held (the pipe was full) */
 } s0_channel;
 
+/* A link DEALER Python gave the lane (add_link; channel 3): one allocation, its id after it. */
+typedef struct {
+    void *sock;
+    int removing;         /* remove_link called: released at the thread's next wake-up */
+    uint64_t last_passed; /* the number of its last message passed to Python ("Order") */
+    double last_seen;     /* when the lane last took a FORWARDREPLY from it (heard()) */
+    int heard;            /* it did since the last heard() */
+    size_t id_len;
+    unsigned char id[];   /* the peer's broker id */
+} s0_link;
+
+/* The lane's view of a peer broker (peer()): one allocation, its broker id in key. */
+typedef struct {
+    s0_key key;       /* the broker id */
+    int usable;       /* LINKED, ACTIVE, not gossip-dead */
+    int forward_with; /* it understands FORWARDWITH */
+    s0_table free;    /* service (UTF-8) -> s0_count: our estimate of its free slots (may be <= 0) */
+} s0_peer;
+
 typedef struct {
     PyObject_HEAD
     s0_channel ch[S0_CHANNELS];
-    int n_ch; /* 2, or 3 with the peer ROUTER */
+    int n_ch;  /* the ROUTER channels: 2, or 3 with the peer ROUTER */
+    int links; /* channel 3 (the links) exists: a link pipe was given */
     Py_ssize_t max_frame_bytes;
     int wake_fd;
     int started, stopped, joined;
@@ -890,6 +1024,24 @@ typedef struct {
     int record_done;
     s0_done **done;
     size_t done_cap, done_head, done_n, done_limit;
+    /* Phase 4b: the links (channel 3) and the peers the lane forwards to. Guarded by `mutex`:
+     * link_set (every link held, in add order), gone (links let go, for released_links),
+     * peers (in first insertion order), deltas, identity. The thread's own: snap (its copy of
+     * link_set, taken under the lock at each wake-up) and items (its poll set). */
+    s0_link **link_set;
+    size_t n_links, links_cap;
+    s0_link **gone; /* links let go by the thread, not yet listed by released_links() */
+    size_t n_gone, gone_cap;
+    s0_peer **peers;
+    size_t n_peers, peers_cap;
+    s0_table deltas; /* (broker id, service) as rkey_make writes it -> s0_count: peer_deltas */
+    unsigned char identity[255];
+    size_t identity_len;
+    uint64_t drain_forwarded;
+    s0_link **snap;
+    size_t n_snap, snap_cap;
+    s0_zmq_pollitem_t *items;
+    size_t items_cap;
 } LaneObject;
 
 static const s0_pool_api *pool_api; /* set by the first attach_pool (PyCapsule_Import) */
@@ -1110,6 +1262,9 @@ typedef struct s0_record {
     const unsigned char *origin, *via; /* (fwd) the FORWARD's ticket; the peer's broker id */
     size_t origin_len, via_len;
     double limit; /* (fwd) the client's own deadline (FORWARDWITH's deadline_ms); else +inf */
+    int out;      /* forwarded out to a peer ("Forwarding out"): no worker, no pool slot */
+    const unsigned char *peer; /* (out) the peer's broker id */
+    size_t peer_len;
     uint64_t number; /* request_id b"mdp.L%d" (Majordomo) */
     uint64_t seq;    /* the shared numbering */
     size_t heap_at;
@@ -1445,9 +1600,12 @@ static int worker_reading(int r) {
 static int send_message(void *router, const void *rid, size_t rid_len, const char *const *head,
                         const size_t *head_len, size_t n_head, s0_zmq_msg_t *body,
                         size_t n_body) {
-    size_t total = 1 + n_head + n_body;
+    size_t total = (rid != NULL) + n_head + n_body;
     size_t k = 0;
-    int err = send_frame(router, rid, rid_len, S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0));
+    int err = 0; /* (rid NULL: a link DEALER, no routing id frame) */
+    if (rid != NULL)
+        err = send_frame(router, rid, rid_len,
+                         S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0));
     for (size_t i = 0; err == 0 && i < n_head; i++)
         err = send_frame(router, head[i], head_len[i],
                          S0_ZMQ_DONTWAIT | (++k < total ? S0_ZMQ_SNDMORE : 0));
@@ -1565,6 +1723,129 @@ static int s0p_worker_reply(s0_message *m, Py_ssize_t max_frame_bytes, int *stat
     return 1;
 }
 
+/* ---- Forwarding out: the peers the lane forwards to (phase 4b) ------------------------------ */
+
+/* The usable peer offering the service with the most free slots, ties to the first in order
+ * (scale0.core.forwarding.Forwarding.pick_peer): with free_only, only one with some (> 0); else
+ * any, however few (its first choice when no worker of ours offers the service, F6). NULL if
+ * none (the mutex held). */
+static s0_peer *pick_peer(const LaneObject *self, const void *svc, size_t svc_len, int free_only) {
+    s0_peer *best = NULL;
+    long long best_free = 0;
+    for (size_t i = 0; i < self->n_peers; i++) {
+        s0_peer *p = self->peers[i];
+        if (!p->usable)
+            continue;
+        s0_count *c = count_find(&p->free, svc, svc_len);
+        if (c == NULL || (free_only && c->n <= 0) || (best != NULL && c->n <= best_free))
+            continue;
+        best = p;
+        best_free = c->n;
+    }
+    return best;
+}
+
+static s0_peer *peer_find(const LaneObject *self, const void *id, size_t len, size_t *at) {
+    for (size_t i = 0; i < self->n_peers; i++) {
+        s0_peer *p = self->peers[i];
+        if (p->key.len == len && memcmp(p->key.data, id, len) == 0) {
+            if (at != NULL)
+                *at = i;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static void peer_free(s0_peer *p) {
+    if (p != NULL)
+        table_free_all(&p->free);
+    free(p);
+}
+
+/* The link of this id the lane holds, NULL if none (or being removed); the mutex held. */
+static s0_link *link_find(const LaneObject *self, const void *id, size_t len) {
+    for (size_t i = 0; i < self->n_links; i++) {
+        s0_link *l = self->link_set[i];
+        if (!l->removing && l->id_len == len && memcmp(l->id, id, len) == 0)
+            return l;
+    }
+    return NULL;
+}
+
+/* The delta entry of (peer, service), made (n = 0) if none; NULL out of memory. */
+static s0_count *delta_make(LaneObject *self, const void *peer, size_t peer_len, const void *svc,
+                            size_t svc_len) {
+    s0_rkey k;
+    if (rkey_make(&k, peer, peer_len, svc, svc_len) < 0)
+        return NULL;
+    s0_count *c = count_make(&self->deltas, k.data, k.len);
+    rkey_free(&k);
+    return c;
+}
+
+/* Free the delta entry if its sum is 0 (a delta may be negative: not count_settle). */
+static void delta_settle(LaneObject *self, s0_count *c) {
+    if (c != NULL && c->n == 0) {
+        table_remove(&self->deltas, &c->key);
+        free(c);
+    }
+}
+
+/* A client_id FORWARDWITH's options can carry as Forward.to_frames writes it (json.dumps,
+ * ensure_ascii): 1..255 bytes of 0x20..0x7e but '"' and '\' (no escape needed). */
+static int json_plain(const unsigned char *s, size_t n) {
+    if (n == 0 || n > 255)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] > 0x7e || s[i] == '"' || s[i] == '\\')
+            return 0;
+    return 1;
+}
+
+/* Send the record r forwarded out on its link (the body msgs moved): FORWARDWITH with
+ * {"deadline_ms":N,"client_id":"C","request_id":"H"} when the peer understands it, else
+ * FORWARD. 0, or the errno. */
+static int send_forward(LaneObject *self, const s0_record *r, void *sock, int with,
+                        long long deadline_ms, s0_zmq_msg_t *body, size_t n_body) {
+    const char *head[7];
+    size_t head_len[7];
+    char opts[64 + 255 + 510];
+    head[0] = "";
+    head_len[0] = 0;
+    head[1] = "S0B1";
+    head_len[1] = 4;
+    head[2] = with ? "FORWARDWITH" : "FORWARD";
+    head_len[2] = with ? 11 : 7;
+    head[3] = (const char *)r->key.data;
+    head_len[3] = r->key.len;
+    head[4] = (const char *)r->service;
+    head_len[4] = r->service_len;
+    head[5] = (const char *)self->identity;
+    head_len[5] = self->identity_len;
+    size_t n_head = 6;
+    if (with) {
+        static const char hex[] = "0123456789abcdef";
+        int len = snprintf(opts, sizeof(opts), "{\"deadline_ms\":%lld,\"client_id\":\"",
+                           deadline_ms);
+        size_t at = (size_t)len;
+        memcpy(opts + at, r->client_id, r->client_id_len);
+        at += r->client_id_len;
+        memcpy(opts + at, "\",\"request_id\":\"", 16);
+        at += 16;
+        for (size_t i = 0; i < r->request_id_len; i++) {
+            opts[at++] = hex[r->request_id[i] >> 4];
+            opts[at++] = hex[r->request_id[i] & 15];
+        }
+        opts[at++] = '"';
+        opts[at++] = '}';
+        head[6] = opts;
+        head_len[6] = at;
+        n_head = 7;
+    }
+    return send_message(sock, NULL, 0, head, head_len, n_head, body, n_body);
+}
+
 /* The take rule for a frontend REQUEST (the mutex held): 1 when taken (dispatched: the
  * worker's REQUEST is sent; or queued), 0 when it goes to Python (nothing changed but the
  * request and seq counters, as tests/core/test_lane_requests.py's RequestLane, and an expired
@@ -1620,10 +1901,27 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     size_t wrid_len = 0;
     const unsigned char *wrid = pool_api->peek(self->pool, svc, svc_len, &wrid_len);
     s0_entry *we = NULL;
+    s0_peer *to = NULL; /* forwarded out to this peer ("Forwarding out") */
+    s0_link *link = NULL;
+    long long deadline_ms = 0;
     if (wrid != NULL) {
         we = entry_find(t, 1, wrid, wrid_len);
         if (waits > 0 || !worker_fits(we, s0p) || wrid_len > 255)
             goto pass;
+    } else if (s0p && waits == 0 && self->serve_forwards && self->identity_len > 0 &&
+               m->header_len <= 4 /* (no CURVE caller: Python's FORWARD would carry one) */ &&
+               ((to = pick_peer(self, svc, svc_len, 1)) != NULL ||
+                (pool_api->offered(self->pool, svc, svc_len) <= 0 &&
+                 (to = pick_peer(self, svc, svc_len, 0)) != NULL))) {
+        link = link_find(self, to->key.data, to->key.len);
+        if (link == NULL)
+            goto pass; /* (the chosen peer's link is not the lane's) */
+        if (to->forward_with) { /* what is left of its deadline, as Python's int() */
+            double ms = ((now + self->timeout_s) - now) * 1000.0; /* (deadline - now) */
+            if (!json_plain(cid, cid_len) || !(ms < 9.0e18))
+                goto pass;
+            deadline_ms = ms > 0 ? (long long)ms : 0;
+        }
     } else if (!self->may_queue || pool_api->offered(self->pool, svc, svc_len) <= 0 ||
                waits + (long long)wq_count(self, svc, svc_len) >= self->max_queued) {
         goto pass;
@@ -1636,7 +1934,7 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     size_t caller_len = m->header_len - 4;
     size_t n_body = m->n - body_at;
     size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + cid_len + caller_len + svc_len +
-                   rq_len + (s0p ? k.len : 0);
+                   rq_len + (s0p ? k.len : 0) + (to != NULL ? to->key.len : 0);
     s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
     if (r == NULL)
         goto pass;
@@ -1657,6 +1955,10 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     S0_PUT(caller, caller, caller_len);
     S0_PUT(service, svc, svc_len);
     S0_PUT(request_id, rq, rq_len);
+    if (to != NULL) {
+        S0_PUT(peer, to->key.data, to->key.len);
+        r->out = 1;
+    }
 #undef S0_PUT
     if (s0p) {
         memcpy(p, k.data, k.len);
@@ -1681,14 +1983,21 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     r->reading = reading;
     r->number = number;
     r->seq = seq;
-    s0_count *cc = NULL, *rc = NULL;
+    s0_count *cc = NULL, *rc = NULL, *dc = NULL;
     s0_svc *sv = NULL;
     s0_wq *q = NULL;
     if (heap_reserve(self) < 0 || (s0p && table_reserve(&self->lkeys, 1) < 0) ||
         (cc = count_make(&self->client_counts, cid, cid_len)) == NULL ||
         (rc = count_make(&self->rid_counts, crid, crid_len)) == NULL)
         goto undo;
-    if (wrid != NULL) {
+    if (to != NULL) {
+        if (table_reserve(&self->records, 1) < 0 ||
+            (dc = delta_make(self, to->key.data, to->key.len, svc, svc_len)) == NULL)
+            goto undo;
+        unsigned char ticket[255 + 8];
+        size_t ticket_len = next_ticket(self, ticket);
+        record_set_ticket(r, ticket, ticket_len); /* (fits ticket_buf) */
+    } else if (wrid != NULL) {
         if (table_reserve(&self->records, 1) < 0 || (sv = svc_make(self, svc, svc_len)) == NULL)
             goto undo;
         unsigned char ticket[255 + 8];
@@ -1721,6 +2030,20 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         count(self, ST_QUEUED, 1);
         return 1;
     }
+    if (to != NULL) { /* forwarded out: no worker, no pool slot, the service not changed */
+        self->tickets++;
+        self->seq++; /* (the ticket's number, next_ticket) */
+        table_insert(&self->records, &r->key);
+        count_find(&to->free, svc, svc_len)->n--; /* (pick_peer found it) */
+        dc->n--;
+        delta_settle(self, dc);
+        self->drain_forwarded++;
+        count(self, ST_FORWARDED, 1);
+        if (send_forward(self, r, link->sock, to->forward_with, deadline_ms, &f[body_at],
+                         n_body) != 0)
+            count(self, ST_SEND_DROPPED, 1); /* the record stays: its deadline hands it over */
+        return 1;
+    }
     self->tickets++;
     self->seq++; /* (the ticket's number, next_ticket) */
     table_insert(&self->records, &r->key);
@@ -1736,6 +2059,7 @@ pass:
 undo:
     count_settle(&self->client_counts, cc);
     count_settle(&self->rid_counts, rc);
+    delta_settle(self, dc);
     record_free(r);
     return 0;
 }
@@ -2383,6 +2707,9 @@ static int deliver(LaneObject *self, s0_channel *c) {
             count(self, ST_STALLED, 1);
             return 0;
         }
+        if (err == 0 && m->lid_len) /* channel 3: the link's id, as a ROUTER's routing id */
+            err = send_frame(c->pipe, m->header + m->header_len, m->lid_len,
+                             S0_ZMQ_DONTWAIT | (m->n ? S0_ZMQ_SNDMORE : 0));
         for (size_t i = 0; err == 0 && i < m->n; i++) {
             int flags = S0_ZMQ_DONTWAIT | (i + 1 < m->n ? S0_ZMQ_SNDMORE : 0);
             for (;;) {
@@ -2403,13 +2730,133 @@ static int deliver(LaneObject *self, s0_channel *c) {
     return 1;
 }
 
-/* Read up to a budget of messages from c's ROUTER, take what the rule takes, pass the rest. */
-static void read_router(LaneObject *self, int channel) {
+/* Put the link's id in m's header buffer after the header (channel 3). 0, or -1 out of
+ * memory. */
+static int message_set_lid(s0_message *m, const unsigned char *id, size_t len) {
+    size_t need = m->header_len + len;
+    if (need > sizeof(m->inline_header) && m->header == m->inline_header) {
+        char *h = malloc(need);
+        if (h == NULL)
+            return -1;
+        memcpy(h, m->header, m->header_len);
+        m->header = h;
+    }
+    memcpy(m->header + m->header_len, id, len);
+    m->lid_len = len;
+    return 0;
+}
+
+/* The take rule for a FORWARDREPLY on a link (the mutex held; "Forwarding out"): m is what the
+ * link DEALER received, [b"", S0B1, FORWARDREPLY, ticket, status, body..]. 1 when taken (the
+ * client's REPLY sent), 0 when it goes to Python (nothing changed). */
+static int take_link_reply(LaneObject *self, s0_message *m, s0_link *link, double now) {
+    s0_sessions *t = &self->sessions;
+    if (!self->serving || self->records.used == 0)
+        return 0;
+    s0_zmq_msg_t *f = m->frames;
+    size_t n = m->n;
+    if (n < 5 || !frame_is(&f[0], "", 0) || !frame_is(&f[1], "S0B1", 4) ||
+        !frame_is(&f[2], "FORWARDREPLY", 12))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (p_msg_size(&f[i]) > (size_t)self->max_frame_bytes)
+            return 0;
+    const unsigned char *ticket = p_msg_data(&f[3]);
+    size_t ticket_len = p_msg_size(&f[3]);
+    if (ticket_len == 0 || ticket_len > 255 || p_msg_size(&f[4]) != 3)
+        return 0;
+    const unsigned char *d = p_msg_data(&f[4]);
+    if (d[0] < '1' || d[0] > '5' || d[1] < '0' || d[1] > '9' || d[2] < '0' || d[2] > '9')
+        return 0;
+    int status = (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
+    if (status == 404 || status == 503)
+        return 0; /* F8: Python adopts it and routes it again */
+    s0_record *r = (s0_record *)table_find(&self->records, ticket, ticket_len,
+                                           hash_bytes(ticket, ticket_len));
+    if (r == NULL || !r->out || r->peer_len != link->id_len ||
+        memcmp(r->peer, link->id, link->id_len) != 0)
+        return 0; /* (unknown, or another link's) */
+    if (count_of(&self->waits, r->service, r->service_len) > 0 ||
+        wq_count(self, r->service, r->service_len) > 0)
+        return 0; /* F9: something of it waits (Python's, or the lane's peers' FORWARDs):
+                   * Python's drain_to_peers goes first */
+    if (t->ordered[S0_LINKS] && link->last_passed > t->done_seq[S0_LINKS])
+        return 0; /* Order */
+    /* Everything that can fail, before any change. */
+    s0_hist *hv = hist_make(self, r->service, r->service_len, status);
+    s0_count *dc = hv != NULL ? delta_make(self, r->peer, r->peer_len, r->service,
+                                           r->service_len)
+                              : NULL;
+    if (dc == NULL)
+        return 0;
+    size_t body_at = 5, n_body = n - body_at;
+    s0_cent *cached = NULL;
+    if (r->ids) {
+        const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
+        size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
+        const unsigned char **ptrs = inline_ptrs;
+        size_t *sizes = inline_sizes;
+        if (n_body > S0_LANE_INLINE_FRAMES) {
+            ptrs = malloc(n_body * sizeof(*ptrs));
+            sizes = malloc(n_body * sizeof(*sizes));
+        }
+        if (ptrs != NULL && sizes != NULL) {
+            for (size_t i = 0; i < n_body; i++) {
+                ptrs[i] = p_msg_data(&f[body_at + i]);
+                sizes[i] = p_msg_size(&f[body_at + i]);
+            }
+            cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service,
+                                 r->service_len, status, n_body, ptrs, sizes,
+                                 now + self->cache.max_age_s);
+        }
+        if (ptrs != inline_ptrs)
+            free((void *)ptrs);
+        if (sizes != inline_sizes)
+            free(sizes);
+        if (cached == NULL) {
+            delta_settle(self, dc);
+            return 0; /* out of memory: Python answers it */
+        }
+    }
+    /* Nothing below fails. */
+    record_out(self, r);
+    if (now > link->last_seen) /* (heard: Python hears the peer then, F3) */
+        link->last_seen = now;
+    link->heard = 1;
+    s0_peer *p = peer_find(self, r->peer, r->peer_len, NULL);
+    s0_count *fc = p != NULL ? count_find(&p->free, r->service, r->service_len) : NULL;
+    if (fc != NULL)
+        fc->n++;
+    dc->n++;
+    delta_settle(self, dc);
+    double latency = now - r->started;
+    if (!(latency > 0))
+        latency = 0.0;
+    hv->counts[bucket_of(latency)]++;
+    hv->sum_s += latency;
+    hv->observed = 1;
+    self->drain_replies++;
+    count(self, ST_REPLIES, 1);
+    if (cached != NULL && cache_commit(&self->cache, cached)) /* (the body copied: sent below) */
+        count(self, ST_CACHED, 1);
+    const char *head[6] = {"", SIGNATURES[0], "REPLY", (const char *)r->service,
+                           (const char *)r->request_id, (const char *)d};
+    size_t head_len[6] = {0, 4, 5, r->service_len, r->request_id_len, 3};
+    if (send_message(self->ch[0].router, r->crid, r->crid_len, head, head_len, 6, &f[body_at],
+                     n_body) != 0)
+        count(self, ST_SEND_DROPPED, 1);
+    record_free(r);
+    return 1;
+}
+
+/* Read up to a budget of messages from `sock` (channel's ROUTER, or on channel 3 the link
+ * `link`'s DEALER), take what the rule takes, pass the rest. 1: all of it went to the pipe. */
+static int read_socket(LaneObject *self, int channel, void *sock, s0_link *link) {
     s0_channel *c = &self->ch[channel];
     size_t n = 0;
     int err = 0;
     while (n < S0_LANE_BUDGET) {
-        int rc = receive_message(c->router, &c->batch[n], c->keyed, &err);
+        int rc = receive_message(sock, &c->batch[n], c->keyed, &err);
         if (rc == 0)
             break;
         if (rc < 0) {
@@ -2421,16 +2868,29 @@ static void read_router(LaneObject *self, int channel) {
             count(self, ST_LOST, 1);
             continue;
         }
+        if (link != NULL && message_set_lid(&c->batch[n], link->id, link->id_len) < 0) {
+            message_close(&c->batch[n]);
+            count(self, ST_RECEIVED, 1);
+            count(self, ST_LOST, 1);
+            continue;
+        }
         n++;
     }
     if (n == 0)
-        return;
+        return 1;
     count(self, ST_RECEIVED, n);
     double now = clock_of(CLOCK_MONOTONIC);
     double wall = clock_of(CLOCK_REALTIME);
     pthread_mutex_lock(&self->mutex);
-    for (size_t i = 0; i < n; i++)
-        classify(self, channel, &c->batch[i], now, wall);
+    for (size_t i = 0; i < n; i++) {
+        if (link == NULL) {
+            classify(self, channel, &c->batch[i], now, wall);
+        } else if (take_link_reply(self, &c->batch[i], link, now)) {
+            c->batch[i].take = TAKE_REPLY;
+        } else {
+            link->last_passed = ++self->sessions.passed_seq[S0_LINKS];
+        }
+    }
     long long version = self->sessions.config_version;
     pthread_mutex_unlock(&self->mutex);
     size_t kept = 0;
@@ -2463,21 +2923,34 @@ static void read_router(LaneObject *self, int channel) {
             m->cap = S0_LANE_INLINE_FRAMES;
             m->n = 0;
             m->header = m->inline_header;
+            m->lid_len = 0;
         }
         kept++;
     }
     count(self, ST_BEATS, beats);
     c->count = kept;
     c->cursor = 0;
-    deliver(self, c);
+    return deliver(self, c);
 }
 
-/* Forward Python's sends on channel k's pipe to its ROUTER: at most `budget` messages (0: all).
- * A message of one 8-byte frame is Python's "done" mark (see "Order"), not a send. */
+/* The link of this id in the thread's snapshot, NULL if none. */
+static s0_link *snap_find(const LaneObject *self, const void *id, size_t len) {
+    for (size_t i = 0; i < self->n_snap; i++) {
+        s0_link *l = self->snap[i];
+        if (l->id_len == len && memcmp(l->id, id, len) == 0)
+            return l;
+    }
+    return NULL;
+}
+
+/* Forward Python's sends on channel k's pipe to its ROUTER (on channel 3: [link_id, frames..]
+ * to that link's DEALER as frames..): at most `budget` messages (0: all). A message of one
+ * 8-byte frame is Python's "done" mark (see "Order"), not a send. */
 static void forward(LaneObject *self, int k, size_t budget) {
     s0_channel *c = &self->ch[k];
     for (size_t done = 0; budget == 0 || done < budget; done++) {
-        int more = 1, first = 1, failed = 0, mark = 0;
+        int more = 1, first = 1, failed = 0, mark = 0, sent = 0;
+        void *dest = c->router;
         while (more) {
             s0_zmq_msg_t f;
             p_msg_init(&f);
@@ -2502,39 +2975,130 @@ static void forward(LaneObject *self, int k, size_t budget) {
                 p_msg_close(&f);
                 break;
             }
+            if (first && k == S0_LINKS) { /* the link's id: where the rest goes, not sent */
+                s0_link *l = snap_find(self, p_msg_data(&f), p_msg_size(&f));
+                dest = l != NULL ? l->sock : NULL;
+                if (dest == NULL || !more)
+                    failed = 1;
+                first = 0;
+                p_msg_close(&f);
+                continue;
+            }
             first = 0;
             if (!failed) {
                 int flags = S0_ZMQ_DONTWAIT | (more ? S0_ZMQ_SNDMORE : 0);
                 for (;;) {
-                    if (p_msg_send(&f, c->router, flags) >= 0)
+                    if (p_msg_send(&f, dest, flags) >= 0) {
+                        sent = 1;
                         break;
+                    }
                     if (p_errno() != EINTR) {
                         failed = 1;
                         break;
                     }
                 }
+                /* (a DEALER refusing a later frame after taking the first: libzmq sends the
+                 * message whole or not at all; the rest is read and dropped) */
             }
             p_msg_close(&f);
         }
+        (void)sent;
         count(self, mark ? ST_MARKS : failed ? ST_SEND_DROPPED : ST_SENT, 1);
     }
+}
+
+/* The thread's copy of the link set (the mutex held): 1 if one of them is being removed, -1 out
+ * of memory (the old copy kept). */
+static int snap_take(LaneObject *self) {
+    if (self->n_links > self->snap_cap) {
+        size_t cap = self->snap_cap ? self->snap_cap : 8;
+        while (cap < self->n_links)
+            cap *= 2;
+        s0_link **grown = realloc(self->snap, cap * sizeof(*grown));
+        if (grown == NULL)
+            return -1;
+        self->snap = grown;
+        self->snap_cap = cap;
+    }
+    int removing = 0;
+    for (size_t i = 0; i < self->n_links; i++) {
+        self->snap[i] = self->link_set[i];
+        removing |= self->link_set[i]->removing;
+    }
+    self->n_snap = self->n_links;
+    return removing;
+}
+
+/* Let go of the links being removed (the mutex held): out of the set, into `gone` for
+ * released_links() (out of memory: kept for the next wake-up). Then a new snapshot. */
+static void links_release(LaneObject *self) {
+    size_t kept = 0;
+    for (size_t i = 0; i < self->n_links; i++) {
+        s0_link *l = self->link_set[i];
+        if (l->removing && self->n_gone == self->gone_cap) {
+            size_t cap = self->gone_cap ? 2 * self->gone_cap : 8;
+            s0_link **grown = realloc(self->gone, cap * sizeof(*grown));
+            if (grown != NULL) {
+                self->gone = grown;
+                self->gone_cap = cap;
+            }
+        }
+        if (l->removing && self->n_gone < self->gone_cap)
+            self->gone[self->n_gone++] = l;
+        else
+            self->link_set[kept++] = l;
+    }
+    self->n_links = kept;
+    snap_take(self);
+}
+
+/* Whether the lane has channel k. */
+static int has_channel(const LaneObject *self, int k) {
+    return k < self->n_ch || (k == S0_LINKS && self->links);
 }
 
 static void *lane_main(void *arg) {
     LaneObject *self = arg;
     locale_t c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
     locale_t previous = c_locale ? uselocale(c_locale) : (locale_t)0;
+    int pipe_at[S0_CHANNELS], router_at[S0_CHANNELS];
+    pthread_mutex_lock(&self->mutex);
+    snap_take(self);
+    pthread_mutex_unlock(&self->mutex);
     for (;;) {
-        s0_zmq_pollitem_t items[2 * S0_CHANNELS + 1];
+        size_t need = 2 * S0_CHANNELS + 1 + self->n_snap;
+        if (need > self->items_cap) {
+            s0_zmq_pollitem_t *grown = realloc(self->items, need * sizeof(*grown));
+            if (grown != NULL) {
+                self->items = grown;
+                self->items_cap = need;
+            }
+        }
+        s0_zmq_pollitem_t *items = self->items;
         int n = 0;
-        for (int k = 0; k < self->n_ch; k++) {
+        for (int k = 0; k < S0_CHANNELS; k++) {
+            router_at[k] = pipe_at[k] = -1;
+            if (!has_channel(self, k))
+                continue;
             s0_channel *c = &self->ch[k];
             int held = c->cursor < c->count;
-            items[n++] = (s0_zmq_pollitem_t){c->router, 0, held ? 0 : S0_ZMQ_POLLIN, 0};
+            if (c->router != NULL) {
+                router_at[k] = n;
+                items[n++] = (s0_zmq_pollitem_t){c->router, 0, held ? 0 : S0_ZMQ_POLLIN, 0};
+            }
+            pipe_at[k] = n;
             items[n++] = (s0_zmq_pollitem_t){
                 c->pipe, 0, (short)(S0_ZMQ_POLLIN | (held ? S0_ZMQ_POLLOUT : 0)), 0};
         }
+        int wake_at = n;
         items[n++] = (s0_zmq_pollitem_t){NULL, self->wake_fd, S0_ZMQ_POLLIN, 0};
+        if (self->links && self->items_cap >= (size_t)n + self->n_snap) {
+            /* (out of memory for the items: the links are still read at every wake-up) */
+            int held = self->ch[S0_LINKS].cursor < self->ch[S0_LINKS].count;
+            for (size_t i = 0; i < self->n_snap; i++)
+                items[n++] = (s0_zmq_pollitem_t){self->snap[i]->sock, 0,
+                                                 held ? 0 : S0_ZMQ_POLLIN, 0};
+        }
         int rc = p_poll(items, n, -1);
         if (rc < 0) {
             int err = p_errno();
@@ -2546,24 +3110,60 @@ static void *lane_main(void *arg) {
         count(self, ST_WAKEUPS, 1);
         if (__atomic_load_n(&self->stop_flag, __ATOMIC_ACQUIRE))
             break;
-        for (int k = 0; k < self->n_ch; k++)
-            if (items[2 * k + 1].revents & S0_ZMQ_POLLIN)
-                forward(self, k, S0_LANE_BUDGET);
-        for (int k = 0; k < self->n_ch; k++) {
+        if (items[wake_at].revents & S0_ZMQ_POLLIN) { /* add_link / remove_link */
+            uint64_t value;
+            ssize_t got = read(self->wake_fd, &value, sizeof(value));
+            (void)got;
+        }
+        int removing = 0;
+        if (self->links) {
+            pthread_mutex_lock(&self->mutex);
+            removing = snap_take(self) == 1;
+            pthread_mutex_unlock(&self->mutex);
+        }
+        for (int k = 0; k < S0_CHANNELS; k++)
+            if (pipe_at[k] >= 0 && (items[pipe_at[k]].revents & S0_ZMQ_POLLIN ||
+                                    (k == S0_LINKS && removing)))
+                forward(self, k, k == S0_LINKS && removing ? 0 : S0_LANE_BUDGET);
+        if (removing) { /* after what Python wrote before remove_link: the pipe was read first */
+            pthread_mutex_lock(&self->mutex);
+            links_release(self);
+            pthread_mutex_unlock(&self->mutex);
+        }
+        for (int k = 0; k < S0_CHANNELS; k++) {
+            if (!has_channel(self, k))
+                continue;
             s0_channel *c = &self->ch[k];
             if (c->cursor < c->count && !deliver(self, c))
                 continue;
-            if (items[2 * k].revents & S0_ZMQ_POLLIN || items[2 * k].events == 0)
-                read_router(self, k);
+            if (k == S0_LINKS) {
+                for (size_t i = 0; i < self->n_snap; i++)
+                    if (!read_socket(self, k, self->snap[i]->sock, self->snap[i]))
+                        break; /* the pipe is full: the rest wait */
+            } else if (items[router_at[k]].revents & S0_ZMQ_POLLIN ||
+                       items[router_at[k]].events == 0) {
+                read_socket(self, k, c->router, NULL);
+            }
         }
     }
     /* Python's last sends (its DISCONNECTs at shutdown), all of them. */
-    for (int k = 0; k < self->n_ch; k++)
-        forward(self, k, 0);
+    if (self->links) {
+        pthread_mutex_lock(&self->mutex);
+        snap_take(self);
+        pthread_mutex_unlock(&self->mutex);
+    }
+    for (int k = 0; k < S0_CHANNELS; k++)
+        if (has_channel(self, k))
+            forward(self, k, 0);
+    if (self->links) {
+        pthread_mutex_lock(&self->mutex);
+        links_release(self);
+        pthread_mutex_unlock(&self->mutex);
+    }
     /* held for a full pipe: what it takes now, the rest is lost */
-    for (int k = 0; k < self->n_ch; k++) {
+    for (int k = 0; k < S0_CHANNELS; k++) {
         s0_channel *c = &self->ch[k];
-        if (c->cursor < c->count && !deliver(self, c)) {
+        if (has_channel(self, k) && c->cursor < c->count && !deliver(self, c)) {
             count(self, ST_LOST, c->count - c->cursor);
             for (size_t i = c->cursor; i < c->count; i++)
                 message_close(&c->batch[i]);
@@ -2623,14 +3223,14 @@ static void *handle_of(PyObject *obj, const char *name) {
 static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"frontend",   "backend", "front_pipe", "back_pipe",
                              "keyed_front", "keyed_back", "max_frame_bytes", "peer",
-                             "peer_pipe",  "keyed_peer", NULL};
-    PyObject *handles[6] = {NULL, NULL, NULL, NULL, Py_None, Py_None};
+                             "peer_pipe",  "keyed_peer", "link_pipe", NULL};
+    PyObject *handles[7] = {NULL, NULL, NULL, NULL, Py_None, Py_None, Py_None};
     int keyed_front, keyed_back, keyed_peer = 0;
     Py_ssize_t max_frame_bytes;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOppn|OOp:Lane", kwlist, &handles[0],
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOppn|OOpO:Lane", kwlist, &handles[0],
                                      &handles[1], &handles[2], &handles[3], &keyed_front,
                                      &keyed_back, &max_frame_bytes, &handles[4], &handles[5],
-                                     &keyed_peer))
+                                     &keyed_peer, &handles[6]))
         return NULL;
     if ((handles[4] == Py_None) != (handles[5] == Py_None)) {
         PyErr_SetString(PyExc_ValueError,
@@ -2640,10 +3240,17 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         return NULL;
     }
     int n_ch = handles[4] == Py_None ? 2 : 3;
-    static const char *names[6] = {"frontend", "backend", "front_pipe", "back_pipe", "peer",
-                                   "peer_pipe"};
-    void *socks[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 2 * n_ch; i++) {
+    int links = handles[6] != Py_None;
+    if (links && n_ch < 3) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Lane: link_pipe given without peer and peer_pipe (the links are a "
+                        "family's: give the peer ROUTER too)");
+        return NULL;
+    }
+    static const char *names[7] = {"frontend", "backend", "front_pipe", "back_pipe", "peer",
+                                   "peer_pipe", "link_pipe"};
+    void *socks[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 2 * n_ch + links; i++) {
         socks[i] = handle_of(handles[i], names[i]);
         if (socks[i] == NULL)
             return NULL;
@@ -2659,12 +3266,14 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     /* tp_alloc zeroed it */
     self->wake_fd = -1;
     self->n_ch = n_ch;
+    self->links = links;
     for (int k = 0; k < S0_CHANNELS; k++) { /* (every batch set up: dealloc closes them) */
         s0_channel *c = &self->ch[k];
-        static const int router_at[S0_CHANNELS] = {0, 1, 4}, pipe_at[S0_CHANNELS] = {2, 3, 5};
-        c->router = socks[router_at[k]];
+        static const int router_at[S0_CHANNELS] = {0, 1, 4, -1},
+                         pipe_at[S0_CHANNELS] = {2, 3, 5, 6};
+        c->router = router_at[k] >= 0 ? socks[router_at[k]] : NULL; /* (links: no ROUTER) */
         c->pipe = socks[pipe_at[k]];
-        c->keyed = k == 0 ? keyed_front : k == 1 ? keyed_back : keyed_peer;
+        c->keyed = k == 0 ? keyed_front : k == 1 ? keyed_back : k == 2 ? keyed_peer : 0;
         for (size_t i = 0; i < S0_LANE_BUDGET; i++) {
             c->batch[i].frames = c->batch[i].inline_frames;
             c->batch[i].cap = S0_LANE_INLINE_FRAMES;
@@ -2683,6 +3292,12 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     pthread_mutex_init(&self->mutex, &attr);
     pthread_mutexattr_destroy(&attr);
     pthread_mutex_init(&self->join_mutex, NULL);
+    self->items_cap = 2 * S0_CHANNELS + 1 + 8; /* (the thread grows it with the links) */
+    self->items = malloc(self->items_cap * sizeof(*self->items));
+    if (self->items == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     self->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (self->wake_fd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -2742,6 +3357,18 @@ static void lane_dealloc(LaneObject *self) {
     table_free_all(&self->pkeys);
     cache_free(&self->cache);
     done_free_all(self);
+    for (size_t i = 0; i < self->n_links; i++)
+        free(self->link_set[i]); /* (the sockets are Python's) */
+    free(self->link_set);
+    for (size_t i = 0; i < self->n_gone; i++)
+        free(self->gone[i]);
+    free(self->gone);
+    for (size_t i = 0; i < self->n_peers; i++)
+        peer_free(self->peers[i]);
+    free(self->peers);
+    table_free_all(&self->deltas);
+    free(self->snap);
+    free(self->items);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
     for (int k = 0; k < S0_CHANNELS; k++)
@@ -3007,18 +3634,23 @@ static PyObject *lane_heard(LaneObject *self, PyObject *unused) {
     int failed = 0;
     py_lock(self);
     s0_sessions *t = &self->sessions;
-    n = t->n_heard;
+    size_t n_entries = t->n_heard, n_links = 0, bytes = 0;
+    for (size_t i = 0; i < n_entries; i++)
+        bytes += t->heard[i]->key.len;
+    for (size_t i = 0; i < self->n_links; i++)
+        if (self->link_set[i]->heard) {
+            n_links++;
+            bytes += self->link_set[i]->id_len;
+        }
+    n = n_entries + n_links;
     if (n > 0) {
-        size_t bytes = 0;
-        for (size_t i = 0; i < n; i++)
-            bytes += t->heard[i]->key.len;
         copies = malloc(n * sizeof(*copies));
         block = malloc(bytes ? bytes : 1);
         if (copies == NULL || block == NULL) {
             failed = 1;
         } else {
             size_t at = 0;
-            for (size_t i = 0; i < n; i++) {
+            for (size_t i = 0; i < n_entries; i++) {
                 s0_entry *e = t->heard[i];
                 copies[i].channel = e->channel;
                 copies[i].last_seen = e->last_seen;
@@ -3030,6 +3662,20 @@ static PyObject *lane_heard(LaneObject *self, PyObject *unused) {
                 e->heard_at = -1;
             }
             t->n_heard = 0;
+            size_t k = n_entries;
+            for (size_t i = 0; i < self->n_links; i++) { /* a link a FORWARDREPLY came on */
+                s0_link *l = self->link_set[i];
+                if (!l->heard)
+                    continue;
+                copies[k].channel = S0_LINKS;
+                copies[k].last_seen = l->last_seen;
+                copies[k].len = l->id_len;
+                copies[k].rid = block + at;
+                memcpy(block + at, l->id, l->id_len);
+                at += l->id_len;
+                l->heard = 0;
+                k++;
+            }
         }
     }
     pthread_mutex_unlock(&self->mutex);
@@ -3300,7 +3946,7 @@ static PyObject *record_tuple(s0_record *r) {
     } else {
         id_len = snprintf(mdp_id, sizeof(mdp_id), "mdp.L%llu", (unsigned long long)r->number);
     }
-    return Py_BuildValue("(y#y#y#y#s#s#Nddy#KNy#s#d)", (const char *)r->key.data,
+    return Py_BuildValue("(y#y#y#y#s#s#Nddy#KNy#s#ds#)", (const char *)r->key.data,
                          (Py_ssize_t)r->key.len, (const char *)r->wrid, (Py_ssize_t)r->wrid_len,
                          (const char *)r->crid, (Py_ssize_t)r->crid_len,
                          (const char *)r->client_id, (Py_ssize_t)r->client_id_len,
@@ -3309,8 +3955,8 @@ static PyObject *record_tuple(s0_record *r) {
                          r->deadline, request_id, id_len, (unsigned long long)r->seq,
                          PyBool_FromLong(r->ids), r->origin ? (const char *)r->origin : "",
                          (Py_ssize_t)r->origin_len, r->via ? (const char *)r->via : "",
-                         (Py_ssize_t)r->via_len,
-                         r->limit);
+                         (Py_ssize_t)r->via_len, r->limit,
+                         r->peer ? (const char *)r->peer : "", (Py_ssize_t)r->peer_len);
 }
 
 static int seq_order(const void *a, const void *b) {
@@ -3349,7 +3995,7 @@ static PyObject *handed_list(s0_record **got, size_t n) {
     return out;
 }
 
-enum { ADOPT_WORKER, ADOPT_ALL, ADOPT_DUE };
+enum { ADOPT_WORKER, ADOPT_ALL, ADOPT_DUE, ADOPT_PEER };
 
 /* Hand Python the records `which` selects (the lock taken here; built after it is released). */
 static PyObject *adopt_many(LaneObject *self, int which, const void *rid, size_t rid_len,
@@ -3371,8 +4017,11 @@ static PyObject *adopt_many(LaneObject *self, int which, const void *rid, size_t
         for (size_t i = 0; i < self->n_heap; i++) {
             s0_record *r = self->heap[i];
             if (which == ADOPT_ALL ||
-                (r->queue == NULL && r->wrid_len == rid_len &&
-                 (rid_len == 0 || memcmp(r->wrid, rid, rid_len) == 0)))
+                (which == ADOPT_WORKER && r->queue == NULL && !r->out &&
+                 r->wrid_len == rid_len &&
+                 (rid_len == 0 || memcmp(r->wrid, rid, rid_len) == 0)) ||
+                (which == ADOPT_PEER && r->out && r->peer_len == rid_len &&
+                 memcmp(r->peer, rid, rid_len) == 0))
                 got[n++] = r;
         }
         if (n > 1) /* (ordered before they leave: the order reads whether they wait) */
@@ -3529,8 +4178,9 @@ static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
     memset(&self->svcs, 0, sizeof(self->svcs));
     memset(&self->hists, 0, sizeof(self->hists));
     uint64_t requests = self->drain_requests, replies = self->drain_replies;
-    uint64_t forwards = self->drain_forwards;
+    uint64_t forwards = self->drain_forwards, forwarded = self->drain_forwarded;
     self->drain_requests = self->drain_replies = self->drain_forwards = 0;
+    self->drain_forwarded = 0;
     pthread_mutex_unlock(&self->mutex);
     PyObject *out = NULL, *hist = NULL, *changed = NULL;
     size_t n = 0, n_hists = 0;
@@ -3585,8 +4235,9 @@ static PyObject *lane_drain(LaneObject *self, PyObject *unused) {
         if (bad)
             goto done;
     }
-    out = Py_BuildValue("(KKOOK)", (unsigned long long)requests, (unsigned long long)replies, hist,
-                        changed, (unsigned long long)forwards);
+    out = Py_BuildValue("(KKOOKK)", (unsigned long long)requests, (unsigned long long)replies,
+                        hist, changed, (unsigned long long)forwards,
+                        (unsigned long long)forwarded);
 done:
     Py_XDECREF(hist);
     Py_XDECREF(changed);
@@ -4206,6 +4857,316 @@ static PyObject *lane_done_drain(LaneObject *self, PyObject *unused) {
     return out;
 }
 
+/* ---- phase 4b: the links, the peers, forwarding out (Python's side) ----------------------- */
+
+static int links_on(const LaneObject *self, const char *method) {
+    if (self->links)
+        return 1;
+    PyErr_Format(PyExc_ValueError,
+                 "Lane.%s: this lane has no links (channel 3): make it with link_pipe", method);
+    return 0;
+}
+
+/* A broker id argument: 1..255 bytes. */
+static int broker_id_ok(Py_ssize_t len, const char *method, const char *what) {
+    if (len >= 1 && len <= 255)
+        return 1;
+    PyErr_Format(PyExc_ValueError, "Lane.%s: %s must be 1..255 bytes, not %zd", method, what,
+                 len);
+    return 0;
+}
+
+static void wake(LaneObject *self) {
+    uint64_t one = 1;
+    ssize_t w = write(self->wake_fd, &one, sizeof(one));
+    (void)w; /* EAGAIN: the counter is already set, the thread wakes anyway */
+}
+
+static PyObject *lane_add_link(LaneObject *self, PyObject *args) {
+    const char *id;
+    Py_ssize_t id_len;
+    PyObject *handle;
+    if (!PyArg_ParseTuple(args, "y#O:add_link", &id, &id_len, &handle) ||
+        !links_on(self, "add_link") || !broker_id_ok(id_len, "add_link", "link_id"))
+        return NULL;
+    void *sock = handle_of(handle, "handle");
+    if (sock == NULL)
+        return NULL;
+    s0_link *l = malloc(sizeof(s0_link) + (size_t)id_len);
+    if (l == NULL)
+        return PyErr_NoMemory();
+    l->sock = sock;
+    l->removing = 0;
+    l->last_passed = 0;
+    l->last_seen = 0.0;
+    l->heard = 0;
+    l->id_len = (size_t)id_len;
+    memcpy(l->id, id, (size_t)id_len);
+    const char *problem = NULL;
+    py_lock(self);
+    for (size_t i = 0; i < self->n_links && problem == NULL; i++)
+        if (self->link_set[i]->id_len == l->id_len &&
+            memcmp(self->link_set[i]->id, id, l->id_len) == 0)
+            problem = "held";
+    if (problem == NULL && self->n_links == self->links_cap) {
+        size_t cap = self->links_cap ? 2 * self->links_cap : 8;
+        s0_link **grown = realloc(self->link_set, cap * sizeof(*grown));
+        if (grown == NULL) {
+            problem = "memory";
+        } else {
+            self->link_set = grown;
+            self->links_cap = cap;
+        }
+    }
+    if (problem == NULL)
+        self->link_set[self->n_links++] = l;
+    pthread_mutex_unlock(&self->mutex);
+    if (problem == NULL) {
+        wake(self);
+        Py_RETURN_NONE;
+    }
+    free(l);
+    if (problem[0] == 'm')
+        return PyErr_NoMemory();
+    PyErr_Format(PyExc_ValueError,
+                 "Lane.add_link: the lane holds a link %R already (remove_link it and wait for "
+                 "released_links)",
+                 PyTuple_GET_ITEM(args, 0));
+    return NULL;
+}
+
+static PyObject *lane_remove_link(LaneObject *self, PyObject *arg) {
+    if (!links_on(self, "remove_link"))
+        return NULL;
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.remove_link: link_id must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    py_lock(self);
+    s0_link *l = link_find(self, PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg));
+    if (l != NULL)
+        l->removing = 1;
+    pthread_mutex_unlock(&self->mutex);
+    if (l == NULL) {
+        PyErr_Format(PyExc_KeyError, "Lane.remove_link: the lane holds no link %R", arg);
+        return NULL;
+    }
+    wake(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_released_links(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    if (!links_on(self, "released_links"))
+        return NULL;
+    py_lock(self);
+    PyObject *out = PyList_New((Py_ssize_t)self->n_gone);
+    for (size_t i = 0; out != NULL && i < self->n_gone; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)self->gone[i]->id,
+                                                (Py_ssize_t)self->gone[i]->id_len);
+        if (b == NULL)
+            Py_CLEAR(out); /* (the list unchanged: listed next time) */
+        else
+            PyList_SET_ITEM(out, (Py_ssize_t)i, b);
+    }
+    if (out != NULL) {
+        for (size_t i = 0; i < self->n_gone; i++)
+            free(self->gone[i]);
+        self->n_gone = 0;
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
+static PyObject *lane_peer(LaneObject *self, PyObject *args) {
+    const char *id;
+    Py_ssize_t id_len;
+    int usable, forward_with;
+    PyObject *free_of;
+    if (!PyArg_ParseTuple(args, "y#ppO!:peer", &id, &id_len, &usable, &forward_with,
+                          &PyDict_Type, &free_of) ||
+        !broker_id_ok(id_len, "peer", "broker_id"))
+        return NULL;
+    /* The whole view made first: a bad entry changes nothing. */
+    const unsigned char *bid = (const unsigned char *)id;
+    s0_peer *p = record_new(sizeof(s0_peer), bid, (size_t)id_len, hash_bytes(bid, (size_t)id_len));
+    if (p == NULL)
+        return PyErr_NoMemory();
+    memset(&p->free, 0, sizeof(p->free));
+    p->usable = usable;
+    p->forward_with = forward_with;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(free_of, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || !PyLong_Check(value)) {
+            PyErr_Format(PyExc_TypeError,
+                         "Lane.peer: free must be a dict of str (service) to int (free slots), "
+                         "not %.100s: %.100s",
+                         Py_TYPE(key)->tp_name, Py_TYPE(value)->tp_name);
+            peer_free(p);
+            return NULL;
+        }
+        long long n = PyLong_AsLongLong(value);
+        Py_ssize_t len;
+        const char *name = n == -1 && PyErr_Occurred() ? NULL : PyUnicode_AsUTF8AndSize(key, &len);
+        s0_count *c = name != NULL ? count_make(&p->free, name, (size_t)len) : NULL;
+        if (c == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_NoMemory();
+            peer_free(p);
+            return NULL;
+        }
+        c->n = n;
+    }
+    int failed = 0;
+    py_lock(self);
+    size_t at;
+    s0_peer *old = peer_find(self, id, (size_t)id_len, &at);
+    if (old != NULL) {
+        self->peers[at] = p; /* (its place in the order kept) */
+    } else if (self->n_peers == self->peers_cap) {
+        size_t cap = self->peers_cap ? 2 * self->peers_cap : 8;
+        s0_peer **grown = realloc(self->peers, cap * sizeof(*grown));
+        if (grown == NULL) {
+            failed = 1;
+        } else {
+            self->peers = grown;
+            self->peers_cap = cap;
+        }
+    }
+    if (old == NULL && !failed)
+        self->peers[self->n_peers++] = p;
+    pthread_mutex_unlock(&self->mutex);
+    peer_free(failed ? p : old);
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_forget_peer(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.forget_peer: broker_id must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    py_lock(self);
+    size_t at;
+    s0_peer *p = peer_find(self, PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg), &at);
+    if (p != NULL) {
+        memmove(&self->peers[at], &self->peers[at + 1],
+                (self->n_peers - at - 1) * sizeof(*self->peers));
+        self->n_peers--;
+    }
+    pthread_mutex_unlock(&self->mutex);
+    peer_free(p);
+    Py_RETURN_NONE;
+}
+
+/* (broker id, service) of a delta's key: its bytes, then the service's. */
+static int delta_order(const void *a, const void *b) {
+    const s0_count *x = *(s0_count *const *)a, *y = *(s0_count *const *)b;
+    const unsigned char *xp, *xs, *yp, *ys;
+    size_t xpl, xsl, ypl, ysl;
+    rkey_split(x->key.data, x->key.len, &xp, &xpl, &xs, &xsl);
+    rkey_split(y->key.data, y->key.len, &yp, &ypl, &ys, &ysl);
+    size_t n = xpl < ypl ? xpl : ypl;
+    int c = n ? memcmp(xp, yp, n) : 0;
+    if (c != 0)
+        return c;
+    if (xpl != ypl)
+        return xpl < ypl ? -1 : 1;
+    n = xsl < ysl ? xsl : ysl;
+    c = n ? memcmp(xs, ys, n) : 0;
+    if (c != 0)
+        return c;
+    return xsl < ysl ? -1 : xsl > ysl;
+}
+
+static PyObject *lane_peer_deltas(LaneObject *self, PyObject *unused) {
+    (void)unused;
+    py_lock(self);
+    s0_table deltas = self->deltas; /* taken whole: the lane starts a new table */
+    memset(&self->deltas, 0, sizeof(self->deltas));
+    pthread_mutex_unlock(&self->mutex);
+    s0_count **all = NULL;
+    size_t n = 0;
+    PyObject *out = NULL;
+    if (table_list(&deltas, (void ***)&all, &n) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n > 1)
+        qsort(all, n, sizeof(*all), delta_order);
+    out = PyList_New(0);
+    for (size_t i = 0; out != NULL && i < n; i++) {
+        if (all[i]->n == 0)
+            continue;
+        const unsigned char *peer, *svc;
+        size_t peer_len, svc_len;
+        rkey_split(all[i]->key.data, all[i]->key.len, &peer, &peer_len, &svc, &svc_len);
+        PyObject *item = Py_BuildValue("(y#NL)", (const char *)peer, (Py_ssize_t)peer_len,
+                                       PyUnicode_DecodeUTF8((const char *)svc,
+                                                            (Py_ssize_t)svc_len, "surrogatepass"),
+                                       all[i]->n);
+        if (item == NULL || PyList_Append(out, item) < 0)
+            Py_CLEAR(out); /* (the deltas are lost with the MemoryError) */
+        Py_XDECREF(item);
+    }
+done:
+    free(all);
+    table_free_all(&deltas);
+    return out;
+}
+
+static PyObject *lane_forwarded_to(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.forwarded_to: broker_id must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const char *id = PyBytes_AS_STRING(arg);
+    size_t len = (size_t)PyBytes_GET_SIZE(arg);
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    py_lock(self);
+    for (size_t i = 0; out != NULL && i < self->n_heap; i++) {
+        const s0_record *r = self->heap[i];
+        if (r->out && r->peer_len == len && memcmp(r->peer, id, len) == 0 &&
+            dict_count(out, PyUnicode_DecodeUTF8((const char *)r->service,
+                                                 (Py_ssize_t)r->service_len, "surrogatepass")) < 0)
+            Py_CLEAR(out);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return out;
+}
+
+static PyObject *lane_identity(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.identity: name must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    if (!broker_id_ok(PyBytes_GET_SIZE(arg), "identity", "name"))
+        return NULL;
+    py_lock(self);
+    self->identity_len = (size_t)PyBytes_GET_SIZE(arg);
+    memcpy(self->identity, PyBytes_AS_STRING(arg), self->identity_len);
+    pthread_mutex_unlock(&self->mutex);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_adopt_peer(LaneObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "Lane.adopt_peer: broker_id must be bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    return adopt_many(self, ADOPT_PEER, PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg),
+                      0.0);
+}
+
 static PyMethodDef lane_methods[] = {
     {"start", (PyCFunction)lane_start, METH_NOARGS, "start(): spawn the lane thread (once)"},
     {"stop", (PyCFunction)lane_stop, METH_NOARGS,
@@ -4277,7 +5238,8 @@ static PyMethodDef lane_methods[] = {
     {"seq_from", (PyCFunction)lane_seq_from, METH_O,
      "seq_from(n): raise the numbering to at least n"},
     {"drain", (PyCFunction)lane_drain, METH_NOARGS,
-     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards): "
+     "drain() -> (requests, replies, [(service, status, counts, sum_s)], changed, forwards, "
+     "forwarded): "
      "since the last one"},
     {"python_key", (PyCFunction)lane_python_key, METH_VARARGS,
      "python_key(client_id, request_id, live): Python holds (True) / no longer holds (False) a "
@@ -4311,6 +5273,23 @@ static PyMethodDef lane_methods[] = {
     {"done_drain", (PyCFunction)lane_done_drain, METH_NOARGS,
      "done_drain() -> [(service, worker_rid, client_rid, started, finished, bytes_in, "
      "bytes_out, status, via)]: in the order taken; the ring emptied"},
+    {"add_link", (PyCFunction)lane_add_link, METH_VARARGS,
+     "add_link(link_id, handle): the lane becomes the only user of this link DEALER (channel 3)"},
+    {"remove_link", (PyCFunction)lane_remove_link, METH_O,
+     "remove_link(link_id): the lane lets it go at its next wake-up (see released_links)"},
+    {"released_links", (PyCFunction)lane_released_links, METH_NOARGS,
+     "released_links() -> [link_id]: links the lane let go since the last call (close them)"},
+    {"peer", (PyCFunction)lane_peer, METH_VARARGS,
+     "peer(broker_id, usable, forward_with, free): insert or replace the lane's view of a peer"},
+    {"forget_peer", (PyCFunction)lane_forget_peer, METH_O, "forget_peer(broker_id)"},
+    {"peer_deltas", (PyCFunction)lane_peer_deltas, METH_NOARGS,
+     "peer_deltas() -> [(broker_id, service, delta)]: how the lane moved the free counts"},
+    {"forwarded_to", (PyCFunction)lane_forwarded_to, METH_O,
+     "forwarded_to(broker_id) -> {service: requests}: the lane's records in flight there"},
+    {"identity", (PyCFunction)lane_identity, METH_O,
+     "identity(name): this broker's id (a FORWARD's origin_broker)"},
+    {"adopt_peer", (PyCFunction)lane_adopt_peer, METH_O,
+     "adopt_peer(broker_id) -> [record]: every record forwarded to that peer, ticket order"},
     {NULL, NULL, 0, NULL},
 };
 

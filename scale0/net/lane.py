@@ -40,8 +40,10 @@ __all__ = [
     "open_lane",
 ]
 
-#: The lane's channel numbers: 0 the frontend, 1 the backend, 2 the peer ROUTER (phase 4a).
+#: The ROUTERs the lane owns, by its channel numbers: 0 the frontend, 1 the backend, 2 the peer
+#: ROUTER (phase 4a); channel 3 is our links to the peers (DEALERs, phase 4b), one pipe for all.
 LANE_CHANNELS: Final = (Channel.FRONTEND, Channel.BACKEND, Channel.PEER)
+_CHANNELS: Final = (*LANE_CHANNELS, Channel.LINK)
 _NUMBER: Final = {Channel.FRONTEND: 0, Channel.BACKEND: 1, Channel.PEER: 2}
 
 _Lane: Any = None
@@ -67,11 +69,12 @@ class LaneMirror:
     sessions' copy in C), R20's connections, what it heard, and the peer links whose FORWARDs
     it may take (:meth:`peers`)."""
 
-    __slots__ = ("_lane", "_peers")
+    __slots__ = ("_forward_peers", "_lane", "_peers")
 
     def __init__(self, lane: Any) -> None:
         self._lane = lane
         self._peers: dict[bytes, bytes] = {}
+        self._forward_peers: dict[bytes, tuple[bool, bool, dict[str, int]]] = {}
 
     def note(
         self,
@@ -110,7 +113,7 @@ class LaneMirror:
     def heard(self) -> list[tuple[Channel, bytes, float]]:
         """The HEARTBEATs (and peers' FORWARDs) the lane took since the last call: (channel,
         routing id, when)."""
-        return [(LANE_CHANNELS[number], rid, when) for number, rid, when in self._lane.heard()]
+        return [(_CHANNELS[number], rid, when) for number, rid, when in self._lane.heard()]
 
     def peers(self, peers: dict[bytes, bytes]) -> None:
         """The peer links whose FORWARDs the lane may take now (routing id -> broker id, the
@@ -125,6 +128,26 @@ class LaneMirror:
                 self._lane.note(2, routing_id, 0, 0.0, 0.0, 0, broker_id, True)
         self._peers = dict(peers)
 
+    def forward_peers(self, peers: dict[bytes, tuple[bool, bool, dict[str, int]]]) -> None:
+        """The peers the lane may forward to (the family's ``lane_forward_peers``: per broker
+        id, usable, understands FORWARDWITH, free slots per service), each told when it
+        differs from what the lane holds now. Call it only once what the lane moved since
+        its last ``peer_deltas`` is applied (``Broker.lane_moved``): the lane's own counts then
+        equal the family's unless the family changed them."""
+        told = self._forward_peers
+        for broker_id in told.keys() - peers.keys():
+            self._lane.forget_peer(broker_id)
+        for broker_id, (usable, forward_with, free) in peers.items():
+            if told.get(broker_id) != (usable, forward_with, free):
+                self._lane.peer(broker_id, usable, forward_with, free)
+        self._forward_peers = {b: (u, w, dict(f)) for b, (u, w, f) in peers.items()}
+
+    def moved(self, broker_id: bytes, service: str, delta: int) -> None:
+        """The lane moved a free count by ``delta`` (its ``peer_deltas``): what it holds."""
+        told = self._forward_peers.get(broker_id)
+        if told is not None:
+            told[2][service] = told[2].get(service, 0) + delta
+
 
 def open_lane(
     context: zmq.Context[zmq.Socket[bytes]],
@@ -136,9 +159,9 @@ def open_lane(
     name: str,
 ) -> tuple[Any, list[zmq.Socket[bytes]], list[zmq.Socket[bytes]]]:
     """A lane (not started) on the frontend, backend and peer ``routers`` (``keyed``: which
-    carry CURVE keys), and the pipes: the loop's ends (in that order) and the lane's. Towards
-    the loop a pipe holds ``hwm`` messages (then the lane stops reading that ROUTER:
-    backpressure as without a lane);
+    carry CURVE keys), and the pipes: the loop's ends (in that order, then the links' pipe,
+    phase 4b) and the lane's. Towards the loop a pipe holds ``hwm`` messages (then the lane
+    stops reading that ROUTER: backpressure as without a lane);
     towards the lane it has no limit (a round's sends are bounded by the round, and the
     ROUTER's per-peer limit applies behind it)."""
     if _Lane is None:
@@ -146,7 +169,7 @@ def open_lane(
     ours: list[zmq.Socket[bytes]] = []
     theirs: list[zmq.Socket[bytes]] = []
     try:
-        for channel in LANE_CHANNELS:
+        for channel in _CHANNELS:
             address = f"inproc://scale0-lane-{name}-{channel.value}"
             lane_end: zmq.Socket[bytes] = context.socket(zmq.PAIR)
             theirs.append(lane_end)
@@ -171,6 +194,7 @@ def open_lane(
             peer=routers[2].underlying,
             peer_pipe=theirs[2].underlying,
             keyed_peer=keyed[2],
+            link_pipe=theirs[3].underlying,
         )
     except BaseException:
         for sock in ours + theirs:

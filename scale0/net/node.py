@@ -163,7 +163,7 @@ class BindError(Exception):
         super().__init__(f"cannot bind the {channel.value} socket to {endpoint}: {reason}")
 
 
-PortKind = Literal["router", "dealer", "sub", "monitor"]
+PortKind = Literal["router", "dealer", "sub", "monitor", "links"]
 
 #: What a ROUTER's monitor reports (R20): a connection accepted, a connection ended.
 _MONITOR_EVENTS: Final = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
@@ -349,6 +349,10 @@ class BrokerNode:
         # The lane records each request it answers for the event log (its done ring)
         self._lane_records = False
         self._lane_requests = False
+        # Phase 4b: the links the lane owns (their ports, not read by the loop), and those it
+        # was told to let go of, closed once it says it has (released_links)
+        self._lane_links: dict[str, _Port] = {}
+        self._lane_releasing: list[tuple[bytes, zmq.Socket[bytes]]] = []
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -450,7 +454,11 @@ class BrokerNode:
                 self._lane.record_done(True)
                 self._lane_records = True
         self._started = True
-        self._endpoints = {port.channel: port.endpoint for port in self._ports.values()}
+        self._endpoints = {
+            port.channel: port.endpoint
+            for port in self._ports.values()
+            if port.kind == "router"  # (not the monitors, nor the lane's links pipe)
+        }
         self._endpoints.pop(Channel.CONFIG, None)
         self._config_pub_endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         loop = self._loop
@@ -668,8 +676,12 @@ class BrokerNode:
             kind="dealer",
             link=link.encode(),
         )
-        self._ports[f"link:{link}"] = port
-        self._loop.add_handler(port.fd, _FdHandler(self, port), IOLoop.READ)
+        if self._lane is not None and "links" in self._ports:
+            self._lane.add_link(link.encode(), sock.underlying)  # (its thread reads it)
+            self._lane_links[link] = port
+        else:
+            self._ports[f"link:{link}"] = port
+            self._loop.add_handler(port.fd, _FdHandler(self, port), IOLoop.READ)
         self._log(logging.DEBUG, "link_connect", {"link": link, "endpoint": endpoint})
 
     def _fast_reconnect(self, sock: zmq.Socket[bytes]) -> None:
@@ -694,6 +706,14 @@ class BrokerNode:
         sock.setsockopt(zmq.CONNECT_TIMEOUT, max(interval_ms, 1000))
 
     def _close_link(self, link: str) -> None:
+        lane_port = self._lane_links.pop(link, None)
+        if lane_port is not None:  # the lane's: it lets go after what we said on it is out
+            if self._watch is not None:
+                self._watch.unwatch(f"link:{link}")
+            self._flush()  # (our DISCONNECT into its pipe first)
+            self._lane.remove_link(link.encode())
+            self._lane_releasing.append((link.encode(), lane_port.socket))
+            return
         port = self._ports.pop(f"link:{link}", None)
         if port is None:
             return
@@ -851,7 +871,7 @@ class BrokerNode:
         if self._stopped:
             return
         if name.startswith("link:"):
-            port = self._ports.get(name)
+            port = self._ports.get(name) or self._lane_links.get(name.removeprefix("link:"))
             if port is not None and port.endpoint == endpoint:
                 self._connect_link(name.removeprefix("link:"), endpoint)
         elif endpoint in self._subscribed:
@@ -875,8 +895,10 @@ class BrokerNode:
         """A config applied: reopen links and subscriptions whose broker's CURVE key changed,
         and say when this broker's own entry asks for a CURVE setting its sockets lack."""
         network = self.broker.network
-        for name, port in list(self._ports.items()):
-            if not name.startswith("link:") or name not in self._used_keys:
+        links = [(name, port) for name, port in self._ports.items() if name.startswith("link:")]
+        links += [(f"link:{link}", port) for link, port in self._lane_links.items()]
+        for name, port in links:
+            if name not in self._used_keys:
                 continue
             if server_key_for(network, port.endpoint, self._seed_keys) != self._used_keys[name]:
                 self._connect_link(name.removeprefix("link:"), port.endpoint)
@@ -925,7 +947,7 @@ class BrokerNode:
             hwm=self._hwm,
             name=str(id(self)),
         )
-        for old, pipe in zip((front, back, peer), ours, strict=True):
+        for old, pipe in zip((front, back, peer), ours[:3], strict=True):
             port = _Port(
                 old.channel, pipe, _fd_of(pipe), old.signatures, old.endpoint, keyed=old.keyed
             )
@@ -933,9 +955,15 @@ class BrokerNode:
             port.lane = True
             self._ports[old.channel.value] = port
             self._lane_sockets.append(old.socket)
+        links = _Port(Channel.LINK, ours[3], _fd_of(ours[3]), (SIG_BROKER,), "", kind="links")
+        links.lane = True  # (our links, phase 4b: [header, link id, frames...] from each)
+        self._ports["links"] = links
         self._lane_sockets.extend(theirs)
         self._lane = lane
         self._mirror = LaneMirror(lane)
+        lane.identity(self.broker.core.identity.encode())
+        for name in [name for name in self._ports if name.startswith("link:")]:
+            self._lane_take_link(name.removeprefix("link:"), self._ports.pop(name))
         self._lane_config()
         self.broker.mirror_sessions(self._mirror)
         self.broker.core.lane = lane.stats  # its counters in status and /metrics
@@ -958,6 +986,12 @@ class BrokerNode:
             return
         self._lane = self._mirror = None
         lane.stop()
+        for port in self._lane_links.values():  # (it has stopped: ours to close)
+            port.socket.close(linger=self._flush_ms)
+        self._lane_links.clear()
+        for _, sock in self._lane_releasing:
+            sock.close(linger=self._flush_ms)
+        self._lane_releasing.clear()
         self.broker.mirror_sessions(None)
         self.broker.core.lane = None
         if self._lane_requests:  # what it still holds is the ledger's now, the pool its own
@@ -998,10 +1032,11 @@ class BrokerNode:
         """What the lane did with requests since the last call, to the core (counters,
         metrics, the table the peers read) and, with an event log, the records of the
         requests it answered."""
-        requests, replies, latencies, changed, forwards = lane.drain()
+        requests, replies, latencies, changed, forwards, forwarded = lane.drain()
         if requests or replies or changed:
             now = time.monotonic()
-            self.broker.lane_did(requests, replies, latencies, changed, now, forwards)
+            self.broker.lane_did(requests, replies, latencies, changed, now, forwards, forwarded)
+        self._lane_moved(lane)
         if self._lane_records:
             self._lane_done(lane)
 
@@ -1029,6 +1064,33 @@ class BrokerNode:
                 )
             )
 
+    def _lane_moved(self, lane: Any) -> None:
+        """How the lane moved its peers' free counts since the last call (phase 4b), to the
+        family, and to the mirror's copy of what the lane holds."""
+        deltas = lane.peer_deltas()
+        if deltas:
+            self.broker.lane_moved(deltas)
+            assert self._mirror is not None
+            for broker_id, service, delta in deltas:
+                self._mirror.moved(broker_id, service, delta)
+
+    def _lane_take_link(self, link: str, port: _Port) -> None:
+        """The lane owns this link from now on (phase 4b): the loop stops reading it, what the
+        core says on it goes through the links' pipe."""
+        assert self._loop is not None
+        self._loop.remove_handler(port.fd)
+        self._lane.add_link(link.encode(), port.socket.underlying)
+        self._lane_links[link] = port
+
+    def _lane_release(self, link: bytes) -> None:
+        """The lane let go of a link it was told to (``released_links``): close its socket
+        (a short linger: a DISCONNECT said just before still goes out, §5.5)."""
+        for index, (name, sock) in enumerate(self._lane_releasing):
+            if name == link:
+                del self._lane_releasing[index]
+                sock.close(linger=self._flush_ms)
+                return
+
     def _lane_unlock(self, lane: Any) -> None:
         """The end of an entry into the core while the lane is locked: tell the lane what it
         may do with requests now (what the core just did may have changed it: the broker's
@@ -1043,6 +1105,10 @@ class BrokerNode:
                     self._lane_serving = serving
                 assert self._mirror is not None
                 self._mirror.peers(self.broker.lane_peers())  # (what HELLOs and silence moved)
+                self._lane_moved(lane)  # (so what the family tells next is what the lane has)
+                self._mirror.forward_peers(self.broker.lane_forward_peers())
+                for link in lane.released_links():
+                    self._lane_release(link)
         finally:
             lane.unlock()
 
@@ -1348,6 +1414,7 @@ class BrokerNode:
 
     def _dispatch_other(self, port: _Port, frames: list[bytes]) -> None:
         """A peer link's answer or a config publication: decode, core, effects. Never raises."""
+        link = port.link
         try:
             broker = self.broker
             event: Event
@@ -1371,13 +1438,15 @@ class BrokerNode:
                     )
                     event = ConfigOffered(offer, "pub")
                 else:
+                    if port.kind == "links":  # the lane's pipe: [link id, frames...]
+                        link, frames = frames[0], frames[1:]
                     message = decode_from_broker(
                         frames, signature=SIG_BROKER, max_frame_bytes=broker.max_frame_bytes
                     )
-                    event = Received(Channel.LINK, port.link, message)
+                    event = Received(Channel.LINK, link, message)
             except ProtocolError as error:
                 self._counters["malformed"] += 1
-                event = Malformed(port.channel, port.link, error)
+                event = Malformed(port.channel, link, error)
             else:
                 self._counters["received"] += 1
             self._perform(broker.handle(event, time.monotonic(), time.time()))
@@ -1591,7 +1660,10 @@ class BrokerNode:
                     if channel is last_channel:
                         port = last_port
                     elif channel is Channel.LINK:
-                        port = ports.get("link:" + effect.routing_id.decode("utf-8", "replace"))
+                        port = ports.get("links")  # (the lane's links: its pipe, phase 4b)
+                        if port is None:
+                            link = effect.routing_id.decode("utf-8", "replace")
+                            port = ports.get("link:" + link)
                     else:
                         port = ports.get(_PORT_NAMES[channel])
                         last_channel, last_port = channel, port

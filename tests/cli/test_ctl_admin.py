@@ -166,7 +166,8 @@ def test_status_says_what_the_lane_did_only_while_it_runs() -> None:
     assert not [line for line in human_lines("status", status) if line.startswith("lane:")]
     status["lane"] = {
         "beats": 1200, "answers": 600, "passed": 7, "stalled": 0,
-        "requests": 900, "replies": 880, "waiting": 12, "handed": 8,
+        "requests": 900, "replies": 880, "waiting": 12, "handed": 8, "forwards": 30,
+        "forwarded": 40,
     }  # fmt: skip
     lines = human_lines("status", status)
     (at,) = [n for n, line in enumerate(lines) if line.startswith("lane:")]
@@ -177,6 +178,9 @@ def test_status_says_what_the_lane_did_only_while_it_runs() -> None:
     assert lines[at + 1].split() == [
         "requests", "taken", "900", "answered", "880", "waiting", "12", "handed", "to", "the",
         "loop", "8",
+    ]  # fmt: skip
+    assert lines[at + 2].split() == [
+        "peers'", "FORWARDs", "taken", "30", "requests", "forwarded", "to", "peers", "40",
     ]  # fmt: skip
 
 

@@ -61,18 +61,23 @@ from scale0.wire.mdp import (
     reading_code,
 )
 from scale0.wire.peer import (
+    FORWARD_WITH_NAME,
     BrokerState,
     Forward,
     ForwardReply,
     Hello,
     PeerHeartbeat,
+    Table,
     TableMode,
     TableReq,
+    TableService,
+    TableWorker,
 )
 from scale0.wire.worker import Ready, WorkerIdRequest, WorkerPartial, WorkerReply, WorkerRequest
 from tests.core.harness import BACK, FRONT, NETWORK, Harness
 
 PEER = Channel.PEER
+LINK = Channel.LINK
 
 if not C_POOL:
     pytest.skip(
@@ -139,6 +144,7 @@ class Record:
     via: str = ""  # (and that peer's broker id)
     limit: float = float("inf")  # (and the origin's deadline, FORWARDWITH's deadline_ms)
     forwarded_ids: bool = False  # (and whether FORWARDWITH carried the client's ids)
+    peer: str = ""  # a client's request the lane forwarded to that peer (phase 4b)
 
     @property
     def ids(self) -> bool:
@@ -162,6 +168,7 @@ class Record:
             self.origin,
             self.via,
             self.limit,
+            self.peer,
         )
 
 
@@ -193,6 +200,14 @@ class RequestLane:
     replies: int = 0
     forwards: int = 0  # FORWARDs taken since the last drain (phase 4a)
     forwarded: int = 0  # and in all
+    # Phase 4b: the peers it may forward to (in the order first told: pick_peer's ties), this
+    # broker's id, how it moved their free counts, what it forwarded since the last drain
+    peers: dict[bytes, tuple[bool, bool, dict[str, int]]] = field(default_factory=dict)
+    identity: str = ""
+    deltas: Counter[tuple[bytes, str]] = field(default_factory=Counter)
+    forwarded_out: int = 0
+    sent_out: int = 0  # (in all)
+    peer_answered: int = 0  # FORWARDREPLYs it took, in all
     latency: dict[tuple[str, int], tuple[list[int], float]] = field(default_factory=dict)
     keys: set[tuple[bytes, bytes]] = field(default_factory=set)  # Python's (R10)
     cache: ReplyCache = field(
@@ -400,15 +415,51 @@ class RequestLane:
     def serve_forwards(self, on: bool) -> None:
         self.forwards_on = on
 
+    def peer(
+        self, broker_id: bytes, usable: bool, forward_with: bool, free: dict[str, int]
+    ) -> None:
+        self.peers[broker_id] = (usable, forward_with, dict(free))
+
+    def forget_peer(self, broker_id: bytes) -> None:
+        self.peers.pop(broker_id, None)
+
+    def peer_deltas(self) -> list[tuple[bytes, str, int]]:
+        deltas = sorted((b, s, d) for (b, s), d in self.deltas.items() if d)
+        self.deltas = Counter()
+        return deltas
+
+    def forwarded_to(self, broker_id: bytes) -> dict[str, int]:
+        name = broker_id.decode()
+        return dict(Counter(r.service for r in self.records.values() if r.peer == name))
+
+    def adopt_peer(self, broker_id: bytes) -> list[LaneRecord]:
+        name = broker_id.decode()
+        return self._hand(
+            sorted((r for r in self.records.values() if r.peer == name), key=lambda r: r.ticket)
+        )
+
+    def _move(self, broker_id: bytes, service: str, delta: int) -> None:
+        told = self.peers.get(broker_id)
+        if told is not None:  # (a peer forgotten since: only the delta, the family drops it)
+            told[2][service] = told[2].get(service, 0) + delta
+        self.deltas[(broker_id, service)] += delta
+
     def drain(
         self,
-    ) -> tuple[int, int, list[tuple[str, int, list[int], float]], list[str], int]:
+    ) -> tuple[int, int, list[tuple[str, int, list[int], float]], list[str], int, int]:
         latencies = [
             (service, status, counts, total)
             for (service, status), (counts, total) in sorted(self.latency.items())
         ]
-        drained = (self.requests, self.replies, latencies, sorted(self.changed), self.forwards)
-        self.requests = self.replies = self.forwards = 0
+        drained = (
+            self.requests,
+            self.replies,
+            latencies,
+            sorted(self.changed),
+            self.forwards,
+            self.forwarded_out,
+        )
+        self.requests = self.replies = self.forwards = self.forwarded_out = 0
         self.latency = {}
         self.changed = set()
         return drained
@@ -432,7 +483,76 @@ class RequestLane:
             return self._reply(rid, message.ticket, False, message.status, message.body, now)
         if channel is PEER and isinstance(message, Forward):
             return self._forward(rid, message, now)
+        if channel is LINK and isinstance(message, ForwardReply):
+            return self._peer_reply(rid, message, now)
         return None
+
+    def _pick(self, service: str, free_only: bool) -> bytes | None:
+        """Forwarding.pick_peer: the usable peer offering ``service`` with the most free slots
+        (with ``free_only``: > 0), the first of equals in the order told."""
+        best: bytes | None = None
+        best_free = 0
+        for broker_id, (usable, _, free) in self.peers.items():
+            slots = free.get(service)
+            if not usable or slots is None or (free_only and slots <= 0):
+                continue
+            if best is None or slots > best_free:
+                best, best_free = broker_id, slots
+        return best
+
+    def _forward_out(self, record: Record, broker_id: bytes, now: float) -> list[Effect]:
+        """Phase 4b: ``record`` (an S0P client's, no worker ready) to that peer, as
+        Forwarding.forward_to sends it."""
+        ticket = self.prefix + self.next_seq().to_bytes(8, "big")
+        record.ticket, record.peer = ticket, broker_id.decode()
+        self.records[ticket] = record
+        self._move(broker_id, record.service, -1)
+        self.forwarded_out += 1
+        self.sent_out += 1
+        _, forward_with, _ = self.peers[broker_id]
+        forward: Message
+        if forward_with:
+            forward = Forward(
+                ticket,
+                record.service,
+                self.identity,
+                record.body,
+                client_id=record.client_id.decode(),
+                request_id=record.request_id,
+                deadline_ms=max(0, int((record.deadline - now) * 1000)),
+            )
+        else:
+            forward = Forward(ticket, record.service, self.identity, record.body)
+        return [Send(LINK, broker_id, forward)]
+
+    def _peer_reply(self, link: bytes, message: ForwardReply, now: float) -> list[Effect] | None:
+        """Phase 4b: a FORWARDREPLY on our link to a peer, to a request the lane forwarded
+        there; not a 404 or 503 (F8: the core routes it again), nor while something of its
+        service waits (F9: the core's drain_to_peers goes first)."""
+        record = self.records.get(message.ticket)
+        if (
+            record is None
+            or record.peer != link.decode()
+            or message.status in (404, 503)
+            or self.waits.get(record.service, 0)
+            or self.waiting(record.service)
+        ):
+            return None
+        del self.records[message.ticket]
+        self._move(link, record.service, +1)
+        self.replies += 1
+        empty = ([0] * (len(LATENCY_BUCKETS_S) + 1), 0.0)
+        counts, total = self.latency.get((record.service, message.status), empty)
+        seconds = max(0.0, now - record.started)
+        counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        self.latency[(record.service, message.status)] = (counts, total + seconds)
+        self.heard.append((LINK, link, now))
+        self.peer_answered += 1
+        answer = ClientReply(record.service, record.request_id, message.status, message.body)
+        self.s0p_answered += 1
+        expires = now + self.cache.max_age_s
+        self.cache.put_until((record.client_id, record.request_id), answer, expires)
+        return [Send(FRONT, record.client, answer)]
 
     def _forward(self, rid: bytes, message: Forward, now: float) -> list[Effect] | None:
         """Phase 4a: a peer's FORWARD or FORWARDWITH (not FORWARDAS: no caller), with a
@@ -555,12 +675,19 @@ class RequestLane:
             reading,
             self.next_seq(),
         )
+        chosen = None
+        if not queue and not reading and self.forwards_on and self.identity:
+            chosen = self._pick(service, True)
+            if chosen is None and not pool.offered_count(service):  # type: ignore[attr-defined]
+                chosen = self._pick(service, False)  # (F6: not ours, so any peer offering it)
         if queue:
             worker = queue[0]
             if self.waits.get(service, 0) or not self._can_write(worker, reading):
                 return None
             assert pool.take(service) == worker  # type: ignore[attr-defined]
             effects = self._dispatch(record, worker)
+        elif chosen is not None and not self.waits.get(service, 0):
+            effects = self._forward_out(record, chosen, now)  # F6, phase 4b
         elif (
             self.may_queue
             and pool.offered_count(service)  # type: ignore[attr-defined]
@@ -758,13 +885,28 @@ class Twins:
         self.peer_told: dict[bytes, bytes] = {}
         self.forward_ids: list[bytes] = []  # the request_ids b2's FORWARDWITHs carried
         self.tickets = 0
+        # Phase 4b: what the lane was told of the peers it may forward to; per broker, our
+        # FORWARDs to b2 not answered yet (tickets, in order); b2's table version
+        self.peers_told: dict[bytes, tuple[bool, bool, dict[str, int]]] = {}
+        self.out_open: list[list[bytes]] = [[], []]
+        self.table_seq = 0
+        self.lane.identity = self.b.broker.core.identity
         self._unlock()
         if peer:
             for harness in (self.a, self.b):
                 harness.broker.handle(Start(), harness.now, harness.wall)  # (its links planned)
-            hello = Hello(PEER_ID, NETWORK.family, BrokerState.ACTIVE, 3, {}, TableMode.PULL)
+            hello = Hello(
+                PEER_ID,
+                NETWORK.family,
+                BrokerState.ACTIVE,
+                3,
+                {},
+                TableMode.PULL,
+                understands=frozenset({FORWARD_WITH_NAME}),
+            )
             for harness in (self.a, self.b):
-                harness.send(PEER, PEER_LINK, hello)
+                harness.send(PEER, PEER_LINK, hello)  # its link to us
+                harness.send(LINK, PEER_ID.encode(), hello)  # its answer on ours: linked
             self._unlock()
         for harness in (self.a, self.b):
             for rid in S0P_CLIENTS:
@@ -782,9 +924,10 @@ class Twins:
         broker = self.b.broker
         if heard:
             broker.heard_elsewhere(heard)
-        requests, replies, latencies, changed, forwards = self.lane.drain()
+        requests, replies, latencies, changed, forwards, forwarded = self.lane.drain()
         if requests or replies or changed:
-            broker.lane_did(requests, replies, latencies, changed, self.b.now, forwards)
+            broker.lane_did(requests, replies, latencies, changed, self.b.now, forwards, forwarded)
+        broker.lane_moved(self.lane.peer_deltas())
 
     def _unlock(self) -> None:
         """The node's end of an entry into the core: the lane told what it may serve."""
@@ -802,6 +945,16 @@ class Twins:
             if self.peer_told.get(rid) != broker_id:
                 self.lane.note(PEER, rid, 0, 0.0, 0.0, 0, broker_id, True)
         self.peer_told = peers
+        # (and the peers it may forward to, phase 4b, whenever what it holds differs: once
+        # what it moved since is applied, or a count it moved would be told back unmoved)
+        self.b.broker.lane_moved(self.lane.peer_deltas())
+        forward_peers = self.b.broker.lane_forward_peers()
+        for name in self.peers_told.keys() - forward_peers.keys():
+            self.lane.forget_peer(name)
+        for name, told in forward_peers.items():
+            if self.lane.peers.get(name) != told:
+                self.lane.peer(name, *told)
+        self.peers_told = forward_peers
 
     def _message(self, op: Op, which: int) -> tuple[Channel, bytes, Message] | None:
         kind = op[0]
@@ -850,6 +1003,42 @@ class Twins:
             return PEER, PEER_LINK, PeerHeartbeat(PEER_ID, self.a.wall, BrokerState.ACTIVE, 3, 0)
         if kind == "table_req":  # F16: the slots b2's forwards hold here, the lane's too
             return PEER, PEER_LINK, TableReq(PEER_ID)
+        if kind == "table":  # b2's table on our link: echo and other, and its count of ours
+            slots = op[1]
+            assert isinstance(slots, int)
+            if which == 0:
+                self.table_seq += 1
+            rows = tuple(
+                TableService(service, (TableWorker("bw", 2, self.a.wall),))
+                for service in ("echo", "other")
+            )
+            table = Table(
+                PEER_ID,
+                self.table_seq,
+                True,
+                rows,
+                slots=(("echo", slots), ("other", slots)),
+            )
+            return LINK, PEER_ID.encode(), table
+        if kind == "link_hello":  # b2 answers our link's HELLO (again, after a silence)
+            hello = Hello(
+                PEER_ID,
+                NETWORK.family,
+                BrokerState.ACTIVE,
+                3,
+                {},
+                TableMode.PULL,
+                understands=frozenset({FORWARD_WITH_NAME}),
+            )
+            return LINK, PEER_ID.encode(), hello
+        if kind == "fwd_reply":  # b2 answers the oldest of ours it holds
+            outstanding = self.out_open[which]
+            if not outstanding:
+                return None
+            status = op[1]
+            assert isinstance(status, int)
+            reply = ForwardReply(outstanding.pop(0), status, (b"there",))
+            return LINK, PEER_ID.encode(), reply
         rid = op[1] if len(op) > 1 else b""
         assert isinstance(rid, bytes)
         protocol, delimited = self.readings.get(rid, (MDPW02, True))
@@ -913,6 +1102,20 @@ class Twins:
                     if message.request_id.startswith(b"mdp."):  # the lane's are mdp.L<n>, D1
                         ids = (message.client_id, b"mdp.*")
                 what = ("request", name, type(message).__name__, ids, message.body)
+                seen.append((effect.channel, effect.routing_id, what))
+            elif isinstance(message, Forward) and effect.channel is LINK:
+                name = names.setdefault(message.ticket, len(names))
+                self.out_open[which].append(message.ticket)
+                what = (
+                    "forward",
+                    name,
+                    message.service,
+                    message.body,
+                    message.client_id,
+                    message.request_id,
+                    message.deadline_ms,
+                    message.origin_broker,
+                )
                 seen.append((effect.channel, effect.routing_id, what))
             elif isinstance(message, MdpWorkerDisconnect):
                 self.open[which].pop(effect.routing_id, None)
@@ -1494,6 +1697,9 @@ OPS_PEER = st.one_of(
     ),
     st.tuples(st.just("peer_beat")),
     st.tuples(st.just("table_req")),
+    st.tuples(st.just("table"), st.sampled_from((0, 1, 2))),
+    st.tuples(st.just("fwd_reply"), st.sampled_from((200, 500, 503, 404))),
+    st.tuples(st.just("link_hello")),
 )
 
 
@@ -1504,3 +1710,59 @@ def test_a_broker_whose_lane_takes_forwards_answers_as_one_without(ops: list[Op]
     for op in ops:
         twins.step(op)
     twins.finish()
+
+
+# ---- phase 4b: the lane forwards a client's request to a peer ------------------------------------
+
+
+def test_the_lane_forwards_a_clients_request_and_answers_the_peers_reply() -> None:
+    """No local worker of echo: b2's table offers two slots, so the lane forwards the S0P
+    client's requests to b2 (FORWARDWITH with the client's ids and what is left of the
+    deadline), two at once, and the third too: b2 has no free slot left, but no worker here
+    offers echo, so it goes to the peer offering it with the most free however few, as
+    pick_peer(free=False) (F6). The lane answers b2's FORWARDREPLYs to its own (cached: a
+    resend is the core's, from the cache); a 503 is the core's (F8: routed again, to b2)."""
+    twins = Twins(peer=True)
+    for op in [
+        ("table", 2),
+        _s0p(),  # forwarded by the lane
+        _s0p(S0P_CLIENTS[1]),  # forwarded by the lane (b2's second slot)
+        _s0p(),  # none free, but no local worker: to b2 anyway (F6), by the lane
+        ("fwd_reply", 200),  # the lane's
+        ("fwd_reply", 200),
+        ("fwd_reply", 200),
+        _s0p(pick="again"),  # the core's: from the cache
+        _s0p(),  # the lane's
+        ("fwd_reply", 503),  # the core's (F8)
+        ("fwd_reply", 200),
+    ]:
+        twins.step(op)
+    twins.finish()
+    lane = twins.lane
+    assert (lane.sent_out, lane.peer_answered, lane.handed_over) == (4, 3, 1)
+    counters = twins.b.broker.core.counters
+    assert (counters["forwarded"], counters["retries"], counters["cache_hits"]) == (5, 1, 1)
+
+
+#: A family of two with b2's table: clients' requests the lane forwards, b2's answers, tables.
+OPS_FORWARD_OUT: list[Callable[[random.Random], Op]] = [
+    *OPS_FORWARD,
+    *[lambda r: ("fwd_reply", r.choice((200, 200, 200, 500, 503, 404)))] * 12,
+    *[lambda r: ("table", r.choice((0, 1, 2, 3)))] * 3,
+    *[lambda r: ("link_hello",)] * 2,
+    *[lambda r: _s0p(r.choice(S0P_CLIENTS), r.choice(("new",) * 6 + ("again",)))] * 6,
+]
+
+
+def test_a_long_run_of_forwarding_both_ways_answers_as_one_without() -> None:
+    """The property over a long seeded run in a family of two: the lane forwards clients'
+    requests to b2 (its tables move the free counts), answers or hands over b2's replies,
+    and serves b2's FORWARDs, beside local workers that come and go."""
+    rng = random.Random(45)
+    twins = Twins(peer=True)
+    twins.step(("table", 2))
+    for _ in range(3000):
+        twins.step(OPS_FORWARD_OUT[rng.randrange(len(OPS_FORWARD_OUT))](rng))
+    twins.finish()
+    lane = twins.lane
+    assert lane.sent_out > 15 and lane.peer_answered > 3 and lane.forwarded > 30

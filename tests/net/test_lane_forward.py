@@ -51,8 +51,15 @@ ORIGIN = "broker-b"  # the FORWARD's origin_broker
 class PeerRig(Rig):
     """Rig's two ROUTERs and pipes, plus the peer ROUTER and its pipe: a lane of three channels."""
 
-    def __init__(self, *, keyed_peer: bool = False, hwm: int | None = None) -> None:
-        super().__init__(start=False, hwm=hwm)
+    def __init__(
+        self,
+        *,
+        keyed_peer: bool = False,
+        hwm: int | None = None,
+        keyed_front: bool = False,
+        curve: tuple[bytes, bytes] | None = None,
+    ) -> None:
+        super().__init__(start=False, hwm=hwm, keyed_front=keyed_front, curve=curve)
         self.peer_curve: tuple[bytes, bytes] | None = None
         router = self.ctx.socket(zmq.ROUTER)
         router.linger = 0
@@ -279,12 +286,12 @@ def test_a_plain_forward_is_served_and_answered_with_forwardreply(fwd: Fwd) -> N
     with locked(lane):
         assert fwd.pool.tickets(b"w1") == [] and fwd.pool.queue("echo") == [b"w1"]
     assert lane.cache_count() == 0  # without ids nothing is cached
-    requests, replies, histograms, changed, forwards = lane.drain()
+    requests, replies, histograms, changed, forwards, _forwarded = lane.drain()
     assert (requests, replies, changed, forwards) == (1, 1, ["echo"], 1)
     [(service, status, counts, sum_s)] = histograms
     assert (service, status, sum(counts)) == ("echo", 203, 1)
     assert 0.0 <= sum_s <= time.monotonic() - before
-    assert lane.drain() == (0, 0, [], [], 0)
+    assert lane.drain() == (0, 0, [], [], 0, 0)
     lane.stop()
     stats = lane.stats()
     assert (stats["requests"], stats["replies"], stats["forwards"], stats["cached"]) == (1, 1, 1, 0)
@@ -345,9 +352,10 @@ def test_the_record_of_a_plain_forward(fwd: Fwd) -> None:
     with locked(fwd.lane):
         record = fwd.lane.adopt(ticket)
         assert fwd.pool.tickets(b"w1") == [ticket]  # its slot stays held, under its ticket
-    assert record is not None and len(record) == 15
+    assert record is not None and len(record) == 16
     (t, wrid, crid, cid, caller, service, body, started, deadline) = record[:9]
-    (request_id, seq, ids, origin, via, limit) = record[9:]
+    (request_id, seq, ids, origin, via, limit, peer) = record[9:]
+    assert peer == ""  # (served here: not forwarded out)
     assert (t, wrid, crid, cid, caller, service, body) == (
         ticket,
         b"w1",
@@ -938,7 +946,7 @@ def test_without_a_peer_socket_channel_2_is_refused(rig: PeerRig) -> None:
             with pytest.raises(ValueError, match="only for a lane made with peer and peer_pipe"):
                 call()
         plain.lane.serve_forwards(True)  # (a gate with nothing to gate)
-        assert plain.lane.drain() == (0, 0, [], [], 0) and plain.lane.stats()["forwards"] == 0
+        assert plain.lane.drain() == (0, 0, [], [], 0, 0) and plain.lane.stats()["forwards"] == 0
     finally:
         plain.close()
 

@@ -284,7 +284,7 @@ def test_a_request_and_its_reply_go_through_the_lane_in_every_reading(
     with locked(lane):
         assert pool.tickets(b"w1") == [] and pool.queue("echo") == [b"w1"]
     assert [(c, r) for c, r, _s in lane.heard()] == [(BACK, b"w1")]
-    requests, replies, histograms, changed, _forwards = lane.drain()
+    requests, replies, histograms, changed, _forwards, _forwarded = lane.drain()
     assert (requests, replies, changed) == (1, 1, ["echo"])
     [(service, status, counts, sum_s)] = histograms  # (a Majordomo answer is status 200)
     assert (
@@ -294,7 +294,7 @@ def test_a_request_and_its_reply_go_through_the_lane_in_every_reading(
         and sum(counts) == 1
     )
     assert 0.0 <= sum_s <= time.monotonic() - before
-    assert lane.drain() == (0, 0, [], [], 0)
+    assert lane.drain() == (0, 0, [], [], 0, 0)
     # the next request is numbered on: 3, its ticket 4
     assert net.dispatch(client, worker) == ticket_of(4)
     lane.stop()
@@ -690,7 +690,7 @@ def test_adopt_hands_the_whole_record_and_the_reply_then_goes_to_python() -> Non
         t, wrid, crid, client_id, caller, service, body, started, deadline, request_id, seq, ids = (
             record[:12]
         )
-        assert record[12:] == (b"", "", float("inf"))  # (origin, via, limit: not forwarded)
+        assert record[12:] == (b"", "", float("inf"), "")  # (not forwarded either way)
         assert (t, wrid, crid, client_id, caller, service, body) == (
             ticket,
             b"w1",
@@ -765,16 +765,16 @@ def test_drain_lists_what_changed_and_the_latencies_sorted(net: Net) -> None:
     client = net.client(b"c1")
     tb = net.dispatch(client, b, service="beta")
     ta = net.dispatch(client, a, service="alpha")
-    assert net.lane.drain() == (2, 0, [], ["alpha", "beta"], 0)
+    assert net.lane.drain() == (2, 0, [], ["alpha", "beta"], 0, 0)
     net.answered(b, client, tb, service="beta")
-    requests, replies, histograms, changed, _forwards = net.lane.drain()
+    requests, replies, histograms, changed, _forwards, _forwarded = net.lane.drain()
     assert (requests, replies, changed) == (0, 1, ["beta"])
     assert [h[:2] for h in histograms] == [("beta", 200)]
     net.answered(a, client, ta, service="alpha")
     ticket = net.dispatch(client, b, service="beta")
     with locked(net.lane):
         assert net.lane.adopt(ticket) is not None
-    requests, replies, histograms, changed, _forwards = net.lane.drain()
+    requests, replies, histograms, changed, _forwards, _forwarded = net.lane.drain()
     assert (requests, replies, changed) == (1, 1, ["alpha", "beta"])
     assert [h[:2] for h in histograms] == [("alpha", 200)]
 
@@ -961,7 +961,7 @@ def test_a_request_with_no_ready_worker_queues_only_if_may_queue(net: Net) -> No
     assert net.lane.waiting_total() == 1 and net.lane.in_flight() == 1
     stats = net.lane.stats()
     assert stats["queued"] == 1 and stats["waiting"] == 1 and stats["requests"] == 2
-    assert net.lane.drain() == (1, 0, [], [], 0)  # (queueing: a request taken, nothing changed)
+    assert net.lane.drain() == (1, 0, [], [], 0, 0)  # (queueing: a request taken, nothing changed)
 
 
 def test_a_service_nobody_offers_is_not_queued(net: Net) -> None:

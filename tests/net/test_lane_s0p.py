@@ -420,7 +420,7 @@ def test_an_s0p_request_and_its_reply_go_through_the_lane(s0p: S0P) -> None:
     [(cid, got_rq, service, status, got_body, expires)] = lane.cache_take()
     assert (cid, got_rq, service, status, got_body) == (b"b.c1", rq, "echo", 203, answer)
     assert before + 60.0 <= expires <= time.monotonic() + 60.0
-    requests, replies, histograms, changed, _forwards = lane.drain()
+    requests, replies, histograms, changed, _forwards, _forwarded = lane.drain()
     assert (requests, replies, changed) == (1, 1, ["echo"])
     [(service, status, counts, sum_s)] = histograms
     assert (service, status, sum(counts)) == ("echo", 203, 1)
@@ -626,7 +626,7 @@ def test_a_resend_of_a_key_in_flight_is_passed_and_adopt_key_finds_it(s0p: S0P) 
         assert s0p.net.pool.tickets(b"w1") == [ticket]  # its slot stays held
     assert record is not None
     t, wrid, crid, cid, caller, service, body, started, deadline, request_id, seq, ids = record[:12]
-    assert record[12:] == (b"", "", float("inf"))  # (origin, via, limit: not forwarded)
+    assert record[12:] == (b"", "", float("inf"), "")  # (not forwarded either way)
     assert (t, wrid, crid, cid, caller, service, body) == (
         ticket,
         b"w1",
@@ -820,7 +820,7 @@ def test_drain_has_one_histogram_per_service_and_status(net: Net, s0p: S0P) -> N
     s0p.answered(a, sc, t2, r2, status=200, service="alpha")
     s0p.answered(a, sc, t3, r3, status=503, service="alpha")
     net.answered(b, mc, tb, service="beta")
-    requests, replies, histograms, changed, _forwards = net.lane.drain()
+    requests, replies, histograms, changed, _forwards, _forwarded = net.lane.drain()
     assert (requests, replies, changed) == (0, 4, ["alpha", "beta"])
     assert [(s, st_, sum(c)) for s, st_, c, _ in histograms] == [
         ("alpha", 200, 1),

@@ -20,7 +20,7 @@ from scale0.config.model import BrokerEntry
 from scale0.core.effects import Channel
 from scale0.wire.peer import BrokerState, Hello, Table, TableMode, TableReq
 from scale0.wire.registry import decode_from_broker, encode
-from tests.net.test_node import WAIT_S, NodeThread, _network, _signature, ctx, signing
+from tests.net.test_node import LOOP_ONLY, WAIT_S, NodeThread, _network, _signature, ctx, signing
 
 pytestmark = pytest.mark.usefixtures("broker_io")  # loop and lane (tests/conftest.py)
 
@@ -90,6 +90,10 @@ def test_a_reconnected_link_keeps_its_routing_id_and_needs_no_new_hello(
     second.close(linger=0)
 
 
+#: The options are read off the link's socket by the loop's thread: with a lane the socket is
+#: its thread's from the moment ``_connect_link`` has set them (phase 4b), not the loop's to
+#: touch, so the options are read where the loop owns it; both take the one ``_connect_link``.
+@LOOP_ONLY
 def test_links_set_their_routing_id_heartbeat_and_reconnect_from_the_interval(
     two: NodeThread,
 ) -> None:

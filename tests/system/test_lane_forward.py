@@ -1,5 +1,6 @@
-"""A family of two real brokers, every request forwarded (docs/architecture.md "Phase 4a"):
-the serving broker's C lane takes the peer's FORWARDs and answers FORWARDREPLY itself.
+"""A family of two real brokers, every request forwarded (docs/architecture.md "Phase 4a",
+"Phase 4b"): the origin's C lane forwards the client's requests and answers the peer's
+FORWARDREPLYs, the serving broker's takes the FORWARDs and answers FORWARDREPLY itself.
 
 The client is at b1, the only worker (tools/echo_worker.py, capacity 4) at b2, so b1 forwards
 every request (F6) and b2 runs them. After the run b2's ``broker_stopped`` says how many
@@ -50,10 +51,14 @@ def test_the_serving_brokers_lane_answers_the_forwards(tmp_path: Path) -> None:
         finally:
             client.close()
         stats = broker_stats(b2)
+        origin = broker_stats(b1)
         events = records(b2.broker_file.parent / "events")
     assert stats["forwards_served"] == REQUESTS + 1  # (and the probe that got through)
     assert stats["lane_forwards"] >= REQUESTS - 10, stats  # (the first, while b2 starts)
     assert stats["lane_forwards"] <= stats["forwards_served"]
+    # and b1's lane forwarded them and answered b2's FORWARDREPLYs (phase 4b)
+    assert origin["forwarded"] == REQUESTS + 1 and origin["replies"] == REQUESTS + 1
+    assert origin["lane_forwarded"] >= REQUESTS - 10, origin
     # b2 writes each one's `request` record, the lane's as the core's: forwarded from b1, no
     # client of b2's (docs/trend.md)
     requests = [r for r in events if r["kind"] == "request"]
