@@ -2406,6 +2406,35 @@ static void done_free_all(LaneObject *self) {
     self->done_cap = self->done_head = self->done_n = 0;
 }
 
+/* The reply cache's entry for record r's answer (status, the n_body frames of body), under
+ * r's key, expiring max_age_s from now: made (the body copied), not committed; NULL out of
+ * memory. (The mutex held; before any change, so a failure changes nothing.) */
+static s0_cent *reply_entry(LaneObject *self, const s0_record *r, s0_zmq_msg_t *body,
+                            size_t n_body, int status, double now) {
+    const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
+    size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
+    const unsigned char **ptrs = inline_ptrs;
+    size_t *sizes = inline_sizes;
+    s0_cent *cached = NULL;
+    if (n_body > S0_LANE_INLINE_FRAMES) {
+        ptrs = malloc(n_body * sizeof(*ptrs));
+        sizes = malloc(n_body * sizeof(*sizes));
+    }
+    if (ptrs != NULL && sizes != NULL) {
+        for (size_t i = 0; i < n_body; i++) {
+            ptrs[i] = p_msg_data(&body[i]);
+            sizes[i] = p_msg_size(&body[i]);
+        }
+        cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service, r->service_len,
+                             status, n_body, ptrs, sizes, now + self->cache.max_age_s);
+    }
+    if (ptrs != inline_ptrs)
+        free((void *)ptrs);
+    if (sizes != inline_sizes)
+        free(sizes);
+    return cached;
+}
+
 /* The take rule for a backend final REPLY, and its answer (the mutex held): 1 when taken (the
  * client's reply is sent, and the worker the head of a lane queue if it got one), 0 when it
  * goes to Python (nothing changed). */
@@ -2496,28 +2525,7 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     }
     s0_cent *cached = NULL; /* an S0P reply's entry in the cache, made before any change */
     if (r->ids) { /* (an S0P client's, or a forwarded one with ids; one without: not cached) */
-        size_t n_body = m->n - body_at;
-        const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
-        size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
-        const unsigned char **ptrs = inline_ptrs;
-        size_t *sizes = inline_sizes;
-        if (n_body > S0_LANE_INLINE_FRAMES) {
-            ptrs = malloc(n_body * sizeof(*ptrs));
-            sizes = malloc(n_body * sizeof(*sizes));
-        }
-        if (ptrs != NULL && sizes != NULL) {
-            for (size_t i = 0; i < n_body; i++) {
-                ptrs[i] = p_msg_data(&f[body_at + i]);
-                sizes[i] = p_msg_size(&f[body_at + i]);
-            }
-            cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service,
-                                 r->service_len, status, n_body, ptrs, sizes,
-                                 now + self->cache.max_age_s);
-        }
-        if (ptrs != inline_ptrs)
-            free((void *)ptrs);
-        if (sizes != inline_sizes)
-            free(sizes);
+        cached = reply_entry(self, r, &f[body_at], m->n - body_at, status, now);
         if (cached == NULL) {
             free(done);
             return 0; /* out of memory: Python answers it */
@@ -2792,27 +2800,7 @@ static int take_link_reply(LaneObject *self, s0_message *m, s0_link *link, doubl
     size_t body_at = 5, n_body = n - body_at;
     s0_cent *cached = NULL;
     if (r->ids) {
-        const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
-        size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
-        const unsigned char **ptrs = inline_ptrs;
-        size_t *sizes = inline_sizes;
-        if (n_body > S0_LANE_INLINE_FRAMES) {
-            ptrs = malloc(n_body * sizeof(*ptrs));
-            sizes = malloc(n_body * sizeof(*sizes));
-        }
-        if (ptrs != NULL && sizes != NULL) {
-            for (size_t i = 0; i < n_body; i++) {
-                ptrs[i] = p_msg_data(&f[body_at + i]);
-                sizes[i] = p_msg_size(&f[body_at + i]);
-            }
-            cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service,
-                                 r->service_len, status, n_body, ptrs, sizes,
-                                 now + self->cache.max_age_s);
-        }
-        if (ptrs != inline_ptrs)
-            free((void *)ptrs);
-        if (sizes != inline_sizes)
-            free(sizes);
+        cached = reply_entry(self, r, &f[body_at], n_body, status, now);
         if (cached == NULL) {
             delta_settle(self, dc);
             return 0; /* out of memory: Python answers it */
