@@ -1305,6 +1305,33 @@ static int record_set_ticket(s0_record *r, const void *ticket, size_t len) {
     return 0;
 }
 
+/* A request record with room for n_body body msgs and `strings` bytes of its strings, in one
+ * allocation: no ticket yet, its body pointing at that room; *at the first byte for the
+ * strings, which S0_PUT fills in order. NULL out of memory. */
+static s0_record *record_alloc(size_t n_body, size_t strings, unsigned char **at) {
+    size_t body = n_body * sizeof(s0_zmq_msg_t);
+    s0_record *r = record_new(sizeof(s0_record) + body + strings, NULL, 0, 0);
+    if (r == NULL)
+        return NULL;
+    record_set_ticket(r, NULL, 0);
+    unsigned char *p = (unsigned char *)r + sizeof(s0_record);
+    r->body = (s0_zmq_msg_t *)p;
+    *at = p + body;
+    return r;
+}
+
+/* In a take rule, after record_alloc(..., &p): `len` bytes of `data` become record r's `field`
+ * (and field_len), p moving past them. */
+#define S0_PUT(field, data, len)                                                                  \
+    do {                                                                                          \
+        if (len)                                                                                  \
+            memcpy(p, data, len);                                                                 \
+        r->field = p;                                                                             \
+        r->field##_len = len;                                                                     \
+        p += len;                                                                                 \
+    } while (0)
+
+
 static void record_set_worker(s0_record *r, const void *rid, size_t len) { /* len <= 255 */
     if (len)
         memcpy(r->wrid, rid, len);
@@ -1933,23 +1960,12 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
     const unsigned char *caller = (const unsigned char *)m->header + 4;
     size_t caller_len = m->header_len - 4;
     size_t n_body = m->n - body_at;
-    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + cid_len + caller_len + svc_len +
-                   rq_len + (s0p ? k.len : 0) + (to != NULL ? to->key.len : 0);
-    s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
+    size_t strings = crid_len + cid_len + caller_len + svc_len + rq_len + (s0p ? k.len : 0) +
+                     (to != NULL ? to->key.len : 0);
+    unsigned char *p;
+    s0_record *r = record_alloc(n_body, strings, &p);
     if (r == NULL)
         goto pass;
-    record_set_ticket(r, NULL, 0);
-    unsigned char *p = (unsigned char *)r + sizeof(s0_record);
-    r->body = (s0_zmq_msg_t *)p;
-    p += n_body * sizeof(s0_zmq_msg_t);
-#define S0_PUT(field, data, len)                                                                  \
-    do {                                                                                          \
-        if (len)                                                                                  \
-            memcpy(p, data, len);                                                                 \
-        r->field = p;                                                                             \
-        r->field##_len = len;                                                                     \
-        p += len;                                                                                 \
-    } while (0)
     S0_PUT(crid, crid, crid_len);
     S0_PUT(client_id, cid, cid_len);
     S0_PUT(caller, caller, caller_len);
@@ -1959,7 +1975,6 @@ static int take_request(LaneObject *self, s0_message *m, s0_entry *e, double now
         S0_PUT(peer, to->key.data, to->key.len);
         r->out = 1;
     }
-#undef S0_PUT
     if (s0p) {
         memcpy(p, k.data, k.len);
         r->ikey.data = p;
@@ -2204,23 +2219,12 @@ static int take_forward(LaneObject *self, s0_message *m, s0_entry *e, double now
     size_t crid_len = p_msg_size(&f[0]);
     size_t n_body = n - body_at;
     size_t client_len = ids ? cid_len : 1 + e->client_id_len;
-    size_t extra = n_body * sizeof(s0_zmq_msg_t) + crid_len + client_len + svc_len + rq_len +
-                   k.len + ticket_len + e->client_id_len;
-    s0_record *r = record_new(sizeof(s0_record) + extra, NULL, 0, 0);
+    size_t strings =
+        crid_len + client_len + svc_len + rq_len + k.len + ticket_len + e->client_id_len;
+    unsigned char *p;
+    s0_record *r = record_alloc(n_body, strings, &p);
     if (r == NULL)
         goto pass;
-    record_set_ticket(r, NULL, 0);
-    unsigned char *p = (unsigned char *)r + sizeof(s0_record);
-    r->body = (s0_zmq_msg_t *)p;
-    p += n_body * sizeof(s0_zmq_msg_t);
-#define S0_PUT(field, data, len)                                                                  \
-    do {                                                                                          \
-        if (len)                                                                                  \
-            memcpy(p, data, len);                                                                 \
-        r->field = p;                                                                             \
-        r->field##_len = len;                                                                     \
-        p += len;                                                                                 \
-    } while (0)
     S0_PUT(crid, crid, crid_len);
     if (ids) {
         S0_PUT(client_id, cid, cid_len);
@@ -2237,7 +2241,6 @@ static int take_forward(LaneObject *self, s0_message *m, s0_entry *e, double now
     S0_PUT(request_id, rq, rq_len);
     S0_PUT(origin, ticket, ticket_len);
     S0_PUT(via, e->client_id, e->client_id_len);
-#undef S0_PUT
     if (ids) {
         memcpy(p, k.data, k.len);
         r->ikey.data = p;
@@ -2406,6 +2409,35 @@ static void done_free_all(LaneObject *self) {
     self->done_cap = self->done_head = self->done_n = 0;
 }
 
+/* The reply cache's entry for record r's answer (status, the n_body frames of body), under
+ * r's key, expiring max_age_s from now: made (the body copied), not committed; NULL out of
+ * memory. (The mutex held; before any change, so a failure changes nothing.) */
+static s0_cent *reply_entry(LaneObject *self, const s0_record *r, s0_zmq_msg_t *body,
+                            size_t n_body, int status, double now) {
+    const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
+    size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
+    const unsigned char **ptrs = inline_ptrs;
+    size_t *sizes = inline_sizes;
+    s0_cent *cached = NULL;
+    if (n_body > S0_LANE_INLINE_FRAMES) {
+        ptrs = malloc(n_body * sizeof(*ptrs));
+        sizes = malloc(n_body * sizeof(*sizes));
+    }
+    if (ptrs != NULL && sizes != NULL) {
+        for (size_t i = 0; i < n_body; i++) {
+            ptrs[i] = p_msg_data(&body[i]);
+            sizes[i] = p_msg_size(&body[i]);
+        }
+        cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service, r->service_len,
+                             status, n_body, ptrs, sizes, now + self->cache.max_age_s);
+    }
+    if (ptrs != inline_ptrs)
+        free((void *)ptrs);
+    if (sizes != inline_sizes)
+        free(sizes);
+    return cached;
+}
+
 /* The take rule for a backend final REPLY, and its answer (the mutex held): 1 when taken (the
  * client's reply is sent, and the worker the head of a lane queue if it got one), 0 when it
  * goes to Python (nothing changed). */
@@ -2496,28 +2528,7 @@ static int take_reply(LaneObject *self, s0_message *m, s0_entry *e, double now) 
     }
     s0_cent *cached = NULL; /* an S0P reply's entry in the cache, made before any change */
     if (r->ids) { /* (an S0P client's, or a forwarded one with ids; one without: not cached) */
-        size_t n_body = m->n - body_at;
-        const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
-        size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
-        const unsigned char **ptrs = inline_ptrs;
-        size_t *sizes = inline_sizes;
-        if (n_body > S0_LANE_INLINE_FRAMES) {
-            ptrs = malloc(n_body * sizeof(*ptrs));
-            sizes = malloc(n_body * sizeof(*sizes));
-        }
-        if (ptrs != NULL && sizes != NULL) {
-            for (size_t i = 0; i < n_body; i++) {
-                ptrs[i] = p_msg_data(&f[body_at + i]);
-                sizes[i] = p_msg_size(&f[body_at + i]);
-            }
-            cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service,
-                                 r->service_len, status, n_body, ptrs, sizes,
-                                 now + self->cache.max_age_s);
-        }
-        if (ptrs != inline_ptrs)
-            free((void *)ptrs);
-        if (sizes != inline_sizes)
-            free(sizes);
+        cached = reply_entry(self, r, &f[body_at], m->n - body_at, status, now);
         if (cached == NULL) {
             free(done);
             return 0; /* out of memory: Python answers it */
@@ -2792,27 +2803,7 @@ static int take_link_reply(LaneObject *self, s0_message *m, s0_link *link, doubl
     size_t body_at = 5, n_body = n - body_at;
     s0_cent *cached = NULL;
     if (r->ids) {
-        const unsigned char *inline_ptrs[S0_LANE_INLINE_FRAMES] = {NULL};
-        size_t inline_sizes[S0_LANE_INLINE_FRAMES] = {0};
-        const unsigned char **ptrs = inline_ptrs;
-        size_t *sizes = inline_sizes;
-        if (n_body > S0_LANE_INLINE_FRAMES) {
-            ptrs = malloc(n_body * sizeof(*ptrs));
-            sizes = malloc(n_body * sizeof(*sizes));
-        }
-        if (ptrs != NULL && sizes != NULL) {
-            for (size_t i = 0; i < n_body; i++) {
-                ptrs[i] = p_msg_data(&f[body_at + i]);
-                sizes[i] = p_msg_size(&f[body_at + i]);
-            }
-            cached = cache_entry(&self->cache, r->ikey.data, r->ikey.len, r->service,
-                                 r->service_len, status, n_body, ptrs, sizes,
-                                 now + self->cache.max_age_s);
-        }
-        if (ptrs != inline_ptrs)
-            free((void *)ptrs);
-        if (sizes != inline_sizes)
-            free(sizes);
+        cached = reply_entry(self, r, &f[body_at], n_body, status, now);
         if (cached == NULL) {
             delta_settle(self, dc);
             return 0; /* out of memory: Python answers it */
