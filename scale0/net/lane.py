@@ -1,4 +1,4 @@
-"""The lane: a C thread that owns the frontend and backend ROUTERs (docs/architecture.md).
+"""The lane: a C thread that owns the broker's ROUTERs and links (docs/architecture.md).
 
 Phase 3a of the lane (issue 14): the thread (``scale0.net._zmqio.Lane``, scale0/net/_lane.c)
 waits in ``zmq_poll`` on both ROUTERs and takes every *plain* HEARTBEAT itself: a client's
@@ -13,6 +13,12 @@ as :meth:`scale0.core.broker.Broker.heard_elsewhere` at the start of every round
 Phase 3b: it also takes the requests of S0P and Majordomo clients to ready workers of their
 protocol and their final REPLYs, sharing the ledger's C pool and holding the reply cache
 (scale0/core/ledger.py "The lane"; docs/architecture.md "Phase 3b").
+
+Phase 4: it also owns the peer ROUTER, where it takes other brokers' FORWARDs to our workers
+and answers them (4a), and our links to the peers, where it forwards our S0P clients'
+requests no worker of ours is ready for and takes the peers' answers (4b): the family tells it
+its peer links (:meth:`LaneMirror.peers`) and the peers it may forward to
+(:meth:`LaneMirror.forward_peers`); docs/architecture.md "Phase 4a", "Phase 4b".
 
 This module holds what the node needs of it: whether it is built (:data:`LANE_BUILT`), the
 lane and its pipes (:func:`open_lane`), the mirror that speaks to it in the core's channels,

@@ -17,6 +17,13 @@ deadline are adopted.
 Each peer must receive the same messages in the same order from both brokers (tickets compared
 by the order they were first seen: the lane's are its own), and at the end both brokers must
 count, measure (latency histograms on the one clock) and hold the same.
+
+``Twins(peer=True)`` (phase 4): a family of two, the peer b2 played by the test. b2 forwards
+us requests (FORWARD, FORWARDWITH with and without the client's ids, resends), which the lane
+serves, queues and answers as ``Forwarding.forward_in`` and ``Dispatch.finish`` would (4a);
+b2's link answers our HELLO and sends tables, so the lane forwards our S0P clients' requests
+to it as ``pick_peer`` and ``forward_to`` would and answers its FORWARDREPLYs (4b); b2 goes
+silent and links again.
 """
 
 from __future__ import annotations
