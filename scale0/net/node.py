@@ -353,6 +353,9 @@ class BrokerNode:
         # was told to let go of, closed once it says it has (released_links)
         self._lane_links: dict[str, _Port] = {}
         self._lane_releasing: list[tuple[bytes, zmq.Socket[bytes]]] = []
+        # A link connected again while the lane still lets go of the one before (the same id:
+        # it refuses a second until released_links lists it): handed over once it is released
+        self._lane_pending_links: dict[str, _Port] = {}
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -677,8 +680,11 @@ class BrokerNode:
             link=link.encode(),
         )
         if self._lane is not None and "links" in self._ports:
-            self._lane.add_link(link.encode(), sock.underlying)  # (its thread reads it)
-            self._lane_links[link] = port
+            if any(name == link.encode() for name, _ in self._lane_releasing):
+                self._lane_pending_links[link] = port  # (handed over once the old one is let go)
+            else:
+                self._lane.add_link(link.encode(), sock.underlying)  # (its thread reads it)
+                self._lane_links[link] = port
         else:
             self._ports[f"link:{link}"] = port
             self._loop.add_handler(port.fd, _FdHandler(self, port), IOLoop.READ)
@@ -706,6 +712,12 @@ class BrokerNode:
         sock.setsockopt(zmq.CONNECT_TIMEOUT, max(interval_ms, 1000))
 
     def _close_link(self, link: str) -> None:
+        pending = self._lane_pending_links.pop(link, None)
+        if pending is not None:  # never handed over: ours to close
+            if self._watch is not None:
+                self._watch.unwatch(f"link:{link}")
+            pending.socket.close(linger=0)
+            return
         lane_port = self._lane_links.pop(link, None)
         if lane_port is not None:  # the lane's: it lets go after what we said on it is out
             if self._watch is not None:
@@ -871,7 +883,12 @@ class BrokerNode:
         if self._stopped:
             return
         if name.startswith("link:"):
-            port = self._ports.get(name) or self._lane_links.get(name.removeprefix("link:"))
+            link = name.removeprefix("link:")
+            port = (
+                self._ports.get(name)
+                or self._lane_links.get(link)
+                or self._lane_pending_links.get(link)
+            )
             if port is not None and port.endpoint == endpoint:
                 self._connect_link(name.removeprefix("link:"), endpoint)
         elif endpoint in self._subscribed:
@@ -897,6 +914,7 @@ class BrokerNode:
         network = self.broker.network
         links = [(name, port) for name, port in self._ports.items() if name.startswith("link:")]
         links += [(f"link:{link}", port) for link, port in self._lane_links.items()]
+        links += [(f"link:{link}", port) for link, port in self._lane_pending_links.items()]
         for name, port in links:
             if name not in self._used_keys:
                 continue
@@ -992,6 +1010,9 @@ class BrokerNode:
         for _, sock in self._lane_releasing:
             sock.close(linger=self._flush_ms)
         self._lane_releasing.clear()
+        for port in self._lane_pending_links.values():
+            port.socket.close(linger=0)
+        self._lane_pending_links.clear()
         self.broker.mirror_sessions(None)
         self.broker.core.lane = None
         if self._lane_requests:  # what it still holds is the ledger's now, the pool its own
@@ -1089,7 +1110,13 @@ class BrokerNode:
             if name == link:
                 del self._lane_releasing[index]
                 sock.close(linger=self._flush_ms)
-                return
+                break
+        pending = self._lane_pending_links.pop(link.decode("utf-8", "replace"), None)
+        if pending is not None and not any(name == link for name, _ in self._lane_releasing):
+            self._lane.add_link(link, pending.socket.underlying)  # (connected again meanwhile)
+            self._lane_links[link.decode("utf-8", "replace")] = pending
+        elif pending is not None:  # (yet another of that id still to let go)
+            self._lane_pending_links[link.decode("utf-8", "replace")] = pending
 
     def _lane_unlock(self, lane: Any) -> None:
         """The end of an entry into the core while the lane is locked: tell the lane what it

@@ -9,6 +9,7 @@ played by DEALERs of the test that set the routing id as a broker's link does.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import zmq
 
 from scale0.config.model import BrokerEntry
 from scale0.core.effects import Channel
+from scale0.net.lane import LANE_BUILT
 from scale0.wire.peer import BrokerState, Hello, Table, TableMode, TableReq
 from scale0.wire.registry import decode_from_broker, encode
 from tests.net.test_node import LOOP_ONLY, WAIT_S, NodeThread, _network, _signature, ctx, signing
@@ -114,3 +116,42 @@ def test_links_set_their_routing_id_heartbeat_and_reconnect_from_the_interval(
     assert got["CONNECT_TIMEOUT"] == 1000
     routing_id = got["routing_id"]
     assert len(routing_id) == 16 and routing_id[:1] == b"L"
+
+
+@pytest.mark.skipif(not LANE_BUILT, reason="the lane is C (scale0.net._zmqio.Lane): not built here")
+@pytest.mark.parametrize("broker_io", ["lane"], indirect=True)
+def test_a_link_connected_again_goes_to_the_lane_once_it_let_go_of_the_one_before(
+    two: NodeThread,
+) -> None:
+    """Phase 4b: the lane owns our links; one connected again under the same id (what _reopen
+    after a failed CURVE handshake, _rekey after new keys and a moved peer do) waits until the
+    lane has let go of the one before (it refuses the id until released_links lists it), then
+    is handed over; the old socket is closed, nothing fails."""
+    node = two.node
+    assert node is not None
+
+    def link() -> Any:
+        return node._lane_links.get("other")
+
+    deadline = time.monotonic() + WAIT_S
+    while two.call(link) is None:
+        assert time.monotonic() < deadline, "the link never reached the lane"
+        time.sleep(0.01)
+    first = two.call(link)
+    errors = two.call(lambda: node.stats()["net_internal_errors"])
+    two.call(lambda: node._connect_link("other", first.endpoint))
+
+    def settled() -> bool:
+        now = node._lane_links.get("other")
+        return (
+            now is not None
+            and now is not first
+            and not node._lane_pending_links
+            and not node._lane_releasing
+        )
+
+    while not two.call(settled):
+        assert time.monotonic() < deadline, "the new link was never handed over"
+        time.sleep(0.01)
+    assert first.socket.closed
+    assert two.call(lambda: node.stats()["net_internal_errors"]) == errors
