@@ -296,15 +296,18 @@ class Family:
     def heard_on_link(self, link: bytes, when: float) -> None:
         """The lane took a FORWARDREPLY on our link to ``link`` at ``when``: that peer is heard
         then (F3), as ``_link_message`` hears it."""
-        peer = self.peers.get(link.decode("utf-8", "replace"))
-        if peer is not None and peer.link is not PeerLink.DOWN and when > peer.last_seen:
-            peer.last_seen = when
+        self._heard_by_lane(self.peers.get(link.decode("utf-8", "replace")), when)
 
     def heard_elsewhere(self, routing_id: bytes, when: float) -> None:
         """The lane took a FORWARD from the link ``routing_id`` at ``when``: that peer is heard
         then (F3), as :meth:`_heard` hears it; a peer down since is left to its next word."""
         broker_id = self.broker_of.get(routing_id)
-        peer = self.peers.get(broker_id) if broker_id is not None else None
+        self._heard_by_lane(self.peers.get(broker_id) if broker_id is not None else None, when)
+
+    @staticmethod
+    def _heard_by_lane(peer: Peer | None, when: float) -> None:
+        """``peer`` heard at ``when`` by what the lane took: its time raised, as ``_heard``
+        raises it (a peer down since is left to its next word: hearing it would log it up)."""
         if peer is not None and peer.link is not PeerLink.DOWN and when > peer.last_seen:
             peer.last_seen = when
 

@@ -866,6 +866,16 @@ PEER_ENTRY = BrokerEntry(
     peer="tcp://127.0.0.1:7013",
     config_pub="tcp://127.0.0.1:7014",
 )
+#: b2's HELLO, on its link to us and as its answer on ours (it understands FORWARDWITH).
+PEER_HELLO = Hello(
+    PEER_ID,
+    NETWORK.family,
+    BrokerState.ACTIVE,
+    3,
+    {},
+    TableMode.PULL,
+    understands=frozenset({FORWARD_WITH_NAME}),
+)
 
 
 class Twins:
@@ -902,18 +912,9 @@ class Twins:
         if peer:
             for harness in (self.a, self.b):
                 harness.broker.handle(Start(), harness.now, harness.wall)  # (its links planned)
-            hello = Hello(
-                PEER_ID,
-                NETWORK.family,
-                BrokerState.ACTIVE,
-                3,
-                {},
-                TableMode.PULL,
-                understands=frozenset({FORWARD_WITH_NAME}),
-            )
             for harness in (self.a, self.b):
-                harness.send(PEER, PEER_LINK, hello)  # its link to us
-                harness.send(LINK, PEER_ID.encode(), hello)  # its answer on ours: linked
+                harness.send(PEER, PEER_LINK, PEER_HELLO)  # its link to us
+                harness.send(LINK, PEER_ID.encode(), PEER_HELLO)  # its answer on ours: linked
             self._unlock()
         for harness in (self.a, self.b):
             for rid in S0P_CLIENTS:
@@ -1028,16 +1029,7 @@ class Twins:
             )
             return LINK, PEER_ID.encode(), table
         if kind == "link_hello":  # b2 answers our link's HELLO (again, after a silence)
-            hello = Hello(
-                PEER_ID,
-                NETWORK.family,
-                BrokerState.ACTIVE,
-                3,
-                {},
-                TableMode.PULL,
-                understands=frozenset({FORWARD_WITH_NAME}),
-            )
-            return LINK, PEER_ID.encode(), hello
+            return LINK, PEER_ID.encode(), PEER_HELLO
         if kind == "fwd_reply":  # b2 answers the oldest of ours it holds
             outstanding = self.out_open[which]
             if not outstanding:

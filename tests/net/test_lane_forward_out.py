@@ -134,6 +134,20 @@ class Out:
             self.lane.add_link(broker, dealer.underlying)
         return rid
 
+    def worker(self, rid: bytes = b"w1", ready: bool = True) -> zmq.Socket[Any]:
+        """An S0P worker of echo on the backend: its session noted, in the pool, listed ready
+        or not (busy); its DEALER."""
+        dealer, fd = self.rig.dealer(1, rid)
+        dealer.send(b"hello")  # (through the lane to Python: the ROUTER knows it now)
+        assert self.rig.from_pipe(1) == [header(fd), rid, b"hello"]
+        self.lane.negotiated(1, fd)
+        self.lane.note(1, rid, 0, 0.0, time.monotonic(), 0)
+        with locked(self.lane):
+            self.pool.add(rid, ("echo",), 1)
+            if ready:
+                self.pool.list_ready(rid)
+        return dealer
+
     def client(self, rid: bytes = b"c1", client_id: bytes = b"carol") -> Peer:
         dealer, fd = self.rig.dealer(FRONT, rid)
         self.lane.negotiated(FRONT, fd)
@@ -431,14 +445,7 @@ def test_a_ready_worker_is_used_first_and_majordomo_or_waiting_ones_are_not_forw
     lane = out.lane
     link = out.link()
     lane.peer(B2, True, False, {"echo": 9})
-    dealer, fd = out.rig.dealer(1, b"w1")
-    dealer.send(b"hello")
-    assert out.rig.from_pipe(1) == [header(fd), b"w1", b"hello"]
-    lane.negotiated(1, fd)
-    lane.note(1, b"w1", 0, 0.0, time.monotonic(), 0)
-    with locked(lane):
-        out.pool.add(b"w1", ("echo",), 1)
-        out.pool.list_ready(b"w1")
+    dealer = out.worker()
     client = out.client()
     out.ask(client, b"r-1")
     assert recv(dealer)[2] == b"REQUEST"  # dispatched here, not forwarded
@@ -798,13 +805,7 @@ def test_a_taken_forwardreply_hears_its_link_and_one_waits_while_the_lane_s_queu
     lane = out.lane
     link = out.link()
     lane.peer(B2, True, False, {"echo": 1})
-    dealer, fd = out.rig.dealer(1, b"w1")  # a worker of echo, busy: r-2 waits in the lane
-    dealer.send(b"hello")
-    assert out.rig.from_pipe(1) == [header(fd), b"w1", b"hello"]
-    lane.negotiated(1, fd)
-    lane.note(1, b"w1", 0, 0.0, time.monotonic(), 0)
-    with locked(lane):
-        out.pool.add(b"w1", ("echo",), 1)
+    out.worker(ready=False)  # a worker of echo, busy: r-2 waits in the lane
     lane.serve(True, TIMEOUT_S, 10, PREFIX, MAX_QUEUED, True)  # (may queue: no peer rule here)
     client = out.client()
     out.ask(client, b"r-1")
