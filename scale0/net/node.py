@@ -683,8 +683,7 @@ class BrokerNode:
             if any(name == link.encode() for name, _ in self._lane_releasing):
                 self._lane_pending_links[link] = port  # (handed over once the old one is let go)
             else:
-                self._lane.add_link(link.encode(), sock.underlying)  # (its thread reads it)
-                self._lane_links[link] = port
+                self._lane_give_link(link, port)
         else:
             self._ports[f"link:{link}"] = port
             self._loop.add_handler(port.fd, _FdHandler(self, port), IOLoop.READ)
@@ -1100,6 +1099,10 @@ class BrokerNode:
         core says on it goes through the links' pipe."""
         assert self._loop is not None
         self._loop.remove_handler(port.fd)
+        self._lane_give_link(link, port)
+
+    def _lane_give_link(self, link: str, port: _Port) -> None:
+        """The lane's thread reads and writes this link's socket from now on."""
         self._lane.add_link(link.encode(), port.socket.underlying)
         self._lane_links[link] = port
 
@@ -1111,12 +1114,10 @@ class BrokerNode:
                 del self._lane_releasing[index]
                 sock.close(linger=self._flush_ms)
                 break
-        pending = self._lane_pending_links.pop(link.decode("utf-8", "replace"), None)
-        if pending is not None and not any(name == link for name, _ in self._lane_releasing):
-            self._lane.add_link(link, pending.socket.underlying)  # (connected again meanwhile)
-            self._lane_links[link.decode("utf-8", "replace")] = pending
-        elif pending is not None:  # (yet another of that id still to let go)
-            self._lane_pending_links[link.decode("utf-8", "replace")] = pending
+        again = link.decode("utf-8", "replace")
+        # Connected again meanwhile: its turn once no link of its id is left to let go
+        if again in self._lane_pending_links and all(n != link for n, _ in self._lane_releasing):
+            self._lane_give_link(again, self._lane_pending_links.pop(again))
 
     def _lane_unlock(self, lane: Any) -> None:
         """The end of an entry into the core while the lane is locked: tell the lane what it
@@ -1134,8 +1135,9 @@ class BrokerNode:
                 self._mirror.peers(self.broker.lane_peers())  # (what HELLOs and silence moved)
                 self._lane_moved(lane)  # (so what the family tells next is what the lane has)
                 self._mirror.forward_peers(self.broker.lane_forward_peers())
-                for link in lane.released_links():
-                    self._lane_release(link)
+                if self._lane_releasing:  # (it lists only the links we told it to let go)
+                    for link in lane.released_links():
+                        self._lane_release(link)
         finally:
             lane.unlock()
 
